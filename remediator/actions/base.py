@@ -1,0 +1,130 @@
+"""The contract between the engine and every action: parameters, context, result, registry entry.
+
+An action is a small class with a pydantic `Params` model, an async `run` and a `describe` for plans.
+It must be idempotent: running it twice leaves the cluster as running it once, because after a crash
+the engine re-runs the step that was in flight. It records in `ActionResult.output` what it found before
+changing anything, so its revert can restore exactly the prior state (`ctx.prior_output`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from remediator.adapters.kube import KubeAdapter
+    from remediator.adapters.notifier import Notifier
+    from remediator.adapters.sidecar import SidecarClient
+    from remediator.settings import Settings
+
+__all__ = [
+    "Action",
+    "ActionContext",
+    "ActionResult",
+    "NoParams",
+    "StrictParams",
+    "Target",
+]
+
+
+class StrictParams(BaseModel):
+    """Base for action parameters: unknown keys are errors, values are validated after rendering."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoParams(StrictParams):
+    """For actions that take no parameters."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a remediation acts on, normalised from the alert."""
+
+    kind: Literal["node", "gpu", "namespace"]
+    node: str | None = None
+    gpu_uuid: str | None = None
+    gpu_index: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable identity used for 'one active remediation per (target, playbook)' and cooldowns."""
+        if self.kind == "gpu":
+            return f"gpu:{self.node or '?'}/{self.gpu_uuid or self.gpu_index or '?'}"
+        if self.kind == "namespace":
+            return f"namespace:{self.namespace or '?'}"
+        return f"node:{self.node or '?'}"
+
+
+async def _no_checkpoint(progress: dict[str, Any]) -> None:
+    return None
+
+
+async def _never_resolved() -> bool:
+    return False
+
+
+@dataclass
+class ActionContext:
+    """Everything an action may use. Adapters are None when not configured (plan-only mode: no kube)."""
+
+    remediation_id: str
+    step_name: str
+    target: Target
+    settings: Settings
+    dry_run: bool
+    kube: KubeAdapter | None = None
+    sidecar: SidecarClient | None = None
+    notifier: Notifier | None = None
+    timeout: float = 300.0
+    # For a revert step: the output of the forward step it undoes.
+    prior_output: Mapping[str, Any] | None = None
+    # Partial progress saved by an earlier attempt (e.g. pods already evicted); persisted by `checkpoint`.
+    progress: dict[str, Any] = field(default_factory=dict)
+    checkpoint: Callable[[dict[str, Any]], Awaitable[None]] = _no_checkpoint
+    # Alert labels/annotations and gathered context, read-only.
+    alert: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] = field(default_factory=dict)
+    # True once the remediation's alert has resolved (used by `wait`).
+    alert_resolved: Callable[[], Awaitable[bool]] = _never_resolved
+
+
+@dataclass
+class ActionResult:
+    """What a step did. `output` is stored, shown in the API, passed to later steps and to the revert."""
+
+    changed: bool
+    message: str = ""
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+class Action(ABC):
+    """One verb. Subclasses set `name`, `Params`, and the flags below."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[StrictParams]] = NoParams
+    # Changes the cluster or a GPU (pause stops a remediation before its next mutating step).
+    mutating: ClassVar[bool] = True
+    # Puts a node under quarantine (counts toward MAX_QUARANTINED_NODES).
+    quarantines: ClassVar[bool] = False
+    # Name of the action that undoes this one when the playbook step gives no explicit `revert`.
+    default_revert: ClassVar[str | None] = None
+
+    def parse(self, raw: Mapping[str, Any]) -> StrictParams:
+        """Validate rendered parameters (raises pydantic.ValidationError)."""
+        return self.Params.model_validate(dict(raw))
+
+    @abstractmethod
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        """Do the work (or, with ctx.dry_run, only look). Raise remediator.errors.ActionError on failure."""
+
+    def describe(self, target: Target, params: Any) -> str:
+        """One line for plans and approval pages: what this step will do."""
+        shown = ", ".join(f"{k}={v}" for k, v in params.model_dump(exclude_none=True).items())
+        return f"{self.name}({shown}) on {target.key}"

@@ -1,0 +1,163 @@
+"""Controller settings, validated once at start-up.
+
+Built in cli.py and passed down explicitly; nothing imports a global settings object. Every field can be
+set from the environment with the `REMEDIATOR_` prefix (lists comma-separated) or from a YAML file given
+with `--config`; the environment wins over the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from remediator.durations import parse_duration
+from remediator.errors import ConfigError
+
+__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "is_loopback", "load_settings"]
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        return [p.strip() for p in value.split(",") if p.strip()]
+    return value
+
+
+class QuarantineLimit:
+    """`10` (nodes) or `5%` (of GPU nodes)."""
+
+    def __init__(self, text: str) -> None:
+        text = str(text).strip()
+        self.text = text
+        try:
+            if text.endswith("%"):
+                self.percent: float | None = float(text[:-1])
+                self.count: int | None = None
+                if not 0 < self.percent <= 100:
+                    raise ValueError
+            else:
+                self.percent = None
+                self.count = int(text)
+                if self.count < 0:
+                    raise ValueError
+        except ValueError:
+            raise ValueError(f"MAX_QUARANTINED_NODES must be a count like 10 or a percent like 5%, got {text!r}")
+
+    def resolve(self, gpu_nodes: int) -> int:
+        """The limit in nodes for a fleet of `gpu_nodes` GPU nodes (a percent never rounds to 0 nodes)."""
+        if self.count is not None:
+            return self.count
+        assert self.percent is not None
+        return max(1, int(gpu_nodes * self.percent / 100))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Settings(BaseSettings):
+    """Everything the controller can be told. See docs/deployment.md for each key."""
+
+    model_config = SettingsConfigDict(env_prefix="REMEDIATOR_", extra="ignore", validate_default=True)
+
+    database_url: str = "sqlite+aiosqlite:///./remediator.db"
+    rules_dir: Path = BUNDLED_DIR / "rules"
+    playbooks_dir: Path = BUNDLED_DIR / "playbooks"
+    webhook_token: CommaList = Field(default_factory=list)
+    dry_run: bool | None = None  # None: plan-only exactly when no cluster credentials are found
+    public_url: str = "http://127.0.0.1:8080"
+    slack_webhook_url: str | None = None
+    slack_signing_secret: str | None = None
+    notify_webhook_url: str | None = None
+    approver_header: str | None = None
+    approvers: CommaList = Field(default_factory=list)
+    approval_ttl: timedelta = timedelta(minutes=30)
+    sidecar_port: int = 9410
+    sidecar_token: str | None = None
+    sidecar_url_template: str = "http://{ip}:{port}"
+    kubeconfig: str | None = None
+    max_quarantined_nodes: str = "10"
+    quarantine_rate: int = 20
+    quarantine_rate_window: timedelta = timedelta(minutes=10)
+    excluded_namespaces: CommaList = Field(default_factory=lambda: ["kube-system", "gpu-operator"])
+    own_namespace: str | None = None
+    node_label_precedence: CommaList = Field(
+        default_factory=lambda: ["node", "kubernetes_node", "Hostname", "instance"]
+    )
+    max_body_bytes: int = 1024 * 1024
+    worker_poll_interval: timedelta = timedelta(milliseconds=500)
+    worker_concurrency: int = 16
+    lease_duration: timedelta = timedelta(seconds=30)
+    eviction_qps: float = 20.0
+    kube_qps: float = 50.0
+    replica_id: str | None = None
+    allow_multiple_replicas: bool = False
+    log_level: str = "INFO"
+
+    @field_validator("webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", mode="before")
+    @classmethod
+    def _comma_lists(cls, value: Any) -> Any:
+        return _split(value)
+
+    @field_validator("approval_ttl", "worker_poll_interval", "lease_duration", "quarantine_rate_window", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("max_quarantined_nodes")
+    @classmethod
+    def _limit(cls, value: str) -> str:
+        QuarantineLimit(value)
+        return value
+
+    @field_validator("sidecar_port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65536:
+            raise ValueError("must be a TCP port (1-65535)")
+        return value
+
+    @property
+    def quarantine_limit(self) -> QuarantineLimit:
+        return QuarantineLimit(self.max_quarantined_nodes)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and `localhost`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from an optional YAML file, then the environment, then explicit overrides."""
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = yaml.safe_load(config_file.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{config_file}: cannot read settings: {exc}") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{config_file}: settings file must be a mapping of keys to values")
+        file_values = {str(k).lower().removeprefix("remediator_"): v for k, v in (loaded or {}).items()}
+    try:
+        env_settings = Settings()
+        merged = {**file_values, **env_settings.model_dump(exclude_unset=True), **overrides}
+        return Settings(**merged) if merged else env_settings
+    except ValueError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from exc

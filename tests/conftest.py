@@ -1,0 +1,3 @@
+"""Suite-wide pytest configuration: shared fixture plugins."""
+
+pytest_plugins = ["tests.fakekube.plugin"]

@@ -1,0 +1,1 @@
+"""pytest fixtures for the fake Kubernetes API server (filled in by tests/fakekube)."""
