@@ -1,0 +1,1 @@
+"""HTTP surface of the controller: webhook intake, remediation API, approvals, UI and health."""

@@ -1,0 +1,87 @@
+"""POST /api/v1/alerts: the Alertmanager webhook. 200 only after the batch is durably committed."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from remediator.api.deps import RuntimeDep, WorkerDep, check_bearer
+from remediator.errors import StoreUnavailable
+from remediator.intake.models import AlertmanagerPayload
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def _invalid(exc: ValidationError) -> JSONResponse:
+    errors = [
+        {"field": _field(tuple(e["loc"])), "message": e["msg"], "type": e["type"]} for e in exc.errors()[:20]
+    ]
+    first = errors[0]
+    return JSONResponse(
+        {"error": f"invalid payload: {first['field']}: {first['message']}", "errors": errors}, status_code=422
+    )
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post(
+    "/api/v1/alerts",
+    responses={401: {}, 413: {}, 422: {}, 503: {}},
+    summary="Alertmanager webhook receiver (version 4)",
+)
+async def receive_alerts(request: Request, rt: RuntimeDep, worker: WorkerDep) -> Response:
+    started = time.perf_counter()
+    response = await _handle(request, rt, worker)
+    rt.metrics.webhook_duration.labels(code=str(response.status_code)).observe(time.perf_counter() - started)
+    return response
+
+
+async def _handle(request: Request, rt: RuntimeDep, worker: WorkerDep) -> Response:
+    if not check_bearer(request.headers.get("authorization"), rt.settings.webhook_token):
+        return JSONResponse(
+            {"error": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+    body = await _read_limited(request, rt.settings.max_body_bytes)
+    if body is None:
+        return JSONResponse({"error": f"body larger than {rt.settings.max_body_bytes} bytes"}, status_code=413)
+    try:
+        payload = AlertmanagerPayload.model_validate_json(body)
+    except ValidationError as exc:
+        return _invalid(exc)
+    try:
+        stored = await rt.repo.store_batch(payload)
+    except StoreUnavailable as exc:
+        return JSONResponse({"error": f"store unavailable: {exc}"}, status_code=503, headers={"Retry-After": "1"})
+    for alert in payload.alerts:
+        rt.metrics.alerts_received.labels(status=alert.status).inc()
+    if stored.repeats:
+        rt.metrics.alerts_repeated.inc(stored.repeats)
+    if worker is not None:
+        worker.wake()
+    return JSONResponse(
+        {"status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats}
+    )

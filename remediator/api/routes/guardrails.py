@@ -1,0 +1,39 @@
+"""The kill switch (pause/resume, audited) and guardrail status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from remediator.api.deps import Auth, RuntimeDep, WorkerDep
+from remediator.api.routes.remediations import actor_of
+from remediator.engine.executor import PAUSE_KEY
+from remediator.engine.guardrail_status import guardrail_status
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["guardrails"])
+
+
+@router.post("/pause")
+async def pause(request: Request, rt: RuntimeDep) -> dict[str, Any]:
+    actor = actor_of(request)
+    await rt.repo.set_flag(PAUSE_KEY, {"paused": True, "by": actor}, audit_kind="controller.paused", actor=actor)
+    rt.metrics.paused.set(1)
+    return {"paused": True}
+
+
+@router.post("/resume")
+async def resume(request: Request, rt: RuntimeDep, worker: WorkerDep) -> dict[str, Any]:
+    actor = actor_of(request)
+    await rt.repo.set_flag(PAUSE_KEY, {"paused": False, "by": actor}, audit_kind="controller.resumed", actor=actor)
+    rt.metrics.paused.set(0)
+    if worker is not None:
+        worker.wake()
+    return {"paused": False}
+
+
+@router.get("/guardrails")
+async def guardrails(rt: RuntimeDep) -> dict[str, Any]:
+    return await guardrail_status(rt)

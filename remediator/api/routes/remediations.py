@@ -1,0 +1,79 @@
+"""The remediation API: list, inspect, cancel and revert (bearer token when tokens are configured)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from remediator.api.deps import Auth, RepoDep, WorkerDep
+from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
+from remediator.engine.states import STATES
+from remediator.errors import IllegalTransition
+
+__all__ = ["actor_of", "router"]
+
+router = APIRouter(prefix="/api/v1/remediations", dependencies=[Auth], tags=["remediations"])
+
+
+def actor_of(request: Request) -> str:
+    """Who called: the trusted proxy header when configured, else 'api'."""
+    header = request.app.state.runtime.settings.approver_header
+    if header and request.headers.get(header):
+        return f"api:{request.headers[header][:200]}"
+    return "api"
+
+
+@router.get("", response_model=list[RemediationOut])
+async def list_remediations(
+    repo: RepoDep,
+    state: Annotated[str | None, Query(description="filter by state")] = None,
+    node: Annotated[str | None, Query(max_length=253)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> list[RemediationOut]:
+    if state is not None and state not in STATES:
+        raise HTTPException(422, f"unknown state {state!r}; one of {', '.join(STATES)}")
+    rows = await repo.list_remediations(state=state, node=node, limit=limit, offset=offset)
+    return [summary_out(r) for r in rows]
+
+
+@router.get("/{rem_id}", response_model=RemediationDetail, responses={404: {}})
+async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
+    rem = await repo.get(rem_id)
+    if rem is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    return detail_out(rem, await repo.steps(rem_id))
+
+
+@router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}})
+async def cancel(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
+    return await _move(rem_id, "cancel", "cancelled through the API", request, repo, worker)
+
+
+@router.post("/{rem_id}/revert", response_model=RemediationOut, responses={404: {}, 409: {}})
+async def revert(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
+    rem = await repo.get(rem_id)
+    if rem is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    try:
+        rem = await repo.start_revert(rem_id, "revert requested through the API", actor=actor_of(request))
+    except IllegalTransition as exc:
+        raise HTTPException(409, str(exc)) from exc
+    if worker is not None:
+        worker.wake()
+    return summary_out(rem)
+
+
+async def _move(
+    rem_id: str, event: str, reason: str, request: Request, repo: RepoDep, worker: WorkerDep
+) -> RemediationOut:
+    if await repo.get(rem_id) is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    try:
+        rem = await repo.transition(rem_id, event, reason=reason, actor=actor_of(request))
+    except IllegalTransition as exc:
+        raise HTTPException(409, str(exc)) from exc
+    if worker is not None:
+        worker.wake()
+    return summary_out(rem)

@@ -1,0 +1,110 @@
+"""Response models of the JSON API (they make the OpenAPI schema honest) and their builders."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from remediator.store.models import AuditEvent, Remediation, StepRow
+
+__all__ = ["AuditOut", "RemediationDetail", "RemediationOut", "StepOut", "audit_out", "detail_out", "summary_out"]
+
+
+class RemediationOut(BaseModel):
+    id: str
+    state: str
+    state_reason: str | None
+    rule: str
+    playbook: str
+    target: str
+    node: str | None
+    gpu_uuid: str | None
+    gpu_index: str | None
+    namespace: str | None
+    alertname: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    current_step: int
+    phase: str
+    linked_alerts: int
+    definitions_version: str
+
+
+class StepOut(BaseModel):
+    phase: str
+    index: int
+    name: str
+    action: str
+    status: str
+    attempts: int
+    params: dict[str, Any]
+    output: dict[str, Any]
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class RemediationDetail(RemediationOut):
+    alert_labels: dict[str, Any]
+    alert_annotations: dict[str, Any]
+    alert_resolved: bool
+    params: dict[str, Any]
+    context: dict[str, Any]
+    steps: list[StepOut]
+    planned_steps: list[dict[str, Any]]
+    approval_expires_at: datetime | None
+    decided_by: str | None
+    decision: str | None
+
+
+class AuditOut(BaseModel):
+    id: int
+    ts: datetime
+    remediation_id: str | None
+    kind: str
+    actor: str
+    data: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+def summary_out(rem: Remediation) -> RemediationOut:
+    return RemediationOut(
+        id=rem.id, state=rem.state, state_reason=rem.state_reason, rule=rem.rule, playbook=rem.playbook,
+        target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index,
+        namespace=rem.namespace, alertname=rem.alertname, created_at=rem.created_at, updated_at=rem.updated_at,
+        finished_at=rem.finished_at, current_step=rem.current_step, phase=rem.phase,
+        linked_alerts=rem.linked_alerts, definitions_version=rem.definitions_version,
+    )
+
+
+def step_out(row: StepRow) -> StepOut:
+    return StepOut(
+        phase=row.phase, index=row.idx, name=row.name, action=row.action, status=row.status, attempts=row.attempts,
+        params=row.params, output=row.output, error=row.error, started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
+    playbook = rem.plan.get("playbook") or {}
+    planned = [
+        {"index": i, "name": s.get("name"), "action": s.get("action"), "approval": s.get("approval")}
+        for i, s in enumerate(playbook.get("steps") or [])
+    ]
+    return RemediationDetail(
+        **summary_out(rem).model_dump(),
+        alert_labels=rem.alert_labels, alert_annotations=rem.alert_annotations, alert_resolved=rem.alert_resolved,
+        params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
+        approval_expires_at=rem.approval_expires_at, decided_by=rem.decided_by, decision=rem.decision,
+    )
+
+
+def audit_out(event: AuditEvent) -> AuditOut:
+    return AuditOut(
+        id=event.id, ts=event.ts, remediation_id=event.remediation_id, kind=event.kind, actor=event.actor,
+        data=event.data, prev_hash=event.prev_hash, hash=event.hash,
+    )

@@ -1,0 +1,167 @@
+"""The one entry point: `remediator serve | sidecar | check | simulate | audit | db | demo`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from remediator.errors import ConfigError, DefinitionSetError
+from remediator.settings import Settings, is_loopback, load_settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Alert-driven GPU remediation controller.")
+audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, export it.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+app.add_typer(audit_app, name="audit")
+app.add_typer(db_app, name="db")
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
+
+
+def _settings(config: Path | None, **overrides: Any) -> Settings:
+    try:
+        return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to bind")] = 8080,
+    config: ConfigOpt = None,
+) -> None:
+    """Run the controller: webhook receiver, API, UI and worker."""
+    settings = _settings(config)
+    _logging(settings.log_level)
+    if not settings.webhook_token:
+        if not is_loopback(host):
+            typer.echo(
+                f"error: refusing to listen on {host} without REMEDIATOR_WEBHOOK_TOKEN: anyone who can reach it "
+                "could trigger remediations. Set a token or bind 127.0.0.1.",
+                err=True,
+            )
+            raise typer.Exit(2)
+        logging.getLogger("remediator").warning(
+            "no REMEDIATOR_WEBHOOK_TOKEN set: accepting unauthenticated webhooks on loopback %s only", host
+        )
+    import uvicorn
+
+    from remediator.api.app import create_app
+
+    uvicorn.run(
+        create_app(settings), host=host, port=port, loop="uvloop", http="httptools", log_level="info",
+        access_log=False,
+    )
+
+
+@app.command()
+def sidecar(
+    host: Annotated[str, typer.Option(help="address to bind")] = "0.0.0.0",
+    port: Annotated[int | None, typer.Option(help="port (default REMEDIATOR_SIDECAR_PORT, 9410)")] = None,
+) -> None:
+    """Run the node agent (NVML power limits, GPU reset, GPU-to-pod mapping)."""
+    from remediator.sidecar.app import serve as serve_sidecar
+    from remediator.sidecar.settings import SidecarSettings
+
+    settings = SidecarSettings()
+    _logging("INFO")
+    serve_sidecar(settings, host, port or settings.sidecar_port)
+
+
+@app.command()
+def check(
+    paths: Annotated[list[Path] | None, typer.Argument(help="rule/playbook files or directories")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Validate rules, playbooks and the Xid catalog; print `file:line: message` per problem."""
+    from remediator.actions.registry import default_registry
+    from remediator.definitions import check_paths
+    from remediator.engine.bootstrap import action_params
+
+    settings = _settings(config)
+    targets = list(paths) if paths else [settings.rules_dir, settings.playbooks_dir]
+    problems = check_paths(targets, action_params(default_registry()))
+    for problem in problems:
+        typer.echo(problem.render())
+    if problems:
+        typer.echo(f"{len(problems)} problem(s) found", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok: {', '.join(str(p) for p in targets)}")
+
+
+@app.command()
+def simulate(
+    alert_file: Annotated[Path, typer.Argument(help="Alertmanager webhook payload (JSON)")],
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Alertmanager payload in, plan out. Touches no cluster and no database."""
+    from remediator.engine.simulation import simulate_payload
+
+    settings = _settings(config)
+    try:
+        report = simulate_payload(settings, alert_file.read_text())
+    except (OSError, ValueError) as exc:
+        typer.echo(f"error: {alert_file}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except DefinitionSetError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    from remediator.engine.simulation import render_text
+
+    typer.echo(render_text(report))
+
+
+@audit_app.command("verify")
+def audit_verify(config: ConfigOpt = None) -> None:
+    """Walk the hash chain; exit 1 naming the first edited, deleted or reordered event."""
+    from remediator.store.audit_tools import verify
+
+    settings = _settings(config)
+    ok, message = asyncio.run(verify(settings.database_url))
+    typer.echo(message)
+    if not ok:
+        raise typer.Exit(1)
+
+
+@audit_app.command("export")
+def audit_export(config: ConfigOpt = None) -> None:
+    """Print every audit event as one JSON line, oldest first."""
+    from remediator.store.audit_tools import export
+
+    settings = _settings(config)
+    asyncio.run(export(settings.database_url, sys.stdout))
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOpt = None) -> None:
+    """Apply schema migrations to REMEDIATOR_DATABASE_URL."""
+    from remediator.store.db import upgrade_sync
+
+    settings = _settings(config)
+    upgrade_sync(settings.database_url)
+    typer.echo("database schema is up to date")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

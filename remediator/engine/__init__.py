@@ -1,0 +1,1 @@
+"""The remediation engine: state table, guardrail decisions, step execution and the async worker."""

@@ -1,0 +1,67 @@
+"""Assemble a Runtime from settings: database (migrated), definitions, actions, cluster and peers.
+
+Used by the app factory, `remediator simulate` and the demo, so all of them see the same wiring.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from remediator.actions.base import Action
+from remediator.actions.registry import default_registry
+from remediator.definitions import DefinitionSet, load_definitions
+from remediator.engine.runtime import DefinitionsHolder, Runtime, replica_id
+from remediator.observability import Metrics
+from remediator.settings import Settings
+from remediator.store.db import make_engine, make_sessionmaker, upgrade
+from remediator.store.repository import Repository
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from remediator.adapters.kube import KubeAdapter
+
+__all__ = ["action_params", "build_runtime", "load_defs"]
+
+log = logging.getLogger(__name__)
+
+
+def action_params(actions: dict[str, Action]) -> dict[str, type]:
+    return {name: action.Params for name, action in actions.items()}
+
+
+def load_defs(settings: Settings, actions: dict[str, Action]) -> DefinitionSet:
+    return load_definitions(settings.rules_dir, settings.playbooks_dir, action_params(actions))
+
+
+async def build_runtime(
+    settings: Settings,
+    *,
+    kube: KubeAdapter | None = None,
+    connect_kube: bool = True,
+    metrics: Metrics | None = None,
+    migrate: bool = True,
+) -> tuple[Runtime, AsyncEngine]:
+    """A ready Runtime plus its database engine (the caller disposes of it)."""
+    if migrate:
+        await upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    repo = Repository(make_sessionmaker(engine))
+    actions = default_registry()
+    defs = load_defs(settings, actions)
+    if kube is None and connect_kube:
+        from remediator.adapters.kube import connect
+
+        kube = await connect(settings)
+    rt = Runtime(
+        settings=settings, repo=repo, definitions=DefinitionsHolder(defs), actions=actions,
+        metrics=metrics or Metrics(), owner=replica_id(settings), kube=kube,
+    )
+    rt.metrics.plan_only.set(1 if rt.plan_only else 0)
+    if rt.plan_only:
+        log.warning(
+            "PLAN-ONLY mode: %s; remediations are planned and recorded, nothing in the cluster is changed",
+            "no cluster credentials found" if kube is None else "REMEDIATOR_DRY_RUN is set",
+        )
+    return rt, engine

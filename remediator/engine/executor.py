@@ -1,0 +1,404 @@
+"""Step execution for one remediation while this replica holds its lease.
+
+Each loop iteration re-reads the remediation from the store, does exactly one thing (admit, one step, one
+revert step, or a final transition) and records it with its audit event before the next. A crash anywhere
+leaves the cursor at the step in flight; on resume that step runs again, which is safe because every
+action is idempotent and long actions (drain) checkpoint their progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import wait_exponential_jitter
+
+from remediator.actions.base import Action, ActionContext, ActionResult, Target
+from remediator.actions.context import gather_context
+from remediator.definitions import Playbook, Step
+from remediator.engine.guardrails import GuardrailFacts, Verdict, decide
+from remediator.engine.planning import build_variables, step_applies
+from remediator.engine.runtime import Runtime
+from remediator.errors import ActionError, StepFailed, TemporaryError
+from remediator.intake.normalize import GpuAlert
+from remediator.store.models import Remediation, StepRow
+from remediator.store.repository import LeaseLost
+
+__all__ = ["Executor", "run_with_retries"]
+
+log = logging.getLogger(__name__)
+PAUSE_KEY = "pause"
+
+
+def _wait(state: RetryCallState) -> float:
+    exc = state.outcome.exception() if state.outcome else None
+    if isinstance(exc, TemporaryError) and exc.retry_after:
+        return float(exc.retry_after)
+    return float(wait_exponential_jitter(initial=0.5, max=30)(state))
+
+
+async def run_with_retries(
+    action: Action, ctx: ActionContext, params: Any, *, retries: int, timeout: float
+) -> ActionResult:
+    """Run an action with a deadline; retry temporary errors (429, 5xx, 409, connection) with backoff."""
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(retries + 1), wait=_wait, retry=retry_if_exception_type(TemporaryError), reraise=True
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            async for attempt in retrying:
+                with attempt:
+                    return await action.run(ctx, params)
+    except TimeoutError:
+        raise StepFailed(f"{action.name} did not finish within {timeout:g}s") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def playbook_of(rem: Remediation) -> Playbook:
+    return Playbook.model_validate(rem.plan["playbook"])
+
+
+def alert_of(rem: Remediation) -> GpuAlert:
+    return GpuAlert(**rem.plan["alert"])
+
+
+def target_of(rem: Remediation) -> Target:
+    return Target(
+        kind=rem.target_kind,  # type: ignore[arg-type]
+        node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace, pod=rem.pod,
+    )
+
+
+class Executor:
+    """Drives remediations for one replica (`rt.owner`)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    # -- public -----------------------------------------------------------------------------------
+
+    async def drive(self, rem_id: str) -> None:
+        """Advance one remediation until it waits, finishes or loses its lease; always release the lease."""
+        renewer = asyncio.create_task(self._renew(rem_id))
+        next_run: timedelta | None = None
+        try:
+            while True:
+                rem = await self.rt.repo.get(rem_id)
+                if rem is None or rem.lease_owner != self.rt.owner:
+                    return
+                if rem.state in ("pending", "held"):
+                    if not await self._admit(rem):
+                        next_run = self.rt.settings.worker_poll_interval * 4
+                        return
+                elif rem.state == "running":
+                    await self._forward(rem)
+                elif rem.state == "reverting":
+                    await self._revert(rem)
+                else:
+                    return
+        except LeaseLost:
+            log.warning("lease on remediation %s lost; another replica continues it", rem_id)
+        finally:
+            renewer.cancel()
+            await self.rt.repo.release_lease(rem_id, self.rt.owner, next_run_in=next_run)
+
+    # -- leases -----------------------------------------------------------------------------------
+
+    async def _renew(self, rem_id: str) -> None:
+        lease = self.rt.settings.lease_duration
+        while True:
+            await asyncio.sleep(lease.total_seconds() / 3)
+            if not await self.rt.repo.renew_lease(rem_id, self.rt.owner, lease):
+                return
+
+    # -- admission --------------------------------------------------------------------------------
+
+    async def _admit(self, rem: Remediation) -> bool:
+        if not rem.context:
+            context = await gather_context(self.rt.kube, target_of(rem), rem.alert_labels, self.rt.settings)
+            context = await self._gpu_context(rem, context)
+            await self.rt.repo.set_context(rem.id, self.rt.owner, context)
+            rem.context = context
+        quarantines = self._quarantines(rem)
+
+        async def facts(session: AsyncSession) -> GuardrailFacts:
+            return await self._facts(session, rem, quarantines)
+
+        def verdict_for(_rem: Remediation, facts: Any) -> Verdict:
+            return decide(facts)
+
+        state, reason = await self.rt.repo.admit(rem.id, self.rt.owner, verdict_for, facts)
+        if state == "held":
+            guard = reason.split(":")[0] if reason else "held"
+            self.rt.metrics.guardrail_trips.labels(guardrail=guard).inc()
+            await self._notify(rem, "held", reason or "")
+            return False
+        await self._notify(rem, "started", reason or "")
+        return True
+
+    async def _gpu_context(self, rem: Remediation, context: dict[str, Any]) -> dict[str, Any]:
+        """Hook for GPU-level context from the node sidecar (pods of the affected GPU)."""
+        return context
+
+    def _quarantines(self, rem: Remediation) -> bool:
+        playbook = playbook_of(rem)
+        return any(
+            getattr(self.rt.actions.get(step.action), "quarantines", False) for step in playbook.steps
+        )
+
+    async def _facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> GuardrailFacts:
+        settings = self.rt.settings
+        now = self.rt.repo._clock()
+        flag = await self.rt.repo.get_flag_in(session, PAUSE_KEY)
+        node_labels = (rem.context.get("node") or {}).get("labels") or {}
+        return GuardrailFacts(
+            now=now,
+            paused=bool(flag and flag.get("paused")),
+            node=rem.node,
+            node_excluded=node_labels.get("remediator.io/exclude") == "true",
+            quarantines=quarantines,
+            quarantined_nodes=frozenset(await self.rt.repo.quarantined_nodes(session)),
+            limit_nodes=settings.quarantine_limit.resolve(self.rt.gpu_nodes),
+            gpu_nodes=self.rt.gpu_nodes,
+            recent_quarantine_starts=await self.rt.repo.recent_quarantine_starts(
+                session, now - settings.quarantine_rate_window
+            ),
+            rate_limit=settings.quarantine_rate,
+        )
+
+    # -- forward steps ----------------------------------------------------------------------------
+
+    async def _forward(self, rem: Remediation) -> None:
+        playbook = playbook_of(rem)
+        idx = rem.current_step
+        if idx >= len(playbook.steps):
+            await self._finish(rem, playbook)
+            return
+        step = playbook.steps[idx]
+        action = self.rt.actions[step.action]
+        if action.mutating and await self._paused():
+            await self.rt.repo.transition(
+                rem.id, "hold", reason="controller is paused", owner=self.rt.owner, data={"guardrail": "paused"}
+            )
+            return
+        rows = await self.rt.repo.steps(rem.id)
+        variables = self._variables(rem, rows)
+        try:
+            applies = step_applies(step, variables)
+        except Exception as exc:
+            await self._step_failed(rem, step, idx, f"condition error: {exc}", {})
+            return
+        if not applies:
+            await self.rt.repo.finish_step(
+                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+                status="skipped", output={"reason": f"when: {step.when} is false"},
+            )
+            return
+        if self._needs_approval(rem, step, idx):
+            await self._request_approval(rem, step, idx)
+            return
+        try:
+            rendered = self._render(step.params, variables)
+            params = action.parse(rendered)
+        except (ValidationError, ValueError, TypeError, LookupError) as exc:
+            await self._step_failed(rem, step, idx, f"invalid parameters: {exc}", {})
+            return
+        row = await self.rt.repo.begin_step(
+            rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action, params=rendered
+        )
+        ctx = self._context(rem, step.name, step.timeout.total_seconds(), "forward", idx, row.progress, None)
+        outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
+        if isinstance(outcome, ActionResult):
+            await self.rt.repo.finish_step(
+                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+                status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+                output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+            )
+            return
+        await self._step_failed(rem, step, idx, outcome, rendered)
+
+    async def _run(self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float) -> Any:
+        started = time.perf_counter()
+        if ctx.dry_run and self.rt.kube is None:
+            result = ActionResult(
+                changed=False, message="plan-only: " + action.describe(ctx.target, params),
+                output={"planned": True},
+            )
+            self.rt.metrics.step_duration.labels(action=action.name, outcome="planned").observe(0)
+            return result
+        try:
+            result = await run_with_retries(action, ctx, params, retries=retries, timeout=timeout)
+        except ActionError as exc:
+            self.rt.metrics.step_duration.labels(action=action.name, outcome="failed").observe(
+                time.perf_counter() - started
+            )
+            return f"{type(exc).__name__}: {exc.message}"
+        self.rt.metrics.step_duration.labels(action=action.name, outcome="succeeded").observe(
+            time.perf_counter() - started
+        )
+        return result
+
+    async def _step_failed(self, rem: Remediation, step: Step, idx: int, error: str, params: Mapping[str, Any]) -> None:
+        if step.on_failure == "continue":
+            await self.rt.repo.finish_step(
+                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+                status="failed", error=error, extra={"on_failure": "continue"},
+            )
+            return
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+            status="failed", error=error, advance=False,
+        )
+        await self.rt.repo.transition(rem.id, "fail", reason=f"step {step.name} failed: {error}", owner=self.rt.owner)
+        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="failed").inc()
+        await self._notify(rem, "failed", error)
+
+    async def _finish(self, rem: Remediation, playbook: Playbook) -> None:
+        reason = "plan-only: nothing was changed" if self.rt.plan_only else "all steps done"
+        await self.rt.repo.transition(rem.id, "succeed", reason=reason, owner=self.rt.owner)
+        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="succeeded").inc()
+        await self._notify(rem, "succeeded", reason)
+        fresh = await self.rt.repo.get(rem.id)
+        if fresh is not None and fresh.alert_resolved and playbook.on_resolved == "revert":
+            await self.rt.repo.start_revert(rem.id, "alert resolved while running")
+
+    # -- approvals (the token and page live in the approval service) ------------------------------
+
+    def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
+        required = step.approval == "required" or (bool(rem.plan.get("require_approval")) and idx == 0)
+        if not required:
+            return False
+        return not (rem.approval_step == idx and rem.decision == "approved")
+
+    async def _request_approval(self, rem: Remediation, step: Step, idx: int) -> None:
+        await self.rt.repo.transition(
+            rem.id, "await_approval", reason=f"step {step.name} needs approval", owner=self.rt.owner,
+            changes={"approval_step": idx, "decision": None,
+                     "approval_expires_at": self.rt.repo._clock() + self.rt.settings.approval_ttl},
+        )
+
+    # -- reverts ----------------------------------------------------------------------------------
+
+    def revert_plan(self, playbook: Playbook, rows: list[StepRow]) -> list[tuple[StepRow, str, dict[str, Any]]]:
+        """(forward step, revert action, params) for every forward step that changed something, newest first."""
+        by_name = {s.name: s for s in playbook.steps}
+        plan: list[tuple[StepRow, str, dict[str, Any]]] = []
+        done = [r for r in rows if r.phase == "forward" and r.status in ("succeeded", "running")]
+        for row in sorted(done, reverse=True, key=lambda r: r.idx):
+            step = by_name.get(row.name)
+            if step is None or step.revert is False:
+                continue
+            if step.revert is not None:
+                plan.append((row, step.revert.action, dict(step.revert.params)))
+                continue
+            action = self.rt.actions.get(row.action)
+            if action is None or action.default_revert is None:
+                continue
+            revert_action = self.rt.actions[action.default_revert]
+            fields = revert_action.Params.model_fields
+            params = {k: v for k, v in row.params.items() if k in fields}
+            plan.append((row, action.default_revert, params))
+        return plan
+
+    async def _revert(self, rem: Remediation) -> None:
+        playbook = playbook_of(rem)
+        rows = await self.rt.repo.steps(rem.id)
+        plan = self.revert_plan(playbook, rows)
+        idx = rem.current_step
+        if idx >= len(plan):
+            await self.rt.repo.transition(
+                rem.id, "reverted", reason="prior state restored", owner=self.rt.owner, changes={"quarantined": False}
+            )
+            self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="reverted").inc()
+            await self._notify(rem, "reverted", "prior state restored")
+            return
+        forward, action_name, raw = plan[idx]
+        action = self.rt.actions[action_name]
+        variables = self._variables(rem, rows)
+        try:
+            rendered = self._render(raw, variables)
+            params = action.parse(rendered)
+        except (ValidationError, ValueError, TypeError, LookupError) as exc:
+            await self._revert_failed(rem, forward, idx, action_name, f"invalid parameters: {exc}")
+            return
+        name = f"revert:{forward.name}"
+        row = await self.rt.repo.begin_step(
+            rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name, params=rendered
+        )
+        ctx = self._context(rem, name, 600.0, "revert", idx, row.progress, forward.output)
+        outcome = await self._run(action, ctx, params, 5, 600.0)
+        if isinstance(outcome, ActionResult):
+            await self.rt.repo.finish_step(
+                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name,
+                status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+                output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+            )
+            return
+        await self._revert_failed(rem, forward, idx, action_name, outcome)
+
+    async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase="revert", idx=idx, name=f"revert:{forward.name}", action=action,
+            status="failed", error=error, advance=False,
+        )
+        await self.rt.repo.transition(rem.id, "revert_failed", reason=f"revert of {forward.name} failed: {error}",
+                                      owner=self.rt.owner)
+        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="revert_failed").inc()
+        await self._notify(rem, "failed", error)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _variables(self, rem: Remediation, rows: list[StepRow]) -> dict[str, Any]:
+        outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
+        return build_variables(
+            alert=alert_of(rem), target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
+            xid=rem.plan.get("xid") or {},
+        )
+
+    @staticmethod
+    def _render(params: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
+        from remediator.definitions.templates import render_params
+
+        return render_params(params, variables)
+
+    def _context(
+        self, rem: Remediation, step_name: str, timeout: float, phase: str, idx: int, progress: dict[str, Any],
+        prior: Mapping[str, Any] | None,
+    ) -> ActionContext:
+        repo, owner = self.rt.repo, self.rt.owner
+
+        async def checkpoint(data: dict[str, Any]) -> None:
+            await repo.checkpoint_step(rem.id, owner, phase=phase, idx=idx, progress=data)
+
+        async def resolved() -> bool:
+            fresh = await repo.get(rem.id)
+            return bool(fresh and fresh.alert_resolved)
+
+        return ActionContext(
+            remediation_id=rem.id, step_name=step_name, target=target_of(rem), settings=self.rt.settings,
+            dry_run=self.rt.plan_only, kube=self.rt.kube, sidecar=self.rt.sidecar, notifier=self.rt.notifier,
+            timeout=timeout, prior_output=prior, progress=dict(progress or {}), checkpoint=checkpoint,
+            alert={"labels": rem.alert_labels, "annotations": rem.alert_annotations, "name": rem.alertname,
+                   "fingerprint": rem.alert_fingerprint, "alert": asdict(alert_of(rem))},
+            context=rem.context, alert_resolved=resolved,
+        )
+
+    async def _paused(self) -> bool:
+        flag = await self.rt.repo.get_flag(PAUSE_KEY)
+        return bool(flag and flag.get("paused"))
+
+    async def _notify(self, rem: Remediation, event: str, detail: str) -> None:
+        if self.rt.notifier is None:
+            return
+        try:
+            await self.rt.notifier.remediation_event(rem.id, event, detail)
+        except Exception:  # a failed notification never blocks or fails a remediation
+            log.exception("notification for %s (%s) failed", rem.id, event)

@@ -1,0 +1,97 @@
+"""Guardrail decisions as pure functions over facts read in the admitting transaction.
+
+The worker gathers `GuardrailFacts` inside the same transaction that starts the remediation (under an
+advisory lock on PostgreSQL), so replicas cannot overshoot the quarantine limit together. Reverts are never
+subject to guardrails: undoing a quarantine is always allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, time
+
+__all__ = ["GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
+
+
+@dataclass(frozen=True)
+class MaintenanceWindow:
+    """Daily window [start, end) in UTC; `mode` hold = playbooks wait during it, allow = only during it."""
+
+    start: time
+    end: time
+    mode: str = "hold"
+
+    def contains(self, now: datetime) -> bool:
+        t = now.time().replace(tzinfo=None)
+        if self.start <= self.end:
+            return self.start <= t < self.end
+        return t >= self.start or t < self.end
+
+
+@dataclass(frozen=True)
+class GuardrailFacts:
+    now: datetime
+    paused: bool
+    node: str | None
+    node_excluded: bool
+    quarantines: bool
+    quarantined_nodes: frozenset[str]
+    limit_nodes: int
+    gpu_nodes: int
+    recent_quarantine_starts: int
+    rate_limit: int
+    flapping: bool = False
+    node_recent_remediations: int = 0
+    node_repeat_limit: int = 0
+    windows: Sequence[MaintenanceWindow] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allow: bool
+    name: str
+    reason: str
+    quarantines: bool = False
+
+
+def _window_verdict(facts: GuardrailFacts) -> Verdict | None:
+    holds = [w for w in facts.windows if w.mode == "hold"]
+    allows = [w for w in facts.windows if w.mode == "allow"]
+    if any(w.contains(facts.now) for w in holds):
+        return Verdict(False, "maintenance", "inside a maintenance window in which playbooks are held")
+    if allows and not any(w.contains(facts.now) for w in allows):
+        return Verdict(False, "maintenance", "outside the maintenance windows in which playbooks may run")
+    return None
+
+
+def decide(facts: GuardrailFacts) -> Verdict:
+    """May this remediation start now? The first guardrail that says no gives the reason."""
+    if facts.paused:
+        return Verdict(False, "paused", "controller is paused (POST /api/v1/resume to continue)")
+    if facts.node_excluded:
+        return Verdict(False, "opt_out", f"node {facts.node} is labelled remediator.io/exclude=true")
+    window = _window_verdict(facts)
+    if window is not None:
+        return window
+    if facts.flapping:
+        return Verdict(False, "flapping", "alert is flapping on this target; held for a human")
+    if facts.node_repeat_limit and facts.node_recent_remediations >= facts.node_repeat_limit:
+        return Verdict(
+            False, "repeat_offender",
+            f"node {facts.node} was remediated {facts.node_recent_remediations} times recently; held for a human",
+        )
+    if facts.quarantines:
+        already = facts.node is not None and facts.node in facts.quarantined_nodes
+        if not already and len(facts.quarantined_nodes) >= facts.limit_nodes:
+            return Verdict(
+                False, "circuit_breaker",
+                f"circuit breaker: {len(facts.quarantined_nodes)} of at most {facts.limit_nodes} nodes "
+                f"already quarantined ({facts.gpu_nodes} GPU nodes)",
+            )
+        if not already and facts.rate_limit and facts.recent_quarantine_starts >= facts.rate_limit:
+            return Verdict(
+                False, "rate_limit",
+                f"rate limit: {facts.recent_quarantine_starts} quarantines started in the current window",
+            )
+    return Verdict(True, "ok", "guardrails allow", quarantines=facts.quarantines)

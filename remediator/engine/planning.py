@@ -1,0 +1,165 @@
+"""From a normalised alert to a plan: which rule, which playbook, which steps with which parameters.
+
+Shared by the worker (to create a remediation), `remediator simulate` and playbook tests, so a plan shown to
+an SRE is computed by exactly the code that will run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from remediator.actions.base import Target
+from remediator.definitions import DefinitionSet, Playbook, Step
+from remediator.definitions.conditions import compile_condition
+from remediator.definitions.templates import render_params
+from remediator.definitions.xid import recovery_action_from_message
+from remediator.intake.normalize import GpuAlert
+from remediator.matching import match_rules
+
+__all__ = ["PlannedStep", "Proposal", "build_variables", "plan_steps", "propose", "target_for"]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A matched rule and its playbook for one alert (nothing rendered yet)."""
+
+    rule_name: str
+    playbook: Playbook
+    params: dict[str, Any]
+    target: Target
+    cooldown: timedelta | None
+    require_approval: bool
+
+
+@dataclass
+class PlannedStep:
+    index: int
+    name: str
+    action: str
+    params: dict[str, Any] = field(default_factory=dict)
+    runs: bool = True
+    note: str = ""
+    approval: bool = False
+
+
+def target_for(kind: str, alert: GpuAlert) -> Target:
+    return Target(
+        kind="gpu" if kind == "gpu" else "namespace" if kind == "namespace" else "node",
+        node=alert.node,
+        gpu_uuid=alert.gpu_uuid,
+        gpu_index=alert.gpu_index,
+        namespace=alert.namespace,
+        pod=alert.pod,
+    )
+
+
+def propose(alert: GpuAlert, defs: DefinitionSet) -> Proposal | None:
+    """The highest-priority enabled rule that matches, with its playbook; None when nothing matches."""
+    matches = match_rules(alert.labels, defs.rules)
+    if not matches:
+        return None
+    match = matches[0]
+    playbook = defs.playbooks[match.rule.playbook]
+    params = {**playbook.params, **match.params}
+    return Proposal(
+        rule_name=match.rule.name,
+        playbook=playbook,
+        params=params,
+        target=target_for(playbook.target, alert),
+        cooldown=match.rule.cooldown,
+        require_approval=match.rule.require_approval,
+    )
+
+
+def xid_variables(alert: GpuAlert, defs: DefinitionSet | None, xid_facts: Mapping[str, Any] | None) -> dict[str, Any]:
+    if xid_facts is not None:
+        return dict(xid_facts)
+    empty: dict[str, Any] = {"code": None, "resolution": None, "cause": None, "description": None,
+                             "recovery_action": None}
+    if alert.xid is None or defs is None:
+        return empty
+    info = defs.xid.lookup(alert.xid)
+    message = " ".join(str(v) for v in alert.annotations.values())
+    return {
+        "code": alert.xid,
+        "resolution": info.resolution,
+        "cause": info.cause,
+        "description": info.description,
+        "recovery_action": recovery_action_from_message(message),
+    }
+
+
+def build_variables(
+    *,
+    alert: GpuAlert,
+    target: Target,
+    params: Mapping[str, Any],
+    context: Mapping[str, Any],
+    steps: Mapping[str, Any],
+    xid: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The names templates and CEL conditions see (documented in remediator/definitions/variables.py)."""
+    labels = dict(alert.labels)
+    annotations = dict(alert.annotations)
+    return {
+        "alert": {
+            "name": alert.alertname,
+            "status": alert.status,
+            "kind": alert.kind,
+            "labels": labels,
+            "annotations": annotations,
+            "starts_at": alert.starts_at,
+            "fingerprint": alert.fingerprint,
+            "summary": annotations.get("summary") or annotations.get("description") or alert.alertname,
+        },
+        "gpu": {
+            "uuid": alert.gpu_uuid,
+            "index": alert.gpu_index,
+            "pci_bus_id": alert.pci_bus_id,
+            "model": alert.model,
+            "device": alert.device,
+        },
+        "node": {"name": alert.node},
+        "xid": dict(xid),
+        "context": dict(context),
+        "params": dict(params),
+        "steps": dict(steps),
+        "target": {
+            "kind": target.kind,
+            "key": target.key,
+            "node": target.node,
+            "gpu_uuid": target.gpu_uuid,
+            "namespace": target.namespace,
+        },
+    }
+
+
+def step_applies(step: Step, variables: Mapping[str, Any]) -> bool:
+    if not step.when:
+        return True
+    return compile_condition(step.when).evaluate(variables)
+
+
+def plan_steps(playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False) -> list[PlannedStep]:
+    """Render every step the way the executor would (conditions evaluated, params rendered)."""
+    planned: list[PlannedStep] = []
+    for index, step in enumerate(playbook.steps):
+        approval = step.approval == "required" or (require_approval and index == 0)
+        try:
+            runs = step_applies(step, variables)
+        except Exception as exc:
+            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"condition error: {exc}"))
+            continue
+        if not runs:
+            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"skipped: when {step.when}"))
+            continue
+        try:
+            params = render_params(step.params, variables)
+        except Exception as exc:
+            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"template error: {exc}"))
+            continue
+        planned.append(PlannedStep(index, step.name, step.action, params=params, approval=approval))
+    return planned

@@ -1,0 +1,105 @@
+"""`remediator simulate`: an Alertmanager payload in, the plan out, with no cluster and no database.
+
+Uses the same normalisation, matching, planning and guardrail code as the worker; the fleet state the
+guardrails see is an empty one (nothing quarantined, not paused), which the report says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from remediator.actions.context import gather_context
+from remediator.actions.registry import default_registry
+from remediator.definitions import DefinitionSet
+from remediator.engine.bootstrap import load_defs
+from remediator.engine.guardrails import GuardrailFacts, decide
+from remediator.engine.planning import build_variables, plan_steps, propose, xid_variables
+from remediator.intake.models import AlertmanagerPayload
+from remediator.intake.normalize import normalize
+from remediator.settings import Settings
+from remediator.store.repository import utcnow
+
+__all__ = ["render_text", "simulate_alerts", "simulate_payload"]
+
+
+def simulate_payload(settings: Settings, text: str) -> dict[str, Any]:
+    payload = AlertmanagerPayload.model_validate_json(text)
+    actions = default_registry()
+    defs = load_defs(settings, actions)
+    return {"definitions_version": defs.version, "alerts": simulate_alerts(settings, defs, payload, actions)}
+
+
+def simulate_alerts(
+    settings: Settings, defs: DefinitionSet, payload: AlertmanagerPayload, actions: dict[str, Any]
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for raw in payload.alerts:
+        alert = normalize(
+            raw.labels, raw.annotations, status=raw.status, fingerprint=raw.fingerprint, kinds=defs.alert_kinds,
+            node_precedence=settings.node_label_precedence, starts_at=raw.starts_at.isoformat(),
+        )
+        entry: dict[str, Any] = {"alert": {k: v for k, v in asdict(alert).items() if k not in ("labels",)},
+                                 "labels": dict(raw.labels)}
+        if raw.status == "resolved":
+            entry["outcome"] = "resolved: pending or held remediations for this alert are cancelled; finished " \
+                               "ones with on_resolved: revert run their revert steps"
+            out.append(entry)
+            continue
+        proposal = propose(alert, defs)
+        if proposal is None:
+            entry["outcome"] = "unmatched: stored and audited, no remediation"
+            out.append(entry)
+            continue
+        context = asyncio.run(gather_context(None, proposal.target, raw.labels, settings))
+        variables = build_variables(
+            alert=alert, target=proposal.target, params=proposal.params, context=context, steps={},
+            xid=xid_variables(alert, defs, None),
+        )
+        steps = plan_steps(proposal.playbook, variables, require_approval=proposal.require_approval)
+        quarantines = any(getattr(actions.get(s.action), "quarantines", False) for s in proposal.playbook.steps)
+        verdict = decide(
+            GuardrailFacts(
+                now=utcnow(), paused=False, node=alert.node, node_excluded=False, quarantines=quarantines,
+                quarantined_nodes=frozenset(), limit_nodes=settings.quarantine_limit.resolve(0), gpu_nodes=0,
+                recent_quarantine_starts=0, rate_limit=settings.quarantine_rate,
+            )
+        )
+        entry.update(
+            outcome="would start a remediation" if alert.node or proposal.target.kind == "namespace"
+            else "no target: no node label found",
+            rule=proposal.rule_name,
+            playbook=proposal.playbook.name,
+            target=proposal.target.key,
+            xid=variables["xid"],
+            steps=[asdict(s) for s in steps],
+            guardrails={"allow": verdict.allow, "guardrail": verdict.name, "reason": verdict.reason,
+                        "assumed": "empty fleet state: nothing quarantined, not paused"},
+        )
+        out.append(entry)
+    return out
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines = [f"definitions version {report['definitions_version']}"]
+    for i, entry in enumerate(report["alerts"]):
+        alert = entry["alert"]
+        lines.append("")
+        lines.append(f"alert {i}: {alert['alertname']} ({alert['status']}) node={alert['node']} "
+                     f"gpu={alert['gpu_uuid'] or alert['gpu_index']} kind={alert['kind']}")
+        lines.append(f"  outcome: {entry['outcome']}")
+        if "rule" not in entry:
+            continue
+        lines.append(f"  rule: {entry['rule']} -> playbook {entry['playbook']} on {entry['target']}")
+        if entry["xid"].get("code") is not None:
+            xid = entry["xid"]
+            lines.append(f"  xid {xid['code']}: {xid['resolution']} ({xid['cause']})")
+        for step in entry["steps"]:
+            mark = "run " if step["runs"] else "skip"
+            approval = " [approval required]" if step["approval"] else ""
+            detail = step["note"] or ", ".join(f"{k}={v}" for k, v in step["params"].items())
+            lines.append(f"  {mark} {step['index']}. {step['name']}: {step['action']}({detail}){approval}")
+        g = entry["guardrails"]
+        lines.append(f"  guardrails: {'allow' if g['allow'] else 'hold'} ({g['reason']}; {g['assumed']})")
+    return "\n".join(lines)

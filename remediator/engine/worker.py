@@ -1,0 +1,233 @@
+"""The async driver inside `remediator serve`: claims stored alerts and runnable remediations.
+
+Webhook requests only store; this worker does the processing, so a crash between the 200 and the work loses
+nothing: unprocessed alerts and unfinished remediations are claimed again (by this or another replica) once
+their claim or lease expires. The API wakes it after each commit; it also polls, for other replicas' work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import asdict
+from typing import Any
+
+from remediator.engine.executor import Executor
+from remediator.engine.planning import propose, xid_variables
+from remediator.engine.runtime import Runtime
+from remediator.errors import RemediatorError, StoreUnavailable
+from remediator.intake.normalize import GpuAlert, normalize
+from remediator.store.models import AlertRow
+from remediator.store.repository import NewRemediation
+
+__all__ = ["Worker", "normalize_row"]
+
+log = logging.getLogger(__name__)
+
+
+def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
+    defs = rt.definitions.current
+    return normalize(
+        row.labels,
+        row.annotations,
+        status=row.status,
+        fingerprint=row.fingerprint,
+        kinds=defs.alert_kinds,
+        node_precedence=rt.settings.node_label_precedence,
+        nodes_by_ip=rt.nodes_by_ip,
+        starts_at=row.starts_at.isoformat() if row.starts_at else "",
+    )
+
+
+class Worker:
+    """Runs until stopped: alert intake, remediation dispatch, approval expiry, node inventory."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.executor = Executor(rt)
+        self._wake = asyncio.Event()
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def start(self) -> None:
+        await self.refresh_inventory()
+        self._tasks = [
+            asyncio.create_task(self._loop(), name="remediator-worker"),
+            asyncio.create_task(self._inventory_loop(), name="remediator-inventory"),
+        ]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in [*self._tasks, *self._running.values()]:
+            task.cancel()
+        for task in [*self._tasks, *self._running.values()]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self._running.clear()
+
+    # -- loops ------------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        poll = self.rt.settings.worker_poll_interval.total_seconds()
+        while not self._stopping:
+            try:
+                busy = await self.run_once()
+            except StoreUnavailable as exc:
+                log.warning("store unavailable: %s", exc)
+                busy = False
+            except Exception:
+                log.exception("worker iteration failed")
+                busy = False
+            if busy:
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=poll)
+
+    async def _inventory_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(60)
+            await self.refresh_inventory()
+
+    async def refresh_inventory(self) -> None:
+        """GPU node count (for percent limits) and InternalIP -> node name (for `instance` labels)."""
+        if self.rt.kube is None:
+            return
+        try:
+            nodes = await self.rt.kube.list_nodes()
+        except RemediatorError as exc:
+            log.warning("node inventory refresh failed: %s", exc)
+            return
+        by_ip: dict[str, str] = {}
+        gpu = 0
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            status = node.get("status") or {}
+            labels = meta.get("labels") or {}
+            allocatable = status.get("allocatable") or {}
+            if labels.get("nvidia.com/gpu.present") == "true" or str(allocatable.get("nvidia.com/gpu", "0")) not in (
+                "0", ""
+            ):
+                gpu += 1
+            for address in status.get("addresses") or []:
+                if address.get("type") == "InternalIP":
+                    by_ip[address.get("address", "")] = meta.get("name", "")
+        self.rt.gpu_nodes = gpu
+        self.rt.nodes_by_ip = by_ip
+
+    # -- one iteration (tests call this directly) -------------------------------------------------
+
+    async def run_once(self) -> bool:
+        """Process claimed alerts, expire approvals, dispatch remediations. True if there was work."""
+        processed = await self.process_alerts()
+        await self.expire_approvals()
+        dispatched = await self.dispatch()
+        await self._refresh_gauges()
+        return processed > 0 or dispatched > 0
+
+    async def process_alerts(self, limit: int = 100) -> int:
+        rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
+        for row in rows:
+            try:
+                await self.process_alert(row)
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                log.exception("alert %s could not be processed", row.id)
+                await self.rt.repo.finish_alert(
+                    row.id, "error", note=str(exc)[:2000], audit_kind="alert.error",
+                    audit_data={"alert_id": row.id, "error": str(exc)[:2000]},
+                )
+        return len(rows)
+
+    async def process_alert(self, row: AlertRow) -> None:
+        if row.status == "resolved":
+            await self.rt.repo.record_resolved(row)
+            return
+        alert = normalize_row(self.rt, row)
+        defs = self.rt.definitions.current
+        proposal = propose(alert, defs)
+        if proposal is None:
+            await self.rt.repo.finish_alert(
+                row.id, "unmatched", audit_kind="alert.unmatched",
+                audit_data={"alert_id": row.id, "alertname": row.alertname, "fingerprint": row.fingerprint,
+                            "kind": alert.kind, "node": alert.node},
+            )
+            return
+        if proposal.target.kind in ("node", "gpu") and not alert.node:
+            await self.rt.repo.finish_alert(
+                row.id, "no_target", note="no node label found",
+                audit_kind="alert.no_target",
+                audit_data={"alert_id": row.id, "rule": proposal.rule_name,
+                            "looked_for": list(self.rt.settings.node_label_precedence)},
+            )
+            return
+        plan: dict[str, Any] = {
+            "playbook": proposal.playbook.model_dump(mode="json"),
+            "alert": asdict(alert),
+            "xid": xid_variables(alert, defs, None),
+            "require_approval": proposal.require_approval,
+        }
+        await self.rt.repo.record_firing(
+            row,
+            NewRemediation(
+                rule=proposal.rule_name, playbook=proposal.playbook.name, definitions_version=defs.version,
+                target_kind=proposal.target.kind, target_key=proposal.target.key, node=proposal.target.node,
+                gpu_uuid=proposal.target.gpu_uuid, gpu_index=proposal.target.gpu_index,
+                namespace=proposal.target.namespace, pod=proposal.target.pod, params=proposal.params, plan=plan,
+                cooldown=proposal.cooldown,
+            ),
+        )
+
+    async def expire_approvals(self) -> None:
+        for rem_id in await self.rt.repo.due_approvals(self.rt.repo._clock()):
+            try:
+                await self.rt.repo.transition(rem_id, "expire", reason="approval not given in time")
+            except RemediatorError:
+                continue
+            self.rt.metrics.remediations.labels(playbook="", outcome="expired").inc()
+
+    async def dispatch(self) -> int:
+        for rem_id, task in list(self._running.items()):
+            if task.done():
+                del self._running[rem_id]
+        room = self.rt.settings.worker_concurrency - len(self._running)
+        if room <= 0:
+            return 0
+        ids = await self.rt.repo.claim_remediations(self.rt.owner, room, self.rt.settings.lease_duration)
+        for rem_id in ids:
+            self._running[rem_id] = asyncio.create_task(self._drive(rem_id), name=f"remediation-{rem_id}")
+        return len(ids)
+
+    async def _drive(self, rem_id: str) -> None:
+        try:
+            await self.executor.drive(rem_id)
+        except StoreUnavailable as exc:
+            log.warning("remediation %s paused by store error: %s", rem_id, exc)
+        except Exception:
+            log.exception("remediation %s crashed", rem_id)
+        finally:
+            self.wake()
+
+    async def drain_idle(self, timeout: float = 30.0) -> None:
+        """Run until no alert or remediation is runnable and nothing is in flight (for tests and demo)."""
+        async with asyncio.timeout(timeout):
+            while True:
+                busy = await self.run_once()
+                running = [t for t in self._running.values() if not t.done()]
+                if running:
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                if not busy:
+                    return
+
+    async def _refresh_gauges(self) -> None:
+        counts = await self.rt.repo.count_by_state()
+        for state, n in counts.items():
+            self.rt.metrics.remediations_active.labels(state=state).set(n)

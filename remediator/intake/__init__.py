@@ -1,0 +1,1 @@
+"""Alertmanager intake: the webhook payload models and their normalisation into GpuAlert (pure)."""

@@ -1,0 +1,121 @@
+"""Label normalisation: an Alertmanager alert's labels -> GpuAlert, the one shape the engine reads.
+
+dcgm-exporter names things its own way (`Hostname`, `UUID`, `gpu`, `modelName`, `pci_bus_id`) and
+Prometheus renames target labels to `exported_*` when honor_labels is off. Everything that varies between
+installations (which label names the node, which alertname is which kind) is an input, not a constant.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["AlertKind", "GpuAlert", "normalize", "parse_xid"]
+
+AlertKind = Literal["xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other"]
+KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other")
+
+_PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:]+)(?::\d+)?$")
+_INT = re.compile(r"^\s*(\d{1,5})(?:\.0+)?\s*$")
+
+
+@dataclass(frozen=True)
+class GpuAlert:
+    """What the engine needs to know about one alert, independent of exporter naming."""
+
+    alertname: str
+    status: str
+    fingerprint: str
+    kind: str
+    node: str | None
+    node_source: str | None
+    gpu_uuid: str | None = None
+    gpu_index: str | None = None
+    pci_bus_id: str | None = None
+    model: str | None = None
+    device: str | None = None
+    pod: str | None = None
+    namespace: str | None = None
+    container: str | None = None
+    xid: int | None = None
+    starts_at: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def _first(labels: Mapping[str, str], *names: str) -> str | None:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return None
+
+
+def _strip_port(value: str) -> str:
+    m = _PORT.match(value)
+    host = m.group("host") if m else value
+    return host.strip("[]")
+
+
+def parse_xid(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int | None:
+    """Xid code from the `xid` label, else from the `value` annotation (dcgm gauge holds the last Xid)."""
+    for raw in (labels.get("xid"), annotations.get("value"), annotations.get("xid")):
+        if raw:
+            m = _INT.match(raw)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def normalize(
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    *,
+    status: str,
+    fingerprint: str,
+    kinds: Mapping[str, str],
+    node_precedence: Sequence[str],
+    nodes_by_ip: Mapping[str, str] | None = None,
+    starts_at: str = "",
+) -> GpuAlert:
+    """Build the GpuAlert. `kinds` maps alertname -> kind (from the rules); `nodes_by_ip` resolves IPs."""
+    alertname = labels.get("alertname", "")
+    kind = kinds.get(alertname, "other")
+    if kind not in KINDS:
+        kind = "other"
+    node: str | None = None
+    node_source: str | None = None
+    for name in node_precedence:
+        value = labels.get(name)
+        if not value:
+            continue
+        node_source = name
+        node = _strip_port(value) if name == "instance" else value
+        if nodes_by_ip and node in nodes_by_ip:
+            node = nodes_by_ip[node]
+        break
+    xid = parse_xid(labels, annotations)
+    if kind == "other" and xid is not None and "xid" in labels:
+        kind = "xid"
+    return GpuAlert(
+        alertname=alertname,
+        status=status,
+        fingerprint=fingerprint,
+        kind=kind,
+        node=node,
+        node_source=node_source,
+        gpu_uuid=_first(labels, "UUID", "uuid", "gpu_uuid"),
+        gpu_index=_first(labels, "gpu", "gpu_index", "minor_number"),
+        pci_bus_id=_first(labels, "pci_bus_id"),
+        model=_first(labels, "modelName", "model"),
+        device=_first(labels, "device"),
+        pod=_first(labels, "exported_pod", "pod"),
+        namespace=_first(labels, "exported_namespace", "namespace"),
+        container=_first(labels, "exported_container", "container"),
+        xid=xid,
+        starts_at=starts_at,
+        labels=dict(labels),
+        annotations=dict(annotations),
+    )

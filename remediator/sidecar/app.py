@@ -1,0 +1,286 @@
+"""The sidecar's HTTP API: app factory, routes, auth and error answers.
+
+Routes stay thin: each hands one blocking function to the NVML thread (inventory, power, reset) or
+awaits the kubelet client, and turns `Problem`/`NvmlError` into JSON answers. `create_app` takes the
+NVML wrapper and the PodResources client as arguments so tests can swap either; `serve` is what
+`remediator sidecar` runs.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+import uvicorn
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from remediator.sidecar.checkpoint import read_device_owners
+from remediator.sidecar.inventory import GpuNotFound, find_handle, identities, snapshot, snapshot_all
+from remediator.sidecar.metrics import SidecarMetrics
+from remediator.sidecar.nvml import Nvml, NvmlError
+from remediator.sidecar.podresources import PodResourcesClient
+from remediator.sidecar.pods import PodQuery, gpu_pods
+from remediator.sidecar.power import restore_power_limit, set_power_limit
+from remediator.sidecar.problems import Problem, from_nvml
+from remediator.sidecar.reset import ResetConfig, reset_gpu
+from remediator.sidecar.settings import SidecarSettings
+from remediator.sidecar.state import PowerStateStore
+from remediator.sidecar.worker import NvmlWorker
+
+__all__ = ["UUID_PATTERN", "create_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+UUID_PATTERN = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{8,64}$")
+
+
+class PowerLimitRequest(BaseModel):
+    """Exactly one of watts / percent_of_default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    watts: float | None = Field(default=None, gt=0, le=10_000)
+    percent_of_default: float | None = Field(default=None, gt=0, le=200)
+    dry_run: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PowerLimitRequest:
+        if (self.watts is None) == (self.percent_of_default is None):
+            raise ValueError("give exactly one of watts or percent_of_default")
+        return self
+
+
+class DryRunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = False
+
+
+@dataclass
+class Sidecar:
+    """Everything the routes share."""
+
+    settings: SidecarSettings
+    nvml: Nvml
+    worker: NvmlWorker
+    store: PowerStateStore
+    podresources: PodResourcesClient
+    metrics: SidecarMetrics
+    reset: ResetConfig
+    pods: PodQuery
+
+    async def call(self, what: str, work: Callable[[Nvml], T]) -> T:
+        """Run `work` on the NVML thread (initialising NVML first if needed), mapping its errors."""
+
+        def run() -> T:
+            if not self.nvml.initialized:
+                self.nvml.init()
+            return work(self.nvml)
+
+        try:
+            return await self.worker.run(run)
+        except NvmlError as exc:
+            raise from_nvml(exc, what) from None
+        except GpuNotFound as exc:
+            raise Problem(404, f"no GPU with UUID {exc} on this node") from None
+
+
+def _sidecar(request: Request) -> Sidecar:
+    sidecar: Sidecar = request.app.state.sidecar
+    return sidecar
+
+
+SidecarDep = Annotated[Sidecar, Depends(_sidecar)]
+
+
+def _authorize(request: Request, sidecar: SidecarDep) -> None:
+    """Bearer token: always for mutations (refused outright when no token is configured), for reads
+    whenever a token is configured."""
+    token = sidecar.settings.sidecar_token
+    mutation = request.method not in ("GET", "HEAD")
+    if token is None:
+        if mutation:
+            raise Problem(401, "mutations are disabled: REMEDIATOR_SIDECAR_TOKEN is not set on this sidecar")
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise Problem(401, "missing or wrong bearer token")
+
+
+def _valid_uuid(uuid: str) -> str:
+    if not UUID_PATTERN.fullmatch(uuid):
+        raise Problem(422, f"not a GPU or MIG UUID: {uuid[:80]!r} (expected GPU-... or MIG-...)")
+    return uuid
+
+
+Uuid = Annotated[str, Depends(_valid_uuid)]
+
+
+def _routes() -> APIRouter:
+    router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)])
+
+    @router.get("/gpus")
+    async def list_gpus(sidecar: SidecarDep) -> dict[str, Any]:
+        def work(nvml: Nvml) -> dict[str, Any]:
+            return {
+                "driver_version": nvml.driver_version(),
+                "nvml_version": nvml.nvml_version(),
+                "gpus": snapshot_all(nvml),
+            }
+
+        result = await sidecar.call("read GPU inventory", work)
+        originals = sidecar.store.load()
+        for gpu in result["gpus"]:
+            saved = originals.get(gpu.get("uuid", ""))
+            gpu["power_limit_original_watts"] = None if saved is None else saved / 1000
+        sidecar.metrics.observe_gpus(result["gpus"])
+        return result
+
+    @router.get("/gpus/{uuid}")
+    async def one_gpu(uuid: Uuid, sidecar: SidecarDep) -> dict[str, Any]:
+        gpu = await sidecar.call(f"read GPU {uuid}", lambda nvml: snapshot(nvml, find_handle(nvml, uuid)))
+        saved = sidecar.store.original_mw(uuid)
+        gpu["power_limit_original_watts"] = None if saved is None else saved / 1000
+        return gpu
+
+    @router.get("/gpus/{uuid}/pods")
+    async def pods_of_gpu(uuid: Uuid, sidecar: SidecarDep) -> dict[str, Any]:
+        allocations = await sidecar.podresources.list()
+
+        def work(nvml: Nvml) -> dict[str, Any]:
+            for gpu in identities(nvml):
+                if uuid == gpu.uuid or uuid in gpu.mig_uuids:
+                    processes = nvml.compute_processes(nvml.handle_by_index(gpu.index))
+                    owners = read_device_owners(sidecar.settings.device_checkpoint)
+                    return gpu_pods(sidecar.pods, gpu, uuid, allocations, owners, processes)
+            raise GpuNotFound(uuid)
+
+        return await sidecar.call(f"map pods of {uuid}", work)
+
+    @router.post("/gpus/{uuid}/power-limit")
+    async def power_limit(uuid: Uuid, body: PowerLimitRequest, sidecar: SidecarDep) -> dict[str, Any]:
+        return await sidecar.call(
+            f"set power limit of {uuid}",
+            lambda nvml: set_power_limit(
+                nvml, sidecar.store, uuid, body.watts, body.percent_of_default, body.dry_run
+            ),
+        )
+
+    @router.post("/gpus/{uuid}/power-limit/restore")
+    async def power_limit_restore(
+        uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None
+    ) -> dict[str, Any]:
+        dry_run = body.dry_run if body else False
+        return await sidecar.call(
+            f"restore power limit of {uuid}",
+            lambda nvml: restore_power_limit(nvml, sidecar.store, uuid, dry_run),
+        )
+
+    @router.post("/gpus/{uuid}/reset")
+    async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> dict[str, Any]:
+        dry_run = body.dry_run if body else False
+        return await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
+
+    return router
+
+
+def _install_handlers(app: FastAPI, metrics: SidecarMetrics) -> None:
+    @app.exception_handler(Problem)
+    async def problem(request: Request, exc: Problem) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(jsonable_encoder(exc.body()), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = {"error": "invalid request", "nvml_error": None, "detail": exc.errors()}
+        return JSONResponse(jsonable_encoder(body), status_code=422)
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = getattr(request.scope.get("route"), "path", "unmatched")
+        metrics.latency.labels(request.method, route).observe(time.perf_counter() - start)
+        metrics.requests.labels(request.method, route, str(response.status_code)).inc()
+        return response
+
+
+def create_app(
+    settings: SidecarSettings,
+    nvml: Nvml | None = None,
+    podresources: PodResourcesClient | None = None,
+) -> FastAPI:
+    """The sidecar app; `nvml` and `podresources` default to the real ones built from `settings`."""
+    metrics = SidecarMetrics()
+    sidecar = Sidecar(
+        settings=settings,
+        nvml=nvml or Nvml(observer=metrics.observe_nvml),
+        worker=NvmlWorker(),
+        store=PowerStateStore(settings.state_file),
+        podresources=podresources
+        or PodResourcesClient(settings.podresources_socket, timeout=settings.podresources_timeout),
+        metrics=metrics,
+        reset=ResetConfig(
+            method=settings.reset_method,
+            nvidia_smi=settings.nvidia_smi,
+            timeout=settings.reset_timeout,
+            proc_root=settings.proc_root,
+        ),
+        pods=PodQuery(
+            strategy=settings.device_id_strategy,
+            resource_prefix=settings.gpu_resource_prefix,
+            proc_root=settings.proc_root,
+        ),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await sidecar.worker.run(sidecar.nvml.init)
+        except NvmlError as exc:
+            log.error("NVML is not available (%s); /healthz answers 503 until it is", exc)
+        yield
+        await sidecar.podresources.close()
+        try:
+            await sidecar.worker.run(sidecar.nvml.shutdown)
+        except NvmlError as exc:
+            log.warning("NVML shutdown failed: %s", exc)
+        sidecar.worker.close()
+
+    app = FastAPI(title="gpu-remediator sidecar", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.sidecar = sidecar
+    _install_handlers(app, metrics)
+    app.include_router(_routes())
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        count = await sidecar.call("NVML health", lambda n: n.device_count())
+        return {"status": "ok", "gpus": count}
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        try:
+            gpus = await sidecar.call("read GPU inventory", snapshot_all)
+            metrics.observe_gpus(gpus)
+        except Problem as exc:
+            log.warning("metrics: inventory unavailable: %s", exc.error)
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app
+
+
+def serve(settings: SidecarSettings, host: str, port: int) -> None:
+    """Run the sidecar until interrupted (what `remediator sidecar` calls)."""
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")

@@ -1,0 +1,388 @@
+"""The one module that talks to NVML (through nvidia-ml-py, imported as `pynvml`).
+
+Everything NVML-specific lives here: versioned entry points, milliwatt units, the drain/remove/rediscover
+reset sequence and the translation of `pynvml.NVMLError` into `NvmlError`, which carries the numeric
+NVML code so the HTTP layer can answer 501/403/410/... without importing pynvml. Calls block; callers run
+them on the sidecar's single NVML thread (see `worker.py`). This module deliberately imports nothing
+heavier than the standard library and pynvml, so `scripts/nvml_smoke.py` can use it on a bare GPU host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal, NewType, TypeVar
+
+import pynvml
+
+__all__ = [
+    "DeviceHandle",
+    "Nvml",
+    "NvmlError",
+    "Observer",
+    "Process",
+    "RemappedRows",
+    "error_name",
+]
+
+T = TypeVar("T")
+
+DeviceHandle = NewType("DeviceHandle", object)
+# Called after every NVML call with (function name, seconds taken, NVML error code or None).
+Observer = Callable[[str, float, "int | None"], None]
+
+# NVML return codes (nvml.h); copied so other modules never import pynvml.
+SUCCESS = 0
+UNINITIALIZED = 1
+INVALID_ARGUMENT = 2
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
+DRIVER_NOT_LOADED = 9
+TIMEOUT = 10
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+IN_USE = 19
+NO_DATA = 21
+ARGUMENT_VERSION_MISMATCH = 25
+GPU_NOT_FOUND = 28
+UNKNOWN = 999
+
+_ERROR_NAMES = {
+    1: "UNINITIALIZED",
+    2: "INVALID_ARGUMENT",
+    3: "NOT_SUPPORTED",
+    4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED",
+    6: "NOT_FOUND",
+    7: "INSUFFICIENT_SIZE",
+    8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED",
+    10: "TIMEOUT",
+    11: "IRQ_ISSUE",
+    12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND",
+    14: "CORRUPTED_INFOROM",
+    15: "GPU_IS_LOST",
+    16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM",
+    18: "LIB_RM_VERSION_MISMATCH",
+    19: "IN_USE",
+    20: "MEMORY",
+    21: "NO_DATA",
+    22: "VGPU_ECC_NOT_SUPPORTED",
+    23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED",
+    25: "ARGUMENT_VERSION_MISMATCH",
+    26: "DEPRECATED",
+    27: "NOT_READY",
+    28: "GPU_NOT_FOUND",
+    29: "INVALID_STATE",
+    30: "RESET_TYPE_NOT_SUPPORTED",
+    999: "UNKNOWN",
+}
+
+_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
+_ECC_ERROR = {"corrected": 0, "uncorrected": 1}
+_ECC_COUNTER = {"volatile": 0, "aggregate": 1}
+# Page retirement causes: multiple single-bit ECC errors, double-bit ECC error.
+_RETIREMENT_CAUSES = (0, 1)
+_TEMPERATURE_GPU = 0
+_TEMPERATURE_V1 = 0x100000C
+_DETACH_GPU_REMOVE = 1
+_PCIE_LINK_KEEP = 0
+_FEATURE_DISABLED = 0
+_FEATURE_ENABLED = 1
+_NOT_AVAILABLE_U64 = 2**64 - 1
+
+
+def error_name(code: int) -> str:
+    """NVML_ERROR_<name> without the prefix, e.g. 3 -> NOT_SUPPORTED."""
+    return _ERROR_NAMES.get(code, f"ERROR_{code}")
+
+
+class NvmlError(Exception):
+    """An NVML call failed; `code` is the NVML return code, `function` the entry point."""
+
+    def __init__(self, code: int, function: str) -> None:
+        self.code = code
+        self.function = function
+        self.name = error_name(code)
+        super().__init__(f"{function}: NVML_ERROR_{self.name}")
+
+
+@dataclass(frozen=True)
+class Process:
+    """A compute process on a GPU; used_memory_bytes is None where NVML cannot tell."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """Row-remapping state: rows remapped for correctable/uncorrectable errors, pending, failed."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+def _no_observer(function: str, seconds: float, code: int | None) -> None:
+    return None
+
+
+class Nvml:
+    """Typed, blocking NVML calls. Not thread-safe on purpose: use it from one thread."""
+
+    def __init__(self, observer: Observer = _no_observer) -> None:
+        self._observer = observer
+        self._initialized = False
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    def _call(self, function: str, call: Callable[[], T]) -> T:
+        start = time.perf_counter()
+        try:
+            result = call()
+        except pynvml.NVMLError as exc:
+            code = int(exc.value)
+            self._observer(function, time.perf_counter() - start, code)
+            if code == UNINITIALIZED:
+                self._initialized = False
+            raise NvmlError(code, function) from None
+        self._observer(function, time.perf_counter() - start, None)
+        return result
+
+    # -- library -----------------------------------------------------------------------------------
+
+    def init(self) -> None:
+        if not self._initialized:
+            self._call("nvmlInit", pynvml.nvmlInit)
+            self._initialized = True
+
+    def shutdown(self) -> None:
+        if self._initialized:
+            self._initialized = False
+            self._call("nvmlShutdown", pynvml.nvmlShutdown)
+
+    def driver_version(self) -> str:
+        return str(self._call("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion))
+
+    def nvml_version(self) -> str:
+        return str(self._call("nvmlSystemGetNVMLVersion", pynvml.nvmlSystemGetNVMLVersion))
+
+    # -- devices -----------------------------------------------------------------------------------
+
+    def device_count(self) -> int:
+        return int(self._call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount))
+
+    def handle_by_index(self, index: int) -> DeviceHandle:
+        return DeviceHandle(
+            self._call("nvmlDeviceGetHandleByIndex", lambda: pynvml.nvmlDeviceGetHandleByIndex(index))
+        )
+
+    def handle_by_uuid(self, uuid: str) -> DeviceHandle:
+        return DeviceHandle(
+            self._call("nvmlDeviceGetHandleByUUID", lambda: pynvml.nvmlDeviceGetHandleByUUID(uuid))
+        )
+
+    def index(self, handle: DeviceHandle) -> int:
+        return int(self._call("nvmlDeviceGetIndex", lambda: pynvml.nvmlDeviceGetIndex(handle)))
+
+    def uuid(self, handle: DeviceHandle) -> str:
+        return str(self._call("nvmlDeviceGetUUID", lambda: pynvml.nvmlDeviceGetUUID(handle)))
+
+    def name(self, handle: DeviceHandle) -> str:
+        return str(self._call("nvmlDeviceGetName", lambda: pynvml.nvmlDeviceGetName(handle)))
+
+    def pci_bus_id(self, handle: DeviceHandle) -> str:
+        info = self._call("nvmlDeviceGetPciInfo", lambda: pynvml.nvmlDeviceGetPciInfo(handle))
+        bus_id = info.busId
+        return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def temperature(self, handle: DeviceHandle) -> int:
+        """GPU core temperature in C (nvmlDeviceGetTemperatureV; the older call on drivers without it)."""
+        try:
+            return int(
+                self._call(
+                    "nvmlDeviceGetTemperatureV",
+                    lambda: pynvml.nvmlDeviceGetTemperatureV(handle, _TEMPERATURE_GPU, _TEMPERATURE_V1),
+                )
+            )
+        except NvmlError as exc:
+            if exc.code not in (FUNCTION_NOT_FOUND, ARGUMENT_VERSION_MISMATCH):
+                raise
+        return int(
+            self._call(
+                "nvmlDeviceGetTemperature", lambda: pynvml.nvmlDeviceGetTemperature(handle, _TEMPERATURE_GPU)
+            )
+        )
+
+    def temperature_threshold(self, handle: DeviceHandle, kind: Literal["slowdown", "shutdown"]) -> int:
+        threshold = _THRESHOLDS[kind]
+        return int(
+            self._call(
+                "nvmlDeviceGetTemperatureThreshold",
+                lambda: pynvml.nvmlDeviceGetTemperatureThreshold(handle, threshold),
+            )
+        )
+
+    def ecc_mode(self, handle: DeviceHandle) -> tuple[bool, bool]:
+        """(current, pending) ECC mode."""
+        current, pending = self._call("nvmlDeviceGetEccMode", lambda: pynvml.nvmlDeviceGetEccMode(handle))
+        return bool(current), bool(pending)
+
+    def ecc_errors(
+        self,
+        handle: DeviceHandle,
+        error: Literal["corrected", "uncorrected"],
+        counter: Literal["volatile", "aggregate"],
+    ) -> int:
+        error_type, counter_type = _ECC_ERROR[error], _ECC_COUNTER[counter]
+        return int(
+            self._call(
+                "nvmlDeviceGetTotalEccErrors",
+                lambda: pynvml.nvmlDeviceGetTotalEccErrors(handle, error_type, counter_type),
+            )
+        )
+
+    def remapped_rows(self, handle: DeviceHandle) -> RemappedRows:
+        corr, unc, pending, failure = self._call(
+            "nvmlDeviceGetRemappedRows", lambda: pynvml.nvmlDeviceGetRemappedRows(handle)
+        )
+        return RemappedRows(int(corr), int(unc), bool(pending), bool(failure))
+
+    def retired_pages(self, handle: DeviceHandle) -> int:
+        """Pages retired for either cause (NOT_SUPPORTED on GPUs that remap rows instead, e.g. H100/H200)."""
+        total = 0
+        for cause in _RETIREMENT_CAUSES:
+            pages = self._call(
+                "nvmlDeviceGetRetiredPages", partial(pynvml.nvmlDeviceGetRetiredPages, handle, cause)
+            )
+            total += len(pages)
+        return total
+
+    def mig_mode(self, handle: DeviceHandle) -> tuple[bool, bool]:
+        """(current, pending) MIG mode."""
+        current, pending = self._call("nvmlDeviceGetMigMode", lambda: pynvml.nvmlDeviceGetMigMode(handle))
+        return bool(current), bool(pending)
+
+    def mig_device_uuids(self, handle: DeviceHandle) -> list[str]:
+        """UUIDs of the MIG devices that exist on a GPU in MIG mode."""
+        count = int(
+            self._call(
+                "nvmlDeviceGetMaxMigDeviceCount", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+            )
+        )
+        uuids: list[str] = []
+        for i in range(count):
+            try:
+                mig = self._call(
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    partial(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i),
+                )
+            except NvmlError as exc:
+                if exc.code in (NOT_FOUND, INVALID_ARGUMENT):
+                    continue
+                raise
+            uuids.append(self.uuid(DeviceHandle(mig)))
+        return uuids
+
+    def compute_processes(self, handle: DeviceHandle) -> list[Process]:
+        procs = self._call(
+            "nvmlDeviceGetComputeRunningProcesses",
+            lambda: pynvml.nvmlDeviceGetComputeRunningProcesses_v3(handle),
+        )
+        result = []
+        for p in procs:
+            used = p.usedGpuMemory
+            if used is not None and int(used) == _NOT_AVAILABLE_U64:
+                used = None
+            result.append(Process(pid=int(p.pid), used_memory_bytes=None if used is None else int(used)))
+        return result
+
+    # -- power (milliwatts, as NVML reports them) ---------------------------------------------------
+
+    def power_usage_mw(self, handle: DeviceHandle) -> int:
+        return int(self._call("nvmlDeviceGetPowerUsage", lambda: pynvml.nvmlDeviceGetPowerUsage(handle)))
+
+    def power_limit_mw(self, handle: DeviceHandle) -> int:
+        return int(
+            self._call(
+                "nvmlDeviceGetPowerManagementLimit", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle)
+            )
+        )
+
+    def default_power_limit_mw(self, handle: DeviceHandle) -> int:
+        return int(
+            self._call(
+                "nvmlDeviceGetPowerManagementDefaultLimit",
+                lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(handle),
+            )
+        )
+
+    def power_limit_constraints_mw(self, handle: DeviceHandle) -> tuple[int, int]:
+        low, high = self._call(
+            "nvmlDeviceGetPowerManagementLimitConstraints",
+            lambda: pynvml.nvmlDeviceGetPowerManagementLimitConstraints(handle),
+        )
+        return int(low), int(high)
+
+    def enforced_power_limit_mw(self, handle: DeviceHandle) -> int:
+        return int(
+            self._call(
+                "nvmlDeviceGetEnforcedPowerLimit", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)
+            )
+        )
+
+    # -- mutations ---------------------------------------------------------------------------------
+
+    def set_power_limit_mw(self, handle: DeviceHandle, milliwatts: int) -> None:
+        self._call(
+            "nvmlDeviceSetPowerManagementLimit",
+            lambda: pynvml.nvmlDeviceSetPowerManagementLimit(handle, milliwatts),
+        )
+
+    def reset(self, handle: DeviceHandle) -> None:
+        """Drain the GPU, detach it from the driver and the OS, and rediscover it (a re-initialised GPU).
+
+        On failure after draining, the drain is lifted again where the GPU is still there.
+        """
+        pci = self._call("nvmlDeviceGetPciInfo", lambda: pynvml.nvmlDeviceGetPciInfo(handle))
+        self._call(
+            "nvmlDeviceModifyDrainState", lambda: pynvml.nvmlDeviceModifyDrainState(pci, _FEATURE_ENABLED)
+        )
+        try:
+            self._call("nvmlDeviceRemoveGpu_v2", lambda: _remove_gpu(pci))
+        except NvmlError:
+            self._undrain(pci)
+            raise
+        self._call("nvmlDeviceDiscoverGpus", lambda: pynvml.nvmlDeviceDiscoverGpus(pci))
+        self._undrain(pci)
+
+    def _undrain(self, pci: Any) -> None:
+        with contextlib.suppress(NvmlError):
+            self._call(
+                "nvmlDeviceModifyDrainState",
+                lambda: pynvml.nvmlDeviceModifyDrainState(pci, _FEATURE_DISABLED),
+            )
+
+
+def _remove_gpu(pci: Any) -> None:
+    """nvmlDeviceRemoveGpu_v2(pci, NVML_DETACH_GPU_REMOVE, NVML_PCIE_LINK_KEEP); pynvml wraps only v1."""
+    fn = pynvml._nvmlGetFunctionPointer("nvmlDeviceRemoveGpu_v2")
+    ret = fn(ctypes.pointer(pci), ctypes.c_uint(_DETACH_GPU_REMOVE), ctypes.c_uint(_PCIE_LINK_KEEP))
+    pynvml._nvmlCheckReturn(ret)

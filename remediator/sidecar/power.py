@@ -1,0 +1,109 @@
+"""Power-limit changes and their restore, run as one step on the NVML thread.
+
+The target is validated against the GPU's own constraints (422 naming the allowed range), the limit in
+force before the first change is written to the node's state file before NVML is touched, and setting
+a value already in force changes nothing and says so, so a retried step is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediator.sidecar.inventory import find_handle, watts
+from remediator.sidecar.nvml import Nvml
+from remediator.sidecar.problems import Problem
+from remediator.sidecar.state import PowerStateStore
+
+__all__ = ["restore_power_limit", "set_power_limit"]
+
+
+def _target_mw(default_mw: int, watts_asked: float | None, percent_of_default: float | None) -> int:
+    if watts_asked is not None:
+        return round(watts_asked * 1000)
+    assert percent_of_default is not None
+    return round(default_mw * percent_of_default / 100.0)
+
+
+def set_power_limit(
+    nvml: Nvml,
+    store: PowerStateStore,
+    uuid: str,
+    watts_asked: float | None,
+    percent_of_default: float | None,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """Set the limit (or, with dry_run, say what would be set); remembers the original first."""
+    handle = find_handle(nvml, uuid)
+    current = nvml.power_limit_mw(handle)
+    default = nvml.default_power_limit_mw(handle)
+    low, high = nvml.power_limit_constraints_mw(handle)
+    target = _target_mw(default, watts_asked, percent_of_default)
+    if not low <= target <= high:
+        raise Problem(
+            422,
+            f"power limit {target / 1000:g} W is outside the allowed range {low / 1000:g}-{high / 1000:g} W "
+            f"for {uuid}",
+            details={
+                "requested_watts": target / 1000,
+                "min_watts": low / 1000,
+                "max_watts": high / 1000,
+                "default_watts": default / 1000,
+            },
+        )
+    original = store.original_mw(uuid)
+    result: dict[str, Any] = {
+        "uuid": uuid,
+        "dry_run": dry_run,
+        "previous_watts": watts(current),
+        "new_watts": watts(target),
+        "default_watts": watts(default),
+        "min_watts": watts(low),
+        "max_watts": watts(high),
+        "original_watts": watts(original if original is not None else current),
+        "changed": current != target,
+    }
+    if current == target:
+        result["message"] = f"power limit already {target / 1000:g} W; nothing changed"
+        return result
+    if dry_run:
+        result["message"] = f"would set power limit {current / 1000:g} W -> {target / 1000:g} W"
+        return result
+    first_change = original is None
+    store.remember(uuid, current)
+    try:
+        nvml.set_power_limit_mw(handle, target)
+    except BaseException:
+        if first_change:
+            store.forget(uuid)
+        raise
+    result["message"] = f"power limit set {current / 1000:g} W -> {target / 1000:g} W"
+    return result
+
+
+def restore_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, dry_run: bool) -> dict[str, Any]:
+    """Put back the remembered original limit and forget it; nothing remembered: nothing to do."""
+    handle = find_handle(nvml, uuid)
+    current = nvml.power_limit_mw(handle)
+    original = store.original_mw(uuid)
+    result: dict[str, Any] = {
+        "uuid": uuid,
+        "dry_run": dry_run,
+        "previous_watts": watts(current),
+        "new_watts": watts(current if original is None else original),
+        "changed": original is not None and original != current,
+    }
+    if original is None:
+        result["message"] = "no remembered power limit for this GPU; nothing to restore"
+        return result
+    if dry_run:
+        result["message"] = f"would restore power limit {current / 1000:g} W -> {original / 1000:g} W"
+        return result
+    if original != current:
+        nvml.set_power_limit_mw(handle, original)
+    store.forget(uuid)
+    result["message"] = (
+        f"power limit restored {current / 1000:g} W -> {original / 1000:g} W"
+        if original != current
+        else f"power limit already at the original {original / 1000:g} W; record cleared"
+    )
+    return result

@@ -1,0 +1,1 @@
+"""Generated gRPC bindings for the kubelet PodResources v1 API (see api.proto and docs/sidecar.md)."""

@@ -1,0 +1,51 @@
+"""Node sidecar settings, validated once when `remediator sidecar` starts.
+
+The sidecar runs on every GPU node as a DaemonSet and needs its own small set of keys (where the kubelet
+socket and the power-limit state file live, how the device plugin names GPUs, how to reset one); they
+share the controller's `REMEDIATOR_` environment prefix so one ConfigMap can feed both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["SidecarSettings"]
+
+
+class SidecarSettings(BaseSettings):
+    """Everything the node agent can be told (environment, prefix REMEDIATOR_)."""
+
+    model_config = SettingsConfigDict(env_prefix="REMEDIATOR_", extra="ignore", validate_default=True)
+
+    sidecar_token: str | None = None
+    sidecar_port: int = 9410
+    podresources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    # The kubelet device manager's checkpoint: ties PodResources allocations to pod UIDs.
+    device_checkpoint: Path = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+    state_file: Path = Path("/var/lib/gpu-remediator/power-state.json")
+    # How the NVIDIA device plugin names GPUs in PodResources: `uuid` (GPU-.../MIG-...) or `index` (0, 1).
+    device_id_strategy: Literal["uuid", "index"] = "uuid"
+    # Resource names treated as GPUs in PodResources (the device plugin's, MIG strategies included).
+    gpu_resource_prefix: str = "nvidia.com/"
+    proc_root: Path = Path("/proc")
+    nvidia_smi: Path = Path("/usr/bin/nvidia-smi")
+    reset_method: Literal["nvml", "nvidia-smi"] = "nvml"
+    # Seconds allowed for one PodResources List call and for one nvidia-smi reset.
+    podresources_timeout: float = 5.0
+    reset_timeout: float = 120.0
+
+    @field_validator("sidecar_port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65536:
+            raise ValueError("must be a TCP port (1-65535)")
+        return value
+
+    @field_validator("sidecar_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        return value or None

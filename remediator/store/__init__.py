@@ -1,0 +1,1 @@
+"""Durable state: alerts as received, remediations and their steps, and the hash-chained audit log."""

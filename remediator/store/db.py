@@ -1,0 +1,66 @@
+"""Database engine set-up and schema migrations, for SQLite (embedded default) and PostgreSQL (replicas).
+
+SQLite runs in WAL mode and every transaction starts with BEGIN IMMEDIATE, so writers queue instead of
+failing half-way with SQLITE_BUSY; PostgreSQL serializes the few global decisions with advisory locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession
+
+__all__ = ["MIGRATIONS_DIR", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    """An async engine with the per-dialect settings this project relies on."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        sync = engine.sync_engine
+
+        @event.listens_for(sync, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(sync, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def _alembic_config(url: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade_sync(url: str, revision: str = "head") -> None:
+    """Apply migrations (blocking; runs its own event loop inside Alembic's env)."""
+    command.upgrade(_alembic_config(url), revision)
+
+
+async def upgrade(url: str, revision: str = "head") -> None:
+    """Apply migrations from async code (Alembic's env runs its own loop, so use a thread)."""
+    await asyncio.to_thread(upgrade_sync, url, revision)

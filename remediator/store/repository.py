@@ -1,0 +1,639 @@
+"""All reads and writes of the store. Routes and the worker call these; nobody writes SQL inline.
+
+Every state change is written with its audit event in the same transaction. Writes made on behalf of a
+worker check its lease (`owner`), so a replica that lost its lease cannot record a step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
+from remediator.errors import StoreUnavailable
+from remediator.intake.models import AlertmanagerPayload
+from remediator.store.audit import GENESIS, canonical, event_hash
+from remediator.store.models import AlertBatch, AlertRow, AuditEvent, ControllerState, Remediation, StepRow
+
+__all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
+
+_AUDIT_LOCK = 7_313_002
+_ADMIT_LOCK = 7_313_003
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LeaseLost(Exception):
+    """This worker no longer owns the remediation; another replica took it over."""
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    batch_id: int
+    alerts: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class NewRemediation:
+    """What the worker decided to start for a firing alert."""
+
+    rule: str
+    playbook: str
+    definitions_version: str
+    target_kind: str
+    target_key: str
+    node: str | None
+    gpu_uuid: str | None
+    gpu_index: str | None
+    namespace: str | None
+    pod: str | None
+    params: dict[str, Any]
+    plan: dict[str, Any]
+    cooldown: timedelta | None
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(canonical(value))
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    if ts is None:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+class Repository:
+    """Thin, explicit persistence API over an async sessionmaker."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime] = utcnow) -> None:
+        self._sessions = sessions
+        self._clock = clock
+        bind = sessions.kw.get("bind")
+        self.dialect = bind.dialect.name if bind is not None else "sqlite"
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """One transaction; database failures surface as StoreUnavailable."""
+        try:
+            async with self._sessions() as session, session.begin():
+                yield session
+        except (OperationalError, OSError, ConnectionError) as exc:
+            raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+    async def ping(self) -> None:
+        async with self.transaction() as session:
+            await session.execute(text("SELECT 1"))
+
+    async def _lock(self, session: AsyncSession, key: int) -> None:
+        if self.dialect == "postgresql":
+            await session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+    async def audit(
+        self,
+        session: AsyncSession,
+        kind: str,
+        *,
+        remediation_id: str | None = None,
+        actor: str = "controller",
+        data: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        """Append one hash-chained event inside the caller's transaction."""
+        await self._lock(session, _AUDIT_LOCK)
+        prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
+        prev_hash = prev or GENESIS
+        ts = self._clock()
+        payload = _jsonable(data or {})
+        digest = event_hash(
+            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash
+        )
+        event = AuditEvent(
+            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
+            hash=digest,
+        )
+        session.add(event)
+        await session.flush()
+        return event
+
+    # -- intake -----------------------------------------------------------------------------------
+
+    async def store_batch(self, payload: AlertmanagerPayload) -> StoredBatch:
+        """Commit the batch and each alert in one transaction. Repeats are stored but never processed."""
+        now = self._clock()
+        keys = [f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in payload.alerts]
+        async with self.transaction() as session:
+            found = await session.execute(select(AlertRow.dedup_key, AlertRow.id).where(AlertRow.dedup_key.in_(keys)))
+            existing: dict[str, int] = {str(key): int(alert_id) for key, alert_id in found.all()}
+            batch = AlertBatch(
+                received_at=now, receiver=payload.receiver, status=payload.status, group_key=payload.group_key,
+                external_url=payload.external_url, truncated_alerts=payload.truncated_alerts,
+                alert_count=len(payload.alerts), repeat_count=0,
+            )
+            session.add(batch)
+            await session.flush()
+            repeats = 0
+            seen: dict[str, bool] = {}
+            for alert, key in zip(payload.alerts, keys, strict=True):
+                is_repeat = key in existing or key in seen
+                seen[key] = True
+                repeats += is_repeat
+                session.add(
+                    AlertRow(
+                        batch_id=batch.id, fingerprint=alert.fingerprint, alertname=alert.alertname,
+                        status=alert.status, starts_at=alert.starts_at, ends_at=alert.ends_at,
+                        labels=dict(alert.labels), annotations=dict(alert.annotations),
+                        generator_url=alert.generator_url, received_at=now,
+                        dedup_key=None if is_repeat else key, repeat_of=existing.get(key),
+                        state="repeat" if is_repeat else "new",
+                    )
+                )
+            batch.repeat_count = repeats
+            try:
+                await session.flush()
+            except IntegrityError as exc:
+                raise StoreUnavailable("concurrent delivery of the same alert; retry") from exc
+        return StoredBatch(batch.id, len(payload.alerts), repeats)
+
+    async def claim_alerts(self, owner: str, limit: int, lease: timedelta) -> list[AlertRow]:
+        """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again)."""
+        now = self._clock()
+        async with self.transaction() as session:
+            query = (
+                select(AlertRow)
+                .where(AlertRow.state == "new", or_(AlertRow.claim_expires.is_(None), AlertRow.claim_expires < now))
+                .order_by(AlertRow.id)
+                .limit(limit)
+            )
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            rows = list((await session.scalars(query)).all())
+            for row in rows:
+                row.claimed_by = owner
+                row.claim_expires = now + lease
+        return rows
+
+    async def pending_alert_count(self) -> int:
+        async with self.transaction() as session:
+            return int(await session.scalar(select(func.count()).where(AlertRow.state == "new")) or 0)
+
+    async def finish_alert(
+        self, alert_id: int, outcome: str, *, note: str | None = None, remediation_id: str | None = None,
+        audit_kind: str | None = None, audit_data: dict[str, Any] | None = None,
+    ) -> None:
+        async with self.transaction() as session:
+            await self._finish_alert(session, alert_id, outcome, note=note, remediation_id=remediation_id)
+            if audit_kind:
+                await self.audit(session, audit_kind, remediation_id=remediation_id, data=audit_data)
+
+    async def _finish_alert(
+        self, session: AsyncSession, alert_id: int, outcome: str, *, note: str | None, remediation_id: str | None
+    ) -> None:
+        await session.execute(
+            update(AlertRow)
+            .where(AlertRow.id == alert_id)
+            .values(state="done", outcome=outcome, note=note, remediation_id=remediation_id,
+                    processed_at=self._clock(), claim_expires=None)
+        )
+
+    async def record_firing(self, alert: AlertRow, new: NewRemediation) -> tuple[str, str]:
+        """Start a remediation for a firing alert, or link it to the active one, or respect the cooldown.
+
+        Returns (outcome, remediation_id or ""). Outcome is `started`, `linked` or `cooldown`.
+        """
+        active_key = f"{new.target_key}|{new.playbook}"
+        for _ in range(3):
+            try:
+                async with self.transaction() as session:
+                    return await self._record_firing(session, alert, new, active_key)
+            except IntegrityError:
+                continue  # another replica started the same remediation a moment ago: link to it
+        raise StoreUnavailable("could not record alert after concurrent starts")
+
+    async def _record_firing(
+        self, session: AsyncSession, alert: AlertRow, new: NewRemediation, active_key: str
+    ) -> tuple[str, str]:
+        now = self._clock()
+        active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
+        if active is not None:
+            active.linked_alerts += 1
+            await self._finish_alert(session, alert.id, "linked", note=None, remediation_id=active.id)
+            await self.audit(
+                session, "alert.linked", remediation_id=active.id,
+                data={"alert_id": alert.id, "fingerprint": alert.fingerprint, "alertname": alert.alertname},
+            )
+            return "linked", active.id
+        if new.cooldown:
+            recent = await session.scalar(
+                select(Remediation.id)
+                .where(
+                    Remediation.rule == new.rule, Remediation.target_key == new.target_key,
+                    Remediation.finished_at.is_not(None), Remediation.finished_at > now - new.cooldown,
+                )
+                .limit(1)
+            )
+            if recent is not None:
+                await self._finish_alert(session, alert.id, "cooldown", note=f"cooldown after {recent}",
+                                         remediation_id=recent)
+                await self.audit(session, "alert.cooldown", remediation_id=recent,
+                                 data={"alert_id": alert.id, "rule": new.rule, "target": new.target_key})
+                return "cooldown", recent
+        rem_id = str(uuid.uuid4())
+        session.add(
+            Remediation(
+                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=None,
+                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
+                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
+                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=alert.id,
+                alert_fingerprint=alert.fingerprint, alertname=alert.alertname, alert_labels=dict(alert.labels),
+                alert_annotations=dict(alert.annotations), alert_resolved=False, params=_jsonable(new.params),
+                plan=_jsonable(new.plan), context={}, phase="forward", current_step=0, active_key=active_key,
+                quarantined=False, linked_alerts=0, next_run_at=now,
+            )
+        )
+        await session.flush()
+        await self._finish_alert(session, alert.id, "started", note=None, remediation_id=rem_id)
+        await self.audit(
+            session, "remediation.created", remediation_id=rem_id,
+            data={"rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": alert.id,
+                  "alertname": alert.alertname, "definitions_version": new.definitions_version},
+        )
+        return "started", rem_id
+
+    async def record_resolved(self, alert: AlertRow) -> list[tuple[str, str]]:
+        """Apply a resolved alert: cancel what has not acted, mark running ones, revert finished ones.
+
+        Returns (remediation_id, what happened) pairs.
+        """
+        results: list[tuple[str, str]] = []
+        async with self.transaction() as session:
+            rows = (
+                await session.scalars(
+                    select(Remediation)
+                    .where(Remediation.alert_fingerprint == alert.fingerprint, Remediation.alert_resolved.is_(False))
+                    .order_by(Remediation.created_at)
+                )
+            ).all()
+            for rem in rows:
+                rem.alert_resolved = True
+                on_resolved = str(rem.plan.get("playbook", {}).get("on_resolved", "keep"))
+                if rem.state in ("pending", "held", "awaiting_approval"):
+                    await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
+                    results.append((rem.id, "cancelled"))
+                    if on_resolved == "revert" and await self._has_done_steps(session, rem.id):
+                        await self._start_revert(session, rem, "alert resolved")
+                        results[-1] = (rem.id, "cancelled+reverting")
+                elif rem.state == "running":
+                    results.append((rem.id, "marked"))
+                elif rem.state in ("succeeded", "failed") and on_resolved == "revert":
+                    await self._start_revert(session, rem, "alert resolved")
+                    results.append((rem.id, "reverting"))
+                else:
+                    results.append((rem.id, "unchanged"))
+            await self._finish_alert(
+                session, alert.id, "resolved", note=None, remediation_id=results[0][0] if results else None
+            )
+            await self.audit(
+                session, "alert.resolved", remediation_id=results[0][0] if results else None,
+                data={"alert_id": alert.id, "fingerprint": alert.fingerprint, "alertname": alert.alertname,
+                      "effects": [{"remediation": r, "effect": e} for r, e in results]},
+            )
+        return results
+
+    async def _has_done_steps(self, session: AsyncSession, rem_id: str) -> bool:
+        count = await session.scalar(
+            select(func.count()).where(
+                StepRow.remediation_id == rem_id, StepRow.phase == "forward",
+                StepRow.status.in_(("succeeded", "running")),
+            )
+        )
+        return bool(count)
+
+    # -- state machine ----------------------------------------------------------------------------
+
+    async def _transition(
+        self, session: AsyncSession, rem: Remediation, event: str, *, reason: str | None = None,
+        actor: str = "controller", data: dict[str, Any] | None = None,
+    ) -> str:
+        old = rem.state
+        new = next_state(old, event)
+        now = self._clock()
+        rem.state = new
+        rem.state_reason = reason
+        rem.updated_at = now
+        if new in FINAL_STATES:
+            rem.finished_at = now
+            rem.active_key = None
+            rem.lease_owner = None
+            rem.lease_expires = None
+        if new not in ACTIVE_STATES or new == "reverting":
+            rem.active_key = None
+        await self.audit(
+            session, f"state.{new}", remediation_id=rem.id, actor=actor,
+            data={"from": old, "to": new, "event": event, "reason": reason, **(data or {})},
+        )
+        return new
+
+    async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
+        await self._transition(session, rem, "revert", reason=reason)
+        rem.phase = "revert"
+        rem.current_step = 0
+        rem.next_run_at = self._clock()
+
+    async def transition(
+        self, rem_id: str, event: str, *, reason: str | None = None, actor: str = "controller",
+        owner: str | None = None, data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+    ) -> Remediation:
+        """Move one remediation by `event` (checked against the table) and audit it, atomically."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            await self._transition(session, rem, event, reason=reason, actor=actor, data=data)
+            for key, value in (changes or {}).items():
+                setattr(rem, key, value)
+            return rem
+
+    async def start_revert(self, rem_id: str, reason: str, *, actor: str = "controller") -> Remediation:
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, None)
+            await self._transition(session, rem, "revert", reason=reason, actor=actor)
+            rem.phase = "revert"
+            rem.current_step = 0
+            rem.next_run_at = self._clock()
+            return rem
+
+    async def _get_for_update(self, session: AsyncSession, rem_id: str, owner: str | None) -> Remediation:
+        query = select(Remediation).where(Remediation.id == rem_id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        rem = await session.scalar(query)
+        if rem is None:
+            raise KeyError(rem_id)
+        if owner is not None and rem.lease_owner != owner:
+            raise LeaseLost(rem_id)
+        return rem
+
+    # -- worker claims and leases -----------------------------------------------------------------
+
+    async def claim_remediations(self, owner: str, limit: int, lease: timedelta) -> list[str]:
+        """Claim runnable remediations whose lease is free or expired (a dead replica's work resumes)."""
+        now = self._clock()
+        async with self.transaction() as session:
+            query = (
+                select(Remediation)
+                .where(
+                    Remediation.state.in_(("pending", "running", "reverting", "held")),
+                    or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
+                    or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
+                )
+                .order_by(Remediation.created_at)
+                .limit(limit)
+            )
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            rows = (await session.scalars(query)).all()
+            for rem in rows:
+                rem.lease_owner = owner
+                rem.lease_expires = now + lease
+            return [r.id for r in rows]
+
+    async def renew_lease(self, rem_id: str, owner: str, lease: timedelta) -> bool:
+        async with self.transaction() as session:
+            result = await session.execute(
+                update(Remediation)
+                .where(Remediation.id == rem_id, Remediation.lease_owner == owner)
+                .values(lease_expires=self._clock() + lease)
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def release_lease(self, rem_id: str, owner: str, *, next_run_in: timedelta | None = None) -> None:
+        async with self.transaction() as session:
+            values: dict[str, Any] = {"lease_owner": None, "lease_expires": None}
+            if next_run_in is not None:
+                values["next_run_at"] = self._clock() + next_run_in
+            await session.execute(
+                update(Remediation).where(Remediation.id == rem_id, Remediation.lease_owner == owner).values(**values)
+            )
+
+    async def set_context(self, rem_id: str, owner: str, context: dict[str, Any]) -> None:
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.context = _jsonable(context)
+            await self.audit(session, "context.gathered", remediation_id=rem_id,
+                             data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
+
+    async def admit(
+        self, rem_id: str, owner: str, decide: Callable[[Remediation, dict[str, Any]], Any],
+        facts: Callable[[AsyncSession], Any],
+    ) -> tuple[str, str | None]:
+        """Guardrail decision and the quarantine it admits, serialized across replicas.
+
+        `facts(session)` reads what the decision needs in this transaction; `decide(rem, facts)` returns a
+        verdict with `.allow`, `.reason`, `.quarantines`. Returns (new state, reason).
+        """
+        async with self.transaction() as session:
+            await self._lock(session, _ADMIT_LOCK)
+            rem = await self._get_for_update(session, rem_id, owner)
+            gathered = await facts(session)
+            verdict = decide(rem, gathered)
+            if verdict.allow:
+                if rem.state == "held":
+                    await self._transition(session, rem, "release", reason="guardrails allow")
+                await self._transition(session, rem, "start", reason=verdict.reason)
+                rem.quarantined = bool(verdict.quarantines)
+                return rem.state, verdict.reason
+            if rem.state == "held" and rem.state_reason == verdict.reason:
+                return rem.state, verdict.reason
+            await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
+            return rem.state, verdict.reason
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    async def begin_step(
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: dict[str, Any]
+    ) -> StepRow:
+        """Create or resume the step row; a resumed step keeps its saved progress and counts the attempt."""
+        async with self.transaction() as session:
+            await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            now = self._clock()
+            resumed = step is not None
+            if step is None:
+                step = StepRow(
+                    remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status="running",
+                    attempts=1, params=_jsonable(params), output={}, progress={}, error=None, started_at=now,
+                )
+                session.add(step)
+            else:
+                step.attempts += 1
+                step.status = "running"
+                step.params = _jsonable(params)
+            await session.flush()
+            await self.audit(
+                session, "step.started", remediation_id=rem_id,
+                data={"phase": phase, "step": name, "action": action, "index": idx, "attempt": step.attempts,
+                      "resumed": resumed, "params": params},
+            )
+            return step
+
+    async def checkpoint_step(self, rem_id: str, owner: str, *, phase: str, idx: int, progress: dict[str, Any]) -> None:
+        async with self.transaction() as session:
+            await self._get_for_update(session, rem_id, owner)
+            await session.execute(
+                update(StepRow)
+                .where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+                .values(progress=_jsonable(progress))
+            )
+
+    async def finish_step(
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, status: str,
+        output: dict[str, Any] | None = None, error: str | None = None, advance: bool = True,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a step's result and move the cursor, with its audit event, in one transaction."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            now = self._clock()
+            if step is None:
+                step = StepRow(
+                    remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status=status,
+                    attempts=0, params={}, output={}, progress={}, started_at=now,
+                )
+                session.add(step)
+            step.status = status
+            step.output = _jsonable(output or {})
+            step.error = error
+            step.finished_at = now
+            if advance:
+                rem.current_step = idx + 1
+            rem.updated_at = now
+            await self.audit(
+                session, f"step.{status}", remediation_id=rem_id,
+                data={"phase": phase, "step": name, "action": action, "index": idx, "error": error,
+                      "output": output or {}, **(extra or {})},
+            )
+
+    # -- controller state -------------------------------------------------------------------------
+
+    async def get_flag(self, key: str) -> dict[str, Any] | None:
+        async with self.transaction() as session:
+            return await self.get_flag_in(session, key)
+
+    async def get_flag_in(self, session: AsyncSession, key: str) -> dict[str, Any] | None:
+        row = await session.get(ControllerState, key)
+        return dict(row.value) if row else None
+
+    async def set_flag(self, key: str, value: dict[str, Any], *, audit_kind: str, actor: str) -> None:
+        async with self.transaction() as session:
+            row = await session.get(ControllerState, key)
+            if row is None:
+                session.add(ControllerState(key=key, value=_jsonable(value), updated_at=self._clock()))
+            else:
+                row.value = _jsonable(value)
+                row.updated_at = self._clock()
+            await self.audit(session, audit_kind, actor=actor, data=value)
+
+    # -- reads for the API and the worker ---------------------------------------------------------
+
+    async def get(self, rem_id: str) -> Remediation | None:
+        async with self.transaction() as session:
+            return await session.get(Remediation, rem_id)
+
+    async def steps(self, rem_id: str) -> list[StepRow]:
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(StepRow).where(StepRow.remediation_id == rem_id).order_by(StepRow.phase.desc(), StepRow.idx)
+            )
+            return list(rows.all())
+
+    async def list_remediations(
+        self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Remediation]:
+        async with self.transaction() as session:
+            query = select(Remediation)
+            if state:
+                query = query.where(Remediation.state == state)
+            if node:
+                query = query.where(Remediation.node == node)
+            query = query.order_by(Remediation.created_at.desc(), Remediation.id).limit(limit).offset(offset)
+            return list((await session.scalars(query)).all())
+
+    async def list_audit(
+        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000
+    ) -> list[AuditEvent]:
+        async with self.transaction() as session:
+            query = select(AuditEvent).where(AuditEvent.id > after_id)
+            if remediation_id:
+                query = query.where(AuditEvent.remediation_id == remediation_id)
+            query = query.order_by(AuditEvent.id).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def list_alerts(self, *, since: datetime | None = None, limit: int = 100000) -> list[AlertRow]:
+        async with self.transaction() as session:
+            query = select(AlertRow)
+            if since is not None:
+                query = query.where(AlertRow.received_at >= since)
+            return list((await session.scalars(query.order_by(AlertRow.id).limit(limit))).all())
+
+    async def count_by_state(self) -> dict[str, int]:
+        async with self.transaction() as session:
+            rows = await session.execute(select(Remediation.state, func.count()).group_by(Remediation.state))
+            return {str(state): int(n) for state, n in rows.all()}
+
+    async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
+        rows = await session.scalars(
+            select(Remediation.node).where(Remediation.quarantined.is_(True), Remediation.node.is_not(None)).distinct()
+        )
+        return {n for n in rows.all() if n}
+
+    async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
+        count = await session.scalar(
+            select(func.count()).where(
+                AuditEvent.kind == "state.running", AuditEvent.ts >= since,
+                AuditEvent.remediation_id.in_(select(Remediation.id).where(Remediation.quarantined.is_(True))),
+            )
+        )
+        return int(count or 0)
+
+    async def held(self) -> list[Remediation]:
+        return await self.list_remediations(state="held", limit=1000)
+
+    async def due_approvals(self, now: datetime) -> list[str]:
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(Remediation.id).where(
+                    Remediation.state == "awaiting_approval", Remediation.approval_expires_at.is_not(None),
+                    Remediation.approval_expires_at < now,
+                )
+            )
+            return list(rows.all())
+
+    async def recent_for_node(self, session: AsyncSession, node: str, since: datetime) -> Sequence[Remediation]:
+        rows = await session.scalars(
+            select(Remediation).where(
+                Remediation.node == node, Remediation.created_at >= since,
+                and_(Remediation.state != "cancelled"),
+            )
+        )
+        return rows.all()
+
+
+def is_database_error(exc: BaseException) -> bool:
+    return isinstance(exc, SQLAlchemyError | StoreUnavailable)

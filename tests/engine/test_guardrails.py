@@ -1,0 +1,59 @@
+"""Guardrail decisions (pure): pause, opt-out, circuit breaker by count, rate limit, maintenance windows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, time
+
+from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
+from remediator.settings import QuarantineLimit
+
+BASE = GuardrailFacts(
+    now=datetime(2026, 12, 2, 12, 0, tzinfo=UTC), paused=False, node="n1", node_excluded=False, quarantines=True,
+    quarantined_nodes=frozenset(), limit_nodes=2, gpu_nodes=10, recent_quarantine_starts=0, rate_limit=5,
+)
+
+
+def test_allows_by_default_and_marks_quarantine() -> None:
+    v = decide(BASE)
+    assert v.allow and v.quarantines
+
+
+def test_pause_wins() -> None:
+    v = decide(replace(BASE, paused=True))
+    assert not v.allow and v.name == "paused"
+
+
+def test_opt_out_label() -> None:
+    v = decide(replace(BASE, node_excluded=True))
+    assert not v.allow and v.name == "opt_out" and "remediator.io/exclude" in v.reason
+
+
+def test_breaker_counts_other_nodes_but_not_the_same_node() -> None:
+    full = replace(BASE, quarantined_nodes=frozenset({"a", "b"}))
+    v = decide(full)
+    assert not v.allow and v.name == "circuit_breaker" and "2 of at most 2" in v.reason
+    assert decide(replace(full, node="a")).allow
+
+
+def test_non_quarantining_playbooks_ignore_the_breaker() -> None:
+    assert decide(replace(BASE, quarantines=False, quarantined_nodes=frozenset({"a", "b", "c"}))).allow
+
+
+def test_rate_limit() -> None:
+    v = decide(replace(BASE, recent_quarantine_starts=5))
+    assert not v.allow and v.name == "rate_limit"
+
+
+def test_maintenance_windows() -> None:
+    hold = MaintenanceWindow(time(11, 0), time(13, 0), "hold")
+    assert decide(replace(BASE, windows=(hold,))).name == "maintenance"
+    allow_night = MaintenanceWindow(time(22, 0), time(4, 0), "allow")
+    assert not decide(replace(BASE, windows=(allow_night,))).allow
+    assert decide(replace(BASE, windows=(allow_night,), now=datetime(2026, 12, 2, 23, 0, tzinfo=UTC))).allow
+
+
+def test_percent_limit_resolves_against_fleet_size() -> None:
+    assert QuarantineLimit("5%").resolve(200) == 10
+    assert QuarantineLimit("5%").resolve(3) == 1
+    assert QuarantineLimit("7").resolve(1000) == 7

@@ -1,0 +1,61 @@
+"""Normalisation of Alertmanager labels into GpuAlert: node precedence, exported_* labels, Xid sources."""
+
+from __future__ import annotations
+
+from remediator.intake.normalize import normalize, parse_xid
+
+KINDS = {"GPUXidError": "xid", "GPUTemperatureHigh": "thermal", "GPUIdle": "idle"}
+PRECEDENCE = ["node", "kubernetes_node", "Hostname", "instance"]
+
+
+def _n(labels: dict[str, str], annotations: dict[str, str] | None = None, **kw: object) -> object:
+    return normalize(
+        labels, annotations or {}, status="firing", fingerprint="abc", kinds=KINDS,
+        node_precedence=kw.pop("precedence", PRECEDENCE), **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_dcgm_labels_give_node_gpu_and_kind() -> None:
+    a = _n({"alertname": "GPUXidError", "Hostname": "gpu-node-1", "UUID": "GPU-1234", "gpu": "3",
+            "modelName": "NVIDIA H200", "pci_bus_id": "00000000:1B:00.0", "xid": "79"})
+    assert a.node == "gpu-node-1" and a.node_source == "Hostname"
+    assert a.gpu_uuid == "GPU-1234" and a.gpu_index == "3" and a.model == "NVIDIA H200"
+    assert a.pci_bus_id == "00000000:1B:00.0"
+    assert a.kind == "xid" and a.xid == 79
+
+
+def test_node_label_wins_over_hostname_and_instance_port_is_stripped() -> None:
+    assert _n({"alertname": "X", "node": "n1", "Hostname": "h"}).node == "n1"
+    a = _n({"alertname": "X", "instance": "127.0.0.5:9400"})
+    assert a.node == "127.0.0.5" and a.node_source == "instance"
+
+
+def test_instance_ip_resolves_to_node_name() -> None:
+    a = _n({"alertname": "X", "instance": "127.0.0.7:9400"}, nodes_by_ip={"127.0.0.7": "gpu-7"})
+    assert a.node == "gpu-7"
+
+
+def test_precedence_is_configurable() -> None:
+    a = _n({"alertname": "X", "node": "n1", "Hostname": "h1"}, precedence=["Hostname", "node"])
+    assert a.node == "h1"
+
+
+def test_exported_labels_win_over_scrape_target_labels() -> None:
+    a = _n({"alertname": "GPUIdle", "pod": "dcgm-exporter-abc", "exported_pod": "trainer-0",
+            "namespace": "gpu-operator", "exported_namespace": "ml", "container": "exporter",
+            "exported_container": "main"})
+    assert (a.pod, a.namespace, a.container) == ("trainer-0", "ml", "main")
+    assert a.kind == "idle"
+
+
+def test_unknown_alertname_is_other_and_missing_node_is_none() -> None:
+    a = _n({"alertname": "SomethingElse"})
+    assert a.kind == "other" and a.node is None
+
+
+def test_xid_from_label_then_value_annotation() -> None:
+    assert parse_xid({"xid": "48"}, {}) == 48
+    assert parse_xid({}, {"value": "79"}) == 79
+    assert parse_xid({}, {"value": "79.0"}) == 79
+    assert parse_xid({"xid": "not-a-number"}, {}) is None
+    assert parse_xid({}, {}) is None
