@@ -8,7 +8,8 @@ with `--config`; the environment wins over the file.
 from __future__ import annotations
 
 import ipaddress
-from datetime import timedelta
+import re
+from datetime import time, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from remediator.durations import parse_duration
 from remediator.errors import ConfigError
 
-__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "is_loopback", "load_settings"]
+__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "is_loopback", "load_settings", "parse_window"]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
@@ -87,6 +88,15 @@ class Settings(BaseSettings):
     max_quarantined_nodes: str = "10"
     quarantine_rate: int = 20
     quarantine_rate_window: timedelta = timedelta(minutes=10)
+    flap_threshold: int = 3
+    flap_window: timedelta = timedelta(hours=1)
+    node_repeat_limit: int = 2
+    node_repeat_window: timedelta = timedelta(days=7)
+    escalation_playbook: str = "reset-gpu"
+    escalation_count: int = 3
+    escalation_pods: int = 2
+    escalation_window: timedelta = timedelta(hours=1)
+    maintenance_windows: CommaList = Field(default_factory=list)
     excluded_namespaces: CommaList = Field(default_factory=lambda: ["kube-system", "gpu-operator"])
     own_namespace: str | None = None
     node_label_precedence: CommaList = Field(
@@ -102,12 +112,18 @@ class Settings(BaseSettings):
     allow_multiple_replicas: bool = False
     log_level: str = "INFO"
 
-    @field_validator("webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", mode="before")
+    @field_validator(
+        "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
+        mode="before",
+    )
     @classmethod
     def _comma_lists(cls, value: Any) -> Any:
         return _split(value)
 
-    @field_validator("approval_ttl", "worker_poll_interval", "lease_duration", "quarantine_rate_window", mode="before")
+    @field_validator(
+        "approval_ttl", "worker_poll_interval", "lease_duration", "quarantine_rate_window", "flap_window",
+        "node_repeat_window", "escalation_window", mode="before",
+    )
     @classmethod
     def _durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -116,6 +132,13 @@ class Settings(BaseSettings):
     @classmethod
     def _limit(cls, value: str) -> str:
         QuarantineLimit(value)
+        return value
+
+    @field_validator("maintenance_windows")
+    @classmethod
+    def _windows(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_window(item)
         return value
 
     @field_validator("sidecar_port")
@@ -130,8 +153,27 @@ class Settings(BaseSettings):
         return QuarantineLimit(self.max_quarantined_nodes)
 
     @property
+    def windows(self) -> list[tuple[time, time, str]]:
+        return [parse_window(item) for item in self.maintenance_windows]
+
+    @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+_WINDOW = re.compile(r"^(?:(hold|allow)\s+)?(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
+
+
+def parse_window(text: str) -> tuple[time, time, str]:
+    """`hold 22:00-04:00` (playbooks wait inside) or `allow 01:00-05:00` (playbooks run only inside), UTC."""
+    m = _WINDOW.match(text.strip())
+    if not m:
+        raise ValueError(f"maintenance window {text!r}: use '[hold|allow] HH:MM-HH:MM' (UTC)")
+    mode = m.group(1) or "hold"
+    h1, m1, h2, m2 = (int(g) for g in m.groups()[1:])
+    if h1 > 23 or h2 > 23 or m1 > 59 or m2 > 59:
+        raise ValueError(f"maintenance window {text!r}: hours 0-23, minutes 0-59")
+    return time(h1, m1), time(h2, m2), mode
 
 
 def is_loopback(host: str) -> bool:

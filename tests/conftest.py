@@ -1,3 +1,3 @@
 """Suite-wide pytest configuration: shared fixture plugins."""
 
-pytest_plugins = ["tests.fakekube.plugin"]
+pytest_plugins = ["tests.fakekube.plugin", "tests.pgfixtures"]

@@ -24,7 +24,7 @@ from tenacity import wait_exponential_jitter
 from remediator.actions.base import Action, ActionContext, ActionResult, Target
 from remediator.actions.context import gather_context
 from remediator.definitions import Playbook, Step
-from remediator.engine.guardrails import GuardrailFacts, Verdict, decide
+from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
 from remediator.errors import ActionError, StepFailed, TemporaryError
@@ -172,6 +172,14 @@ class Executor:
                 session, now - settings.quarantine_rate_window
             ),
             rate_limit=settings.quarantine_rate,
+            flapping=await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
+            >= settings.flap_threshold > 0,
+            node_recent_remediations=await self.rt.repo.node_remediations_since(
+                session, rem.node, now - settings.node_repeat_window, rem.id
+            ) if rem.node and quarantines else 0,
+            node_repeat_limit=settings.node_repeat_limit,
+            windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
+            override=await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
         )
 
     # -- forward steps ----------------------------------------------------------------------------

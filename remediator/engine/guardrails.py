@@ -45,6 +45,8 @@ class GuardrailFacts:
     node_recent_remediations: int = 0
     node_repeat_limit: int = 0
     windows: Sequence[MaintenanceWindow] = field(default_factory=tuple)
+    # A human released this remediation past the flapping / repeat-offender holds.
+    override: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,13 @@ def decide(facts: GuardrailFacts) -> Verdict:
     window = _window_verdict(facts)
     if window is not None:
         return window
-    if facts.flapping:
+    if facts.flapping and not facts.override:
         return Verdict(False, "flapping", "alert is flapping on this target; held for a human")
-    if facts.node_repeat_limit and facts.node_recent_remediations >= facts.node_repeat_limit:
+    if (
+        not facts.override
+        and facts.node_repeat_limit
+        and facts.node_recent_remediations >= facts.node_repeat_limit
+    ):
         return Verdict(
             False, "repeat_offender",
             f"node {facts.node} was remediated {facts.node_recent_remediations} times recently; held for a human",

@@ -14,10 +14,10 @@ from dataclasses import asdict
 from typing import Any
 
 from remediator.engine.executor import Executor
-from remediator.engine.planning import propose, xid_variables
+from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
-from remediator.errors import RemediatorError, StoreUnavailable
-from remediator.intake.normalize import GpuAlert, normalize
+from remediator.errors import ConfigError, RemediatorError, StoreUnavailable
+from remediator.intake.normalize import GpuAlert, normalize, parse_xid
 from remediator.store.models import AlertRow
 from remediator.store.repository import NewRemediation
 
@@ -50,16 +50,39 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._gauges_at = 0.0
 
     def wake(self) -> None:
         self._wake.set()
 
     async def start(self) -> None:
+        await self.register()
         await self.refresh_inventory()
         self._tasks = [
             asyncio.create_task(self._loop(), name="remediator-worker"),
             asyncio.create_task(self._inventory_loop(), name="remediator-inventory"),
+            asyncio.create_task(self._heartbeat_loop(), name="remediator-heartbeat"),
         ]
+
+    async def register(self) -> None:
+        """Announce this replica; on SQLite refuse to run beside another live replica."""
+        settings = self.rt.settings
+        exclusive = settings.is_sqlite
+        other = await self.rt.repo.register_replica(self.rt.owner, settings.lease_duration, exclusive=exclusive)
+        if other is not None:
+            raise ConfigError(
+                f"another controller replica ({other}) is running on this SQLite database; SQLite supports one "
+                "replica: use REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
+            )
+
+    async def _heartbeat_loop(self) -> None:
+        settings = self.rt.settings
+        while not self._stopping:
+            await asyncio.sleep(settings.lease_duration.total_seconds() / 3)
+            with contextlib.suppress(StoreUnavailable):
+                await self.rt.repo.register_replica(
+                    self.rt.owner, settings.lease_duration, exclusive=settings.is_sqlite
+                )
 
     async def stop(self) -> None:
         self._stopping = True
@@ -70,6 +93,8 @@ class Worker:
                 await task
         self._tasks.clear()
         self._running.clear()
+        with contextlib.suppress(Exception):
+            await self.rt.repo.unregister_replica(self.rt.owner, exclusive=self.rt.settings.is_sqlite)
 
     # -- loops ------------------------------------------------------------------------------------
 
@@ -128,7 +153,10 @@ class Worker:
         processed = await self.process_alerts()
         await self.expire_approvals()
         dispatched = await self.dispatch()
-        await self._refresh_gauges()
+        now = asyncio.get_running_loop().time()
+        if now - self._gauges_at > 5:
+            self._gauges_at = now
+            await self._refresh_gauges()
         return processed > 0 or dispatched > 0
 
     async def process_alerts(self, limit: int = 100) -> int:
@@ -153,6 +181,9 @@ class Worker:
         alert = normalize_row(self.rt, row)
         defs = self.rt.definitions.current
         proposal = propose(alert, defs)
+        escalated = await self._escalation(alert, row)
+        if escalated is not None:
+            proposal = escalated
         if proposal is None:
             await self.rt.repo.finish_alert(
                 row.id, "unmatched", audit_kind="alert.unmatched",
@@ -183,6 +214,31 @@ class Worker:
                 namespace=proposal.target.namespace, pod=proposal.target.pod, params=proposal.params, plan=plan,
                 cooldown=proposal.cooldown,
             ),
+        )
+
+    async def _escalation(self, alert: GpuAlert, row: AlertRow) -> Proposal | None:
+        """Application-class Xids repeating on one GPU across pods escalate to the GPU-reset playbook."""
+        settings = self.rt.settings
+        defs = self.rt.definitions.current
+        gpu = alert.gpu_uuid or alert.gpu_index
+        if alert.xid is None or not alert.node or not gpu or settings.escalation_playbook not in defs.playbooks:
+            return None
+        if defs.xid.lookup(alert.xid).resolution != "RESTART_APP":
+            return None
+        since = self.rt.repo._clock() - settings.escalation_window
+        recent = await self.rt.repo.recent_alerts_for_gpu(alert.node, gpu, alert.alertname, since)
+        app_class = [
+            r for r in recent
+            if (code := parse_xid(r.labels, r.annotations)) is not None
+            and defs.xid.lookup(code).resolution == "RESTART_APP"
+        ]
+        pods = {r.labels.get("exported_pod") or r.labels.get("pod") for r in app_class} - {None, ""}
+        if len(app_class) < settings.escalation_count or len(pods) < settings.escalation_pods:
+            return None
+        playbook = defs.playbooks[settings.escalation_playbook]
+        return Proposal(
+            rule_name="escalation:repeated-application-xid", playbook=playbook, params=dict(playbook.params),
+            target=target_for(playbook.target, alert), cooldown=None, require_approval=False,
         )
 
     async def expire_approvals(self) -> None:

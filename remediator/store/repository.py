@@ -453,6 +453,8 @@ class Repository:
                     await self._transition(session, rem, "release", reason="guardrails allow")
                 await self._transition(session, rem, "start", reason=verdict.reason)
                 rem.quarantined = bool(verdict.quarantines)
+                if rem.quarantined:
+                    await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
                 return rem.state, verdict.reason
             if rem.state == "held" and rem.state_reason == verdict.reason:
                 return rem.state, verdict.reason
@@ -605,12 +607,73 @@ class Repository:
 
     async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
         count = await session.scalar(
+            select(func.count()).where(AuditEvent.kind == "quarantine.started", AuditEvent.ts >= since)
+        )
+        return int(count or 0)
+
+    async def flap_count(self, session: AsyncSession, fingerprint: str, since: datetime) -> int:
+        """How often this alert resolved within the window (first deliveries only)."""
+        count = await session.scalar(
             select(func.count()).where(
-                AuditEvent.kind == "state.running", AuditEvent.ts >= since,
-                AuditEvent.remediation_id.in_(select(Remediation.id).where(Remediation.quarantined.is_(True))),
+                AlertRow.fingerprint == fingerprint, AlertRow.status == "resolved", AlertRow.state != "repeat",
+                AlertRow.received_at >= since,
             )
         )
         return int(count or 0)
+
+    async def node_remediations_since(self, session: AsyncSession, node: str, since: datetime, exclude: str) -> int:
+        """Remediations on this node that started acting (quarantine or steps) within the window."""
+        count = await session.scalar(
+            select(func.count(func.distinct(Remediation.id))).where(
+                Remediation.node == node, Remediation.created_at >= since, Remediation.id != exclude,
+                Remediation.id.in_(select(StepRow.remediation_id).where(StepRow.phase == "forward",
+                                                                         StepRow.status == "succeeded")),
+            )
+        )
+        return int(count or 0)
+
+    async def recent_alerts_for_gpu(
+        self, node: str, gpu: str, alertname: str, since: datetime
+    ) -> list[AlertRow]:
+        """First deliveries of firing `alertname` alerts on one GPU within the window."""
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(AlertRow).where(
+                    AlertRow.alertname == alertname, AlertRow.status == "firing", AlertRow.state != "repeat",
+                    AlertRow.received_at >= since,
+                )
+            )
+            return [
+                r for r in rows.all()
+                if node in (r.labels.get("Hostname"), r.labels.get("node"), r.labels.get("kubernetes_node"))
+                and gpu in (r.labels.get("UUID"), r.labels.get("gpu"))
+            ]
+
+    async def register_replica(self, owner: str, ttl: timedelta, *, exclusive: bool) -> str | None:
+        """Heartbeat this replica. With `exclusive` (SQLite), returns the other live owner if there is one."""
+        now = self._clock()
+        async with self.transaction() as session:
+            key = "replica:exclusive" if exclusive else f"replica:{owner}"
+            row = await session.get(ControllerState, key)
+            if row is not None and exclusive:
+                other = str(row.value.get("owner"))
+                expires = datetime.fromisoformat(str(row.value.get("expires")))
+                if other != owner and _aware(expires) and expires.replace(tzinfo=expires.tzinfo or UTC) > now:
+                    return other
+            value = {"owner": owner, "expires": (now + ttl).isoformat()}
+            if row is None:
+                session.add(ControllerState(key=key, value=value, updated_at=now))
+            else:
+                row.value = value
+                row.updated_at = now
+        return None
+
+    async def unregister_replica(self, owner: str, *, exclusive: bool) -> None:
+        async with self.transaction() as session:
+            key = "replica:exclusive" if exclusive else f"replica:{owner}"
+            row = await session.get(ControllerState, key)
+            if row is not None and row.value.get("owner") == owner:
+                await session.delete(row)
 
     async def held(self) -> list[Remediation]:
         return await self.list_remediations(state="held", limit=1000)
@@ -624,15 +687,6 @@ class Repository:
                 )
             )
             return list(rows.all())
-
-    async def recent_for_node(self, session: AsyncSession, node: str, since: datetime) -> Sequence[Remediation]:
-        rows = await session.scalars(
-            select(Remediation).where(
-                Remediation.node == node, Remediation.created_at >= since,
-                and_(Remediation.state != "cancelled"),
-            )
-        )
-        return rows.all()
 
 
 def is_database_error(exc: BaseException) -> bool:

@@ -65,6 +65,21 @@ async def revert(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep
     return summary_out(rem)
 
 
+@router.post("/{rem_id}/release", response_model=RemediationOut, responses={404: {}, 409: {}})
+async def release(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
+    """A human lets a held remediation past the flapping and repeat-offender holds (not the breaker)."""
+    rem = await repo.get(rem_id)
+    if rem is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    if rem.state != "held":
+        raise HTTPException(409, f"remediation is {rem.state}, not held")
+    actor = actor_of(request)
+    await repo.set_flag(f"override:{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor)
+    if worker is not None:
+        worker.wake()
+    return summary_out(rem)
+
+
 async def _move(
     rem_id: str, event: str, reason: str, request: Request, repo: RepoDep, worker: WorkerDep
 ) -> RemediationOut:

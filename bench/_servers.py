@@ -1,0 +1,62 @@
+"""Start and stop the processes a benchmark measures (controller, baseline app) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status < 500:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout}s")
+
+
+def start(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        return subprocess.Popen(args, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
+
+
+def controller(port: int, workdir: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    return start(
+        [sys.executable, "-m", "remediator.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'bench.db'}", **env},
+        workdir / f"controller-{port}.log",
+    )
+
+
+def bare(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    return start(
+        [sys.executable, "-m", "uvicorn", "bench.bare_app:app", "--host", "127.0.0.1", "--port", str(port),
+         "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"],
+        {}, workdir / f"bare-{port}.log",
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -1,0 +1,73 @@
+"""bench/ingest: webhook throughput with durable commit vs. a bare FastAPI endpoint that only parses.
+
+Runs both servers on 127.0.0.1 in the same run, drives each with wrk (2 threads, 32 connections, ~2 KB
+payloads with a fresh fingerprint per request) and prints requests/s, p50 and p99 side by side.
+Usage: python bench/ingest.py [--seconds 10] [--connections 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench._servers import bare, controller, free_port, stop, wait_http
+
+HERE = Path(__file__).resolve().parent
+TOKEN = "bench-token"
+
+
+def wrk(url: str, seconds: int, connections: int) -> dict[str, float]:
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(HERE / "ingest.lua"), url],
+        check=True, capture_output=True, text=True, env={"BENCH_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
+    ).stdout
+    m = re.search(r"RESULT requests=(\d+) duration_us=(\d+) errors_status=(\d+) p50_us=(\d+) p99_us=(\d+)", out)
+    if not m:
+        raise RuntimeError(f"unexpected wrk output:\n{out}")
+    requests, duration, errors, p50, p99 = (int(g) for g in m.groups())
+    return {"rps": requests / (duration / 1e6), "p50_ms": p50 / 1000, "p99_ms": p99 / 1000, "errors": errors,
+            "requests": requests}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is needed: apt-get install -y wrk")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        results = {}
+        for name in ("bare", "controller"):
+            port = free_port()
+            proc = bare(port, work) if name == "bare" else controller(
+                port, work, {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
+            )
+            try:
+                wait_http(f"http://127.0.0.1:{port}/docs")
+                wrk(f"http://127.0.0.1:{port}", 2, args.connections)  # warm-up
+                results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
+            finally:
+                stop(proc)
+    ratio = results["controller"]["rps"] / results["bare"]["rps"]
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
+          f"({platform.machine()}, {platform.processor() or 'cpu'}); wrk -t2 -c{args.connections} -d{args.seconds}s")
+    print("| endpoint | req/s | p50 ms | p99 ms | non-2xx |")
+    print("|---|---|---|---|---|")
+    for name, label in (("bare", "bare FastAPI parse only (baseline)"),
+                        ("controller", "POST /api/v1/alerts, durable commit")):
+        r = results[name]
+        print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    print(f"throughput ratio controller/bare: {ratio:.2f} (target >= 0.6); controller p99 "
+          f"{results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
+
+
+if __name__ == "__main__":
+    main()
