@@ -1,0 +1,60 @@
+"""The names that step templates and CEL `when` conditions can read, with the shape of each.
+
+The engine builds these values (remediator.engine.planning.build_variables); the loader uses the top-level
+names to reject, at load time, a template or condition that reads anything else. Values are plain JSON-like
+data (str, int, bool, None, lists, mappings) so both Jinja2 and CEL see the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["TEMPLATE_VARIABLES"]
+
+TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
+    "alert": {
+        "name": "str: the alertname label",
+        "status": "str: firing | resolved",
+        "kind": "str: xid | ecc_dbe | ecc_sbe | thermal | power | idle | other",
+        "labels": "dict[str, str]: all alert labels",
+        "annotations": "dict[str, str]: all alert annotations",
+        "starts_at": "str: ISO 8601 start time",
+        "fingerprint": "str: Alertmanager fingerprint",
+        "summary": "str: the summary annotation, else description, else the alertname",
+    },
+    "gpu": {
+        "uuid": "str | None: GPU UUID (label UUID)",
+        "index": "str | None: GPU index on the node (label gpu)",
+        "pci_bus_id": "str | None",
+        "model": "str | None: e.g. NVIDIA H100 80GB HBM3 (label modelName)",
+        "device": "str | None: e.g. nvidia0",
+    },
+    "node": {
+        "name": "str | None: Kubernetes node name",
+    },
+    "xid": {
+        "code": "int | None: the Xid code; every xid field is None when the alert has no Xid",
+        "resolution": "str | None: NVIDIA immediate resolution bucket, e.g. RESET_GPU",
+        "cause": "str | None: short cause from the Xid catalog",
+        "description": "str | None: NVIDIA's description",
+        "recovery_action": "str | None: GPU_RESET | NODE_REBOOT | DRAIN_P2P | DRAIN_AND_RESET (Xid 154 text)",
+    },
+    "context": {
+        "pods": "list[dict]: pods on the affected GPU or node, each with namespace, name, owners",
+        "pod_source": "str: where the pod list came from (e.g. sidecar, kube, labels)",
+        "...": "further keys gathered by the engine (e.g. node: {labels, taints, unschedulable})",
+    },
+    "params": {
+        "...": "the rule's params over the playbook's params defaults",
+    },
+    "steps": {
+        "<step name>": "dict: output of an earlier step that succeeded, by step name",
+    },
+    "target": {
+        "kind": "str: node | gpu | namespace",
+        "key": "str: stable identity, e.g. gpu:node-1/GPU-abc",
+        "node": "str | None",
+        "gpu_uuid": "str | None",
+        "namespace": "str | None",
+    },
+}
