@@ -1,0 +1,224 @@
+"""What a remediation knows about its target before acting: the pods on the node or GPU and who owns them.
+
+The context is shown on the approval page and in the API, decides which pods a `gpu` drain selects and
+which pods an `event` step annotates. It degrades instead of failing: without cluster access it holds what
+the alert labels say; a missing owner is recorded as missing, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from remediator.actions.base import Target
+from remediator.adapters.kube import KubeAdapter, KubeObject
+from remediator.errors import NotFound, NotSupported, PermanentError
+from remediator.settings import Settings
+
+__all__ = ["alert_pod", "gather_context", "gpu_request", "owner_chain", "uses_gpu"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+MAX_OWNER_DEPTH = 6
+NODE_LABEL_PREFIXES = ("nvidia.com/", "remediator.io/", "node.kubernetes.io/", "topology.kubernetes.io/")
+NODE_LABEL_KEYS = ("kubernetes.io/hostname",)
+
+
+def _is_gpu_resource(name: str) -> bool:
+    return name == GPU_RESOURCE or name.startswith(MIG_PREFIX)
+
+
+def _count(amount: object) -> int:
+    try:
+        return int(float(str(amount)))
+    except ValueError:
+        return 1
+
+
+def _container_gpus(container: Mapping[str, Any]) -> int:
+    resources = container.get("resources") or {}
+    per_source = [
+        sum(_count(v) for k, v in (resources.get(source) or {}).items() if _is_gpu_resource(k))
+        for source in ("requests", "limits")
+    ]
+    return max(per_source)
+
+
+def gpu_request(pod: Mapping[str, Any]) -> int:
+    """GPUs (whole or MIG slices) the pod holds: containers summed, or the largest init container."""
+    spec = pod.get("spec") or {}
+    running = sum(_container_gpus(c) for c in spec.get("containers") or [])
+    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(running, init)
+
+
+def uses_gpu(pod: Mapping[str, Any]) -> bool:
+    """True when any container or init container requests or limits nvidia.com/gpu or nvidia.com/mig-*."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return any(_container_gpus(c) > 0 for c in containers)
+
+
+def alert_pod(labels: Mapping[str, str], target: Target) -> tuple[str, str] | None:
+    """(namespace, pod) named by the alert; the exported_* forms win (they are the workload's own)."""
+    name = labels.get("exported_pod") or labels.get("pod") or target.pod
+    namespace = labels.get("exported_namespace") or labels.get("namespace") or target.namespace
+    if name and namespace:
+        return namespace, name
+    return None
+
+
+def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+
+
+async def owner_chain(
+    kube: KubeAdapter,
+    namespace: str,
+    obj: Mapping[str, Any],
+    cache: dict[tuple[str, str, str], KubeObject | None],
+) -> list[dict[str, Any]]:
+    """Pod -> ReplicaSet -> Deployment, Job -> CronJob, ...; a missing or unreadable owner ends the chain."""
+    chain: list[dict[str, Any]] = []
+    ref = _controller_ref(obj)
+    while ref is not None and len(chain) < MAX_OWNER_DEPTH:
+        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
+        entry: dict[str, Any] = {"kind": kind, "name": name}
+        chain.append(entry)
+        key = (namespace, kind, name)
+        if key not in cache:
+            cache[key] = await _read_owner(kube, namespace, ref, entry)
+        owner = cache[key]
+        if owner is None:
+            entry.setdefault("missing", True)
+            return chain
+        ref = _controller_ref(owner)
+    return chain
+
+
+async def _read_owner(
+    kube: KubeAdapter, namespace: str, ref: Mapping[str, Any], entry: dict[str, Any]
+) -> KubeObject | None:
+    try:
+        owner = await kube.get_owner(namespace, ref)
+    except NotFound:
+        return None
+    except NotSupported:
+        entry["unreadable"] = True
+        return None
+    except PermanentError as exc:
+        entry["error"] = exc.message
+        return None
+    if ref.get("uid") and (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+        return None  # same name, different object: the real owner is gone
+    return owner
+
+
+def _pod_summary(pod: Mapping[str, Any], owners: list[dict[str, Any]], from_alert: bool) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    return {
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "node": (pod.get("spec") or {}).get("nodeName"),
+        "phase": (pod.get("status") or {}).get("phase"),
+        "gpu_request": gpu_request(pod),
+        "owners": owners,
+        "from_alert": from_alert,
+    }
+
+
+def _node_summary(node: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if k in NODE_LABEL_KEYS or k.startswith(NODE_LABEL_PREFIXES)
+    }
+    addresses = (node.get("status") or {}).get("addresses") or []
+    internal_ip = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
+    return {
+        "name": meta.get("name"),
+        "unschedulable": bool(spec.get("unschedulable")),
+        "taints": list(spec.get("taints") or []),
+        "labels": labels,
+        "internal_ip": internal_ip,
+    }
+
+
+def _labels_only(target: Target, named: tuple[str, str] | None) -> dict[str, Any]:
+    pods: list[dict[str, Any]] = []
+    if named is not None:
+        pods.append(
+            {
+                "namespace": named[0],
+                "name": named[1],
+                "uid": None,
+                "node": target.node,
+                "phase": None,
+                "gpu_request": 0,
+                "owners": [],
+                "from_alert": True,
+            }
+        )
+    return {"pods": pods, "pod_source": "alert" if pods else "none", "node": {"name": target.node}}
+
+
+async def _node_info(kube: KubeAdapter, name: str | None) -> tuple[dict[str, Any], list[KubeObject]]:
+    if not name:
+        return {"name": None}, []
+    try:
+        node = await kube.get_node(name)
+    except NotFound:
+        return {"name": name, "missing": True}, []
+    return _node_summary(node), await kube.list_pods_on_node(name)
+
+
+async def _alert_pod_object(
+    kube: KubeAdapter, named: tuple[str, str] | None, on_node: list[KubeObject]
+) -> KubeObject | dict[str, Any] | None:
+    if named is None:
+        return None
+    for pod in on_node:
+        meta = pod.get("metadata") or {}
+        if (meta.get("namespace"), meta.get("name")) == named:
+            return pod
+    try:
+        return await kube.get_pod(*named)
+    except NotFound:
+        return {"metadata": {"namespace": named[0], "name": named[1]}, "missing": True}
+
+
+async def gather_context(
+    kube: KubeAdapter | None, target: Target, labels: Mapping[str, str], settings: Settings
+) -> dict[str, Any]:
+    """{"pods": [...], "pod_source": "alert+node" | "alert" | "none", "node": {...}} for `target`."""
+    named = alert_pod(labels, target)
+    if kube is None:
+        return _labels_only(target, named)
+    node, on_node = await _node_info(kube, target.node)
+    from_alert = await _alert_pod_object(kube, named, on_node)
+    cache: dict[tuple[str, str, str], KubeObject | None] = {}
+    pods: list[dict[str, Any]] = []
+    if from_alert is not None:
+        pods.append(await _summarise(kube, from_alert, True, cache))
+    alert_uid = (from_alert or {}).get("metadata", {}).get("uid")
+    for pod in on_node:
+        if uses_gpu(pod) and pod["metadata"].get("uid") != alert_uid:
+            pods.append(await _summarise(kube, pod, False, cache))
+    return {"pods": pods, "pod_source": "alert+node", "node": node}
+
+
+async def _summarise(
+    kube: KubeAdapter,
+    pod: Mapping[str, Any],
+    from_alert: bool,
+    cache: dict[tuple[str, str, str], KubeObject | None],
+) -> dict[str, Any]:
+    namespace = str((pod.get("metadata") or {}).get("namespace"))
+    owners = [] if pod.get("missing") else await owner_chain(kube, namespace, pod, cache)
+    summary = _pod_summary(pod, owners, from_alert)
+    if pod.get("missing"):
+        summary["missing"] = True
+    return summary

@@ -1,0 +1,290 @@
+"""Drain: cordon the node, then evict its workload pods through the Eviction API and wait until they are gone.
+
+Evictions respect PodDisruptionBudgets (a 429 is retried with backoff until the drain's deadline), carry
+the pod's UID as a precondition so a same-name replacement is never evicted by mistake, and are
+checkpointed one by one so that a crash and resume never evicts a pod twice. DaemonSet and mirror pods,
+finished pods and pods of excluded namespaces are left alone, as `kubectl drain` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.context import uses_gpu
+from remediator.actions.node import cordon_node, require_kube, target_node
+from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
+from remediator.durations import parse_duration
+from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
+
+__all__ = ["Drain", "DrainParams", "DrainPlan", "PodRef", "plan_drain"]
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class DrainParams(StrictParams):
+    pods: str = "gpu"
+    grace_period: int | None = Field(default=None, ge=0)
+    timeout: str = "10m"
+    skip_namespaces: list[str] = Field(default_factory=list)
+
+    @field_validator("pods")
+    @classmethod
+    def _pods(cls, value: str) -> str:
+        if not re.fullmatch(r"all|gpu|gpu:\S+", value):
+            raise ValueError(f'pods must be "all", "gpu" or "gpu:<uuid>", got {value!r}')
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodRef:
+        meta = pod.get("metadata") or {}
+        return cls(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+
+    def as_dict(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass
+class DrainPlan:
+    evict: list[tuple[PodRef, int | None]] = field(default_factory=list)
+    wait: list[PodRef] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    note: str | None = None
+
+
+def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("kind") == "DaemonSet" and r.get("controller") for r in refs)
+
+
+def _gpu_selection(selection: str, context: Mapping[str, Any]) -> tuple[set[str] | None, str | None]:
+    """For "gpu:<uuid>": identities (uid or namespace/name) of that GPU's pods; None falls back to "gpu"."""
+    if not selection.startswith("gpu:"):
+        return None, None
+    uuid = selection.split(":", 1)[1]
+    listed = (
+        (context.get("gpu_pods") or {}).get(uuid) if isinstance(context.get("gpu_pods"), Mapping) else None
+    )
+    if listed is None:
+        return None, f"pods of GPU {uuid} unknown (no gpu_pods in context): drained every GPU pod instead"
+    identities = set()
+    for entry in listed:
+        if entry.get("uid"):
+            identities.add(str(entry["uid"]))
+        identities.add(f"{entry.get('namespace')}/{entry.get('name')}")
+    return identities, None
+
+
+def _skip_reason(
+    pod: Mapping[str, Any], excluded: set[str], selection: str, gpu_pods: set[str] | None
+) -> str | None:
+    meta = pod.get("metadata") or {}
+    ref = PodRef.of(pod)
+    if ref.namespace in excluded:
+        return "namespace excluded"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return "mirror pod"
+    if _is_daemonset_pod(pod):
+        return "DaemonSet pod"
+    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+        return "completed"
+    if gpu_pods is not None:
+        return None if (ref.uid in gpu_pods or str(ref) in gpu_pods) else f"not on GPU {selection[4:]}"
+    if selection != "all" and not uses_gpu(pod):
+        return "uses no GPU"
+    return None
+
+
+def _grace(requested: int | None, pod: Mapping[str, Any]) -> int | None:
+    if requested is None:
+        return None
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return requested if own is None else min(requested, int(own))
+
+
+def plan_drain(pods: list[KubeObject], params: DrainParams, ctx: ActionContext, done: set[str]) -> DrainPlan:
+    """Sort the node's pods into: evict (with grace), wait for (terminating or evicted before), skipped."""
+    settings = ctx.settings
+    excluded = {*settings.excluded_namespaces, *params.skip_namespaces}
+    if settings.own_namespace:
+        excluded.add(settings.own_namespace)
+    gpu_pods, note = _gpu_selection(params.pods, ctx.context)
+    plan = DrainPlan(note=note)
+    for pod in pods:
+        ref = PodRef.of(pod)
+        reason = _skip_reason(pod, excluded, params.pods, gpu_pods)
+        if reason is not None:
+            plan.skipped.append({**ref.as_dict(), "reason": reason})
+        elif (pod.get("metadata") or {}).get("deletionTimestamp") or ref.uid in done:
+            plan.wait.append(ref)
+        else:
+            plan.evict.append((ref, _grace(params.grace_period, pod)))
+    return plan
+
+
+class _Evictor:
+    """Evicts pods concurrently under the eviction rate limit, checkpointing each accepted eviction."""
+
+    def __init__(self, kube: KubeAdapter, ctx: ActionContext, deadline: float, drain: Drain) -> None:
+        self.kube = kube
+        self.ctx = ctx
+        self.deadline = deadline
+        self.drain = drain
+        self.bucket = TokenBucket(ctx.settings.eviction_qps)
+        self.evicted: dict[str, dict[str, str]] = dict(ctx.progress.get("evicted") or {})
+        self.blocked: dict[str, str] = {}
+        self.failures: list[ActionError] = []
+        self._lock = asyncio.Lock()
+
+    def _left(self) -> float:
+        return self.deadline - asyncio.get_running_loop().time()
+
+    async def evict_all(self, targets: list[tuple[PodRef, int | None]]) -> None:
+        """Evict concurrently; an unexpected error (a failed checkpoint) stops every other eviction."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                for ref, grace in targets:
+                    group.create_task(self._evict(ref, grace))
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+
+    async def _evict(self, ref: PodRef, grace: int | None) -> None:
+        delay = self.drain.backoff_initial
+        while True:
+            await self.bucket.acquire()
+            try:
+                await self.kube.evict_pod(ref.namespace, ref.name, grace_period_seconds=grace, uid=ref.uid)
+            except (NotFound, Conflict):
+                return  # gone already, or replaced by a new pod of the same name
+            except TemporaryError as exc:
+                self.blocked[ref.uid] = exc.message
+                wait = exc.retry_after if exc.retry_after else delay
+                delay = min(delay * 2, self.drain.backoff_max)
+                if self._left() <= 0:
+                    return
+                await asyncio.sleep(min(wait, self._left()))
+                continue
+            except PermanentError as exc:
+                self.failures.append(exc)
+                return
+            self.blocked.pop(ref.uid, None)
+            await self._record(ref)
+            return
+
+    async def _record(self, ref: PodRef) -> None:
+        async with self._lock:
+            self.evicted[ref.uid] = ref.as_dict()
+            self.ctx.progress["evicted"] = dict(self.evicted)
+            await self.ctx.checkpoint(dict(self.ctx.progress))
+
+
+class Drain(Action):
+    """Cordon, then evict the node's (GPU) pods and wait until they are gone or replaced."""
+
+    name = "drain"
+    Params = DrainParams
+    quarantines = True
+    default_revert = "uncordon"
+
+    def __init__(
+        self, *, poll_interval: float = 1.0, backoff_initial: float = 1.0, backoff_max: float = 30.0
+    ) -> None:
+        self.poll_interval = poll_interval
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: DrainParams = params
+        node = target_node(ctx)
+        if ctx.dry_run:
+            return await self._dry_run(ctx, p, node)
+        kube = require_kube(ctx)
+        deadline = asyncio.get_running_loop().time() + parse_duration(p.timeout).total_seconds()
+        cordon_output, cordoned = await cordon_node(ctx, kube, node)
+        evictor = _Evictor(kube, ctx, deadline, self)
+        plan = plan_drain(await kube.list_pods_on_node(node), p, ctx, set(evictor.evicted))
+        await evictor.evict_all(plan.evict)
+        if evictor.failures:
+            raise evictor.failures[0]
+        watched = [*plan.wait, *(ref for ref, _ in plan.evict)]
+        remaining = await self._wait_gone(kube, node, watched, deadline)
+        output = {
+            **cordon_output,
+            "selection": p.pods,
+            "evicted": list(evictor.evicted.values()),
+            "skipped": plan.skipped,
+            "remaining": [
+                {**r.as_dict(), "blocked_by": evictor.blocked.get(r.uid, "still terminating")}
+                for r in remaining
+            ],
+        }
+        if plan.note:
+            output["note"] = plan.note
+        if remaining:
+            left = ", ".join(f"{r} ({evictor.blocked.get(r.uid, 'still terminating')})" for r in remaining)
+            raise StepFailed(
+                f"drain of node {node} timed out after {p.timeout}; pods left: {left}", details=output
+            )
+        changed = cordoned or bool(evictor.evicted)
+        message = f"node {node} drained: {len(evictor.evicted)} evicted, {len(plan.skipped)} skipped"
+        return ActionResult(changed=changed, message=message, output=output)
+
+    async def _wait_gone(
+        self, kube: KubeAdapter, node: str, refs: list[PodRef], deadline: float
+    ) -> list[PodRef]:
+        """Poll until none of `refs` (by UID) is on the node; return those still there at the deadline."""
+        loop = asyncio.get_running_loop()
+        pending = {r.uid: r for r in refs}
+        while pending:
+            present = {str((p.get("metadata") or {}).get("uid")) for p in await kube.list_pods_on_node(node)}
+            pending = {uid: r for uid, r in pending.items() if uid in present}
+            left = deadline - loop.time()
+            if not pending or left <= 0:
+                break
+            await asyncio.sleep(min(self.poll_interval, left))
+        return list(pending.values())
+
+    async def _dry_run(self, ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
+        if ctx.kube is None:
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would cordon and drain node {node} ({p.pods} pods)",
+                output={"node": node, "selection": p.pods, "dry_run": True},
+            )
+        plan = plan_drain(await ctx.kube.list_pods_on_node(node), p, ctx, set())
+        would = [ref.as_dict() for ref, _ in plan.evict]
+        output = {
+            "node": node,
+            "selection": p.pods,
+            "would_evict": would,
+            "would_wait_for": [r.as_dict() for r in plan.wait],
+            "skipped": plan.skipped,
+            "dry_run": True,
+        }
+        if plan.note:
+            output["note"] = plan.note
+        message = f"dry run: would cordon node {node} and evict {len(would)} pods"
+        return ActionResult(changed=False, message=message, output=output)

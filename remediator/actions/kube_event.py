@@ -1,0 +1,120 @@
+"""The `event` action: a core/v1 Event on the node or on the affected pods, so `kubectl describe` shows it.
+
+Events are named from the remediation, the step and the object, so re-running the step after a crash
+finds its own event (409 AlreadyExists) instead of posting a second one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.node import require_kube, target_node
+from remediator.adapters.kube import FIELD_MANAGER, KubeAdapter
+from remediator.errors import Conflict, Invalid
+
+__all__ = ["Event", "EventParams", "event_body"]
+
+MAX_MESSAGE = 1024
+NODE_EVENT_NAMESPACE = "default"
+
+
+class EventParams(StrictParams):
+    reason: str = Field(min_length=1, max_length=128)
+    message: str
+    type: Literal["Normal", "Warning"] = "Warning"
+    on: Literal["node", "pods"] = "node"
+
+
+def _event_name(involved: Mapping[str, Any], ctx: ActionContext) -> str:
+    seed = f"{ctx.remediation_id}/{ctx.step_name}/{involved.get('uid') or involved.get('name')}"
+    digest = hashlib.sha256(seed.encode()).hexdigest()[:16]
+    return f"{str(involved['name'])[:200]}.{digest}"
+
+
+def event_body(
+    involved: Mapping[str, Any], namespace: str, params: EventParams, ctx: ActionContext
+) -> dict[str, Any]:
+    """A legacy core/v1 Event (no eventTime): its namespace must match the involved object's."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": _event_name(involved, ctx), "namespace": namespace},
+        "involvedObject": dict(involved),
+        "reason": params.reason,
+        "message": params.message[:MAX_MESSAGE],
+        "type": params.type,
+        "source": {"component": FIELD_MANAGER},
+        "reportingComponent": FIELD_MANAGER,
+        "reportingInstance": ctx.settings.replica_id or FIELD_MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, Any]) -> bool:
+    try:
+        await kube.create_event(namespace, body)
+    except Conflict:
+        return False  # posted by an earlier attempt of this step
+    return True
+
+
+def _pod_targets(ctx: ActionContext) -> list[tuple[str, dict[str, Any]]]:
+    targets = []
+    for pod in ctx.context.get("pods") or []:
+        if not pod.get("namespace") or not pod.get("name"):
+            continue
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"], "name": pod["name"]}
+        if pod.get("uid"):
+            involved["uid"] = pod["uid"]
+        targets.append((str(pod["namespace"]), involved))
+    return targets
+
+
+class Event(Action):
+    """Record a Kubernetes Event (reason, message) on the node or on the pods in the context."""
+
+    name = "event"
+    Params = EventParams
+    mutating = False
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: EventParams = params
+        if ctx.dry_run:
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would record event {p.reason} on the {p.on}",
+                output={"on": p.on, "reason": p.reason, "dry_run": True},
+            )
+        kube = require_kube(ctx)
+        targets = await self._targets(kube, ctx, p)
+        posted = []
+        for namespace, involved in targets:
+            if await _post(kube, namespace, event_body(involved, namespace, p, ctx)):
+                posted.append(f"{involved['kind']}/{involved['name']}")
+        message = (
+            f"event {p.reason} recorded on {', '.join(posted)}"
+            if posted
+            else f"event {p.reason}: nothing new"
+        )
+        return ActionResult(changed=bool(posted), message=message, output={"on": p.on, "objects": posted})
+
+    async def _targets(
+        self, kube: KubeAdapter, ctx: ActionContext, p: EventParams
+    ) -> list[tuple[str, dict[str, Any]]]:
+        if p.on == "pods":
+            return _pod_targets(ctx)
+        name = target_node(ctx)
+        node = await kube.get_node(name)
+        uid = (node.get("metadata") or {}).get("uid")
+        if not uid:
+            raise Invalid(f"node {name} has no uid")
+        return [(NODE_EVENT_NAMESPACE, {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid})]

@@ -1,0 +1,540 @@
+"""Node actions: cordon, taint, label and annotate a node, and their exact reverts.
+
+Each forward action records what it found before writing (in the step's checkpointed progress, so a
+re-run after a crash still knows the state from before the first attempt) and returns it in its output;
+the revert reads that output and restores exactly that state. Taints, labels and annotations that others
+set are never removed or rewritten. Values that alert text may feed into (taint values, label values) are
+checked against Kubernetes syntax before any request, so a bad value fails the step instead of the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
+from remediator.adapters.kube import KubeAdapter, KubeObject
+from remediator.errors import Conflict, Invalid, NotSupported
+
+__all__ = [
+    "DEFAULT_TAINT_KEY",
+    "QUARANTINE_STATE",
+    "REMEDIATION_ANNOTATION",
+    "STATE_LABEL",
+    "Annotate",
+    "Cordon",
+    "Label",
+    "Taint",
+    "Unannotate",
+    "Uncordon",
+    "Unlabel",
+    "Untaint",
+    "cordon_node",
+    "label_value_problem",
+    "qualified_name_problem",
+    "require_kube",
+    "target_node",
+]
+
+DEFAULT_TAINT_KEY = "remediator.io/gpu-unhealthy"
+STATE_LABEL = "remediator.io/state"
+REMEDIATION_ANNOTATION = "remediator.io/remediation"
+QUARANTINE_STATE = "quarantined"
+MAX_ANNOTATION_BYTES = 256 * 1024
+CONFLICT_ATTEMPTS = 5
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+# ---------------------------------------------------------------------------------------- syntax
+
+
+def qualified_name_problem(key: str) -> str | None:
+    """Why `key` is not a Kubernetes qualified name (`[dns-prefix/]name`), or None if it is one."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        return "the prefix must be a lowercase DNS subdomain of at most 253 characters"
+    if not name or len(name) > 63 or not _NAME.match(name):
+        return "the name must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    """Why `value` is not a valid label (or taint) value, or None: empty, or <=63 of [A-Za-z0-9_.-]."""
+    if value == "":
+        return None
+    if len(value) > 63 or not _NAME.match(value):
+        return "must be at most 63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
+    return None
+
+
+def _checked(what: str, value: str, problem: str | None) -> str:
+    if problem is not None:
+        raise Invalid(f"invalid {what} {value!r}: {problem}", details={"field": what, "value": value})
+    return value
+
+
+def _validator_error(what: str, value: str, problem: str | None) -> str:
+    if problem is not None:
+        raise ValueError(f"invalid {what} {value!r}: {problem}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------- shared
+
+
+def require_kube(ctx: ActionContext) -> KubeAdapter:
+    if ctx.kube is None:
+        raise NotSupported("no Kubernetes credentials: the controller runs plan-only")
+    return ctx.kube
+
+
+def target_node(ctx: ActionContext) -> str:
+    if not ctx.target.node:
+        raise Invalid(f"{ctx.step_name}: the remediation target {ctx.target.key} names no node")
+    return ctx.target.node
+
+
+def _meta_map(node: Mapping[str, Any], field: str) -> dict[str, str]:
+    return dict((node.get("metadata") or {}).get(field) or {})
+
+
+def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+
+
+async def _remember(ctx: ActionContext, observed: dict[str, Any]) -> dict[str, Any]:
+    """The state before the first attempt: from progress when an earlier attempt saved it, else `observed`."""
+    prior = ctx.progress.get("prior")
+    if isinstance(prior, dict):
+        return prior
+    ctx.progress["prior"] = observed
+    await ctx.checkpoint(dict(ctx.progress))
+    return observed
+
+
+def _dry(message: str, output: dict[str, Any]) -> ActionResult:
+    return ActionResult(changed=False, message=f"dry run: {message}", output={**output, "dry_run": True})
+
+
+def _needs_marks(node: Mapping[str, Any]) -> bool:
+    return REMEDIATION_ANNOTATION not in _meta_map(node, "annotations")
+
+
+def _mark_patch(node: Mapping[str, Any], ctx: ActionContext) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    if STATE_LABEL not in _meta_map(node, "labels"):
+        labels[STATE_LABEL] = QUARANTINE_STATE
+    return {"labels": labels, "annotations": {REMEDIATION_ANNOTATION: ctx.remediation_id}}
+
+
+def _unmark_patch(node: Mapping[str, Any], remediation_id: str) -> dict[str, Any]:
+    """Remove our marks, but only while they are still ours."""
+    if _meta_map(node, "annotations").get(REMEDIATION_ANNOTATION) != remediation_id:
+        return {}
+    patch: dict[str, Any] = {"annotations": {REMEDIATION_ANNOTATION: None}}
+    if _meta_map(node, "labels").get(STATE_LABEL) == QUARANTINE_STATE:
+        patch["labels"] = {STATE_LABEL: None}
+    return patch
+
+
+def _should_unmark(ctx: ActionContext) -> bool:
+    if ctx.prior_output is None:
+        return True
+    return bool(ctx.prior_output.get("marked"))
+
+
+# ---------------------------------------------------------------------------------------- cordon
+
+
+async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple[dict[str, Any], bool]:
+    """Cordon and mark `name`; returns (output with was_unschedulable and marked, changed)."""
+    node = await kube.get_node(name)
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    prior = await _remember(ctx, {"was_unschedulable": unschedulable, "marked": _needs_marks(node)})
+    output = {
+        "node": name,
+        "was_unschedulable": bool(prior["was_unschedulable"]),
+        "marked": bool(prior["marked"]),
+    }
+    patch: dict[str, Any] = {}
+    if not unschedulable:
+        patch["spec"] = {"unschedulable": True}
+    if _needs_marks(node):
+        patch["metadata"] = _mark_patch(node, ctx)
+    if patch:
+        await kube.patch_node(name, patch)
+    return output, bool(patch)
+
+
+class Cordon(Action):
+    """Mark the node unschedulable (and with the controller's marks)."""
+
+    name = "cordon"
+    quarantines = True
+    default_revert = "uncordon"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        name = target_node(ctx)
+        if ctx.dry_run:
+            return await _dry_cordon(ctx, name)
+        output, changed = await cordon_node(ctx, require_kube(ctx), name)
+        verb = "cordoned" if changed else "already cordoned"
+        return ActionResult(changed=changed, message=f"node {name} {verb}", output=output)
+
+
+async def _dry_cordon(ctx: ActionContext, name: str) -> ActionResult:
+    if ctx.kube is None:
+        return _dry(f"would cordon node {name}", {"node": name})
+    node = await ctx.kube.get_node(name)
+    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
+    return _dry(what, {"node": name, "was_unschedulable": unschedulable})
+
+
+class Uncordon(Action):
+    """Make the node schedulable again, unless it was already unschedulable before the remediation."""
+
+    name = "uncordon"
+    Params = NoParams
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        name = target_node(ctx)
+        was_unschedulable = bool((ctx.prior_output or {}).get("was_unschedulable"))
+        if ctx.dry_run:
+            keep = " (stays cordoned: it was cordoned before)" if was_unschedulable else ""
+            return _dry(f"would uncordon node {name}{keep}", {"node": name})
+        kube = require_kube(ctx)
+        node = await kube.get_node(name)
+        patch: dict[str, Any] = {}
+        if not was_unschedulable and (node.get("spec") or {}).get("unschedulable"):
+            patch["spec"] = {"unschedulable": None}
+        marks = _unmark_patch(node, ctx.remediation_id) if _should_unmark(ctx) else {}
+        if marks:
+            patch["metadata"] = marks
+        if patch:
+            await kube.patch_node(name, patch)
+        message = (
+            f"node {name} left cordoned: it was cordoned before"
+            if was_unschedulable
+            else f"node {name} uncordoned"
+        )
+        return ActionResult(
+            changed=bool(patch), message=message, output={"node": name, "kept_cordoned": was_unschedulable}
+        )
+
+
+# ---------------------------------------------------------------------------------------- taints
+
+
+class TaintParams(StrictParams):
+    key: str = DEFAULT_TAINT_KEY
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        return _validator_error("taint key", value, qualified_name_problem(value))
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        return _validator_error("taint value", value, label_value_problem(value))
+
+
+class UntaintParams(StrictParams):
+    key: str | None = None
+    value: str | None = None
+    effect: TaintEffect | None = None
+
+
+def _find_taint(taints: list[dict[str, Any]], key: str, effect: str) -> dict[str, Any] | None:
+    return next((t for t in taints if t.get("key") == key and t.get("effect") == effect), None)
+
+
+def _with_taint(taints: list[dict[str, Any]], key: str, value: str, effect: str) -> list[dict[str, Any]]:
+    wanted = {"key": key, "value": value, "effect": effect}
+    replaced = [wanted if (t.get("key"), t.get("effect")) == (key, effect) else t for t in taints]
+    return replaced if wanted in replaced else [*taints, wanted]
+
+
+def _taint_value(taint: Mapping[str, Any] | None) -> str | None:
+    return None if taint is None else str(taint.get("value") or "")
+
+
+async def _patch_with_retry(kube: KubeAdapter, name: str, build: Any) -> tuple[KubeObject, dict[str, Any]]:
+    """Read the node, build a patch from it (`build(node) -> patch`), write it guarded by resourceVersion.
+
+    A 409 means another writer got in between: read again and rebuild, so their change survives.
+    """
+    for _attempt in range(CONFLICT_ATTEMPTS):
+        node = await kube.get_node(name)
+        patch: dict[str, Any] = build(node)
+        if not patch:
+            return node, patch
+        patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+        try:
+            return await kube.patch_node(name, patch), patch
+        except Conflict:
+            continue
+    raise Conflict(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)")
+
+
+class Taint(Action):
+    """Put one taint (key + effect) on the node, replacing only a taint with the same key and effect."""
+
+    name = "taint"
+    Params = TaintParams
+    quarantines = True
+    default_revert = "untaint"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: TaintParams = params
+        _checked("taint key", p.key, qualified_name_problem(p.key))
+        _checked("taint value", p.value, label_value_problem(p.value))
+        name = target_node(ctx)
+        described = f"{p.key}={p.value}:{p.effect}"
+        if ctx.dry_run:
+            return _dry(
+                f"would taint node {name} with {described}", {"node": name, "key": p.key, "effect": p.effect}
+            )
+        kube = require_kube(ctx)
+        node = await kube.get_node(name)
+        current = _find_taint(_taints(node), p.key, p.effect)
+        prior = await _remember(
+            ctx,
+            {
+                "previous": None if current is None else {"value": _taint_value(current)},
+                "marked": _needs_marks(node),
+            },
+        )
+
+        def build(fresh: KubeObject) -> dict[str, Any]:
+            patch: dict[str, Any] = {}
+            if _taint_value(_find_taint(_taints(fresh), p.key, p.effect)) != p.value:
+                patch["spec"] = {"taints": _with_taint(_taints(fresh), p.key, p.value, p.effect)}
+            if _needs_marks(fresh):
+                patch["metadata"] = _mark_patch(fresh, ctx)
+            return patch
+
+        _, patch = await _patch_with_retry(kube, name, build)
+        output = {
+            "node": name,
+            "key": p.key,
+            "value": p.value,
+            "effect": p.effect,
+            "previous": prior["previous"],
+            "marked": bool(prior["marked"]),
+        }
+        verb = "tainted" if patch else "already tainted"
+        return ActionResult(changed=bool(patch), message=f"node {name} {verb} {described}", output=output)
+
+
+class Untaint(Action):
+    """Remove the taint (key + effect), or put back the value it had before the remediation."""
+
+    name = "untaint"
+    Params = UntaintParams
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: UntaintParams = params
+        prior = ctx.prior_output or {}
+        key = p.key or str(prior.get("key") or DEFAULT_TAINT_KEY)
+        effect = p.effect or str(prior.get("effect") or "NoSchedule")
+        name = target_node(ctx)
+        if ctx.dry_run:
+            return _dry(f"would remove taint {key}:{effect} from node {name}", {"node": name, "key": key})
+        kube = require_kube(ctx)
+
+        def build(fresh: KubeObject) -> dict[str, Any]:
+            patch: dict[str, Any] = {}
+            taints = _restored_taints(_taints(fresh), key, effect, ctx.prior_output)
+            if taints != _taints(fresh):
+                patch["spec"] = {"taints": taints}
+            marks = _unmark_patch(fresh, ctx.remediation_id) if _should_unmark(ctx) else {}
+            if marks:
+                patch["metadata"] = marks
+            return patch
+
+        _, patch = await _patch_with_retry(kube, name, build)
+        restored = (prior.get("previous") or {}).get("value") if ctx.prior_output else None
+        what = (
+            f"restored taint {key}={restored}:{effect}"
+            if restored is not None
+            else f"removed taint {key}:{effect}"
+        )
+        message = (
+            f"node {name}: {what}" if patch else f"node {name}: nothing to undo for taint {key}:{effect}"
+        )
+        return ActionResult(
+            changed=bool(patch), message=message, output={"node": name, "key": key, "effect": effect}
+        )
+
+
+def _restored_taints(
+    taints: list[dict[str, Any]], key: str, effect: str, prior: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    current = _find_taint(taints, key, effect)
+    if current is None:
+        return taints
+    if prior is None:
+        return [t for t in taints if t is not current]
+    if _taint_value(current) != str(prior.get("value") or ""):
+        return taints  # someone rewrote the taint since: it is theirs now
+    previous = prior.get("previous")
+    if previous is not None:
+        return _with_taint(taints, key, str(previous.get("value") or ""), effect)
+    return [t for t in taints if t is not current]
+
+
+# ---------------------------------------------------------------------------------------- labels, annotations
+
+
+class LabelParams(StrictParams):
+    key: str
+    value: str
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        return _validator_error("label key", value, qualified_name_problem(value))
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        return _validator_error("label value", value, label_value_problem(value))
+
+
+class AnnotationParams(StrictParams):
+    key: str
+    value: str
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        return _validator_error("annotation key", value, qualified_name_problem(value.lower()))
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: str) -> str:
+        if len(value.encode()) > MAX_ANNOTATION_BYTES:
+            raise ValueError(f"annotation value longer than {MAX_ANNOTATION_BYTES} bytes")
+        return value
+
+
+class UnsetParams(StrictParams):
+    key: str | None = None
+    value: str | None = None
+
+
+class _SetEntry(Action):
+    """Set one key of node metadata.labels or metadata.annotations, remembering the previous value."""
+
+    field: str
+    what: str
+
+    def check(self, key: str, value: str) -> None:
+        raise NotImplementedError
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        key, value = str(params.key), str(params.value)
+        self.check(key, value)
+        name = target_node(ctx)
+        if ctx.dry_run:
+            return _dry(f"would set {self.what} {key}={value} on node {name}", {"node": name, "key": key})
+        kube = require_kube(ctx)
+        node = await kube.get_node(name)
+        current = _meta_map(node, self.field).get(key)
+        prior = await _remember(ctx, {"previous": current})
+        changed = current != value
+        if changed:
+            await kube.patch_node(name, {"metadata": {self.field: {key: value}}})
+        output = {"node": name, "key": key, "value": value, "previous": prior["previous"]}
+        verb = "set" if changed else "already set"
+        return ActionResult(
+            changed=changed, message=f"node {name}: {self.what} {key}={value} {verb}", output=output
+        )
+
+
+class _UnsetEntry(Action):
+    """Remove one label/annotation key, or put back the value it had before the remediation."""
+
+    Params = UnsetParams
+    field: str
+    what: str
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        prior = ctx.prior_output
+        key = params.key or (prior or {}).get("key")
+        if not key:
+            raise Invalid(f"{self.name}: no key given and no forward step output to undo")
+        name = target_node(ctx)
+        if ctx.dry_run:
+            return _dry(f"would remove {self.what} {key} from node {name}", {"node": name, "key": key})
+        kube = require_kube(ctx)
+        node = await kube.get_node(name)
+        current = _meta_map(node, self.field).get(key)
+        wanted = _restored_entry(current, prior)
+        changed = wanted != current
+        if changed:
+            await kube.patch_node(name, {"metadata": {self.field: {key: wanted}}})
+        verb = ("restored to " + repr(wanted)) if wanted is not None else "removed"
+        message = (
+            f"node {name}: {self.what} {key} {verb}"
+            if changed
+            else f"node {name}: {self.what} {key} unchanged"
+        )
+        return ActionResult(changed=changed, message=message, output={"node": name, "key": key})
+
+
+def _restored_entry(current: str | None, prior: Mapping[str, Any] | None) -> str | None:
+    if prior is None or current is None:
+        return None
+    if current != prior.get("value"):
+        return current  # rewritten by someone else since: theirs now
+    previous = prior.get("previous")
+    return None if previous is None else str(previous)
+
+
+class Label(_SetEntry):
+    name = "label"
+    Params = LabelParams
+    default_revert = "unlabel"
+    field = "labels"
+    what = "label"
+
+    def check(self, key: str, value: str) -> None:
+        _checked("label key", key, qualified_name_problem(key))
+        _checked("label value", value, label_value_problem(value))
+
+
+class Unlabel(_UnsetEntry):
+    name = "unlabel"
+    field = "labels"
+    what = "label"
+
+
+class Annotate(_SetEntry):
+    name = "annotate"
+    Params = AnnotationParams
+    default_revert = "unannotate"
+    field = "annotations"
+    what = "annotation"
+
+    def check(self, key: str, value: str) -> None:
+        _checked("annotation key", key, qualified_name_problem(key.lower()))
+        if len(value.encode()) > MAX_ANNOTATION_BYTES:
+            raise Invalid(f"annotation {key} value longer than {MAX_ANNOTATION_BYTES} bytes")
+
+
+class Unannotate(_UnsetEntry):
+    name = "unannotate"
+    field = "annotations"
+    what = "annotation"

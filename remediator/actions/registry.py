@@ -1,0 +1,33 @@
+"""The table of actions playbooks can name: one instance per action, keyed by its name."""
+
+from __future__ import annotations
+
+from remediator.actions.base import Action
+from remediator.actions.drain import Drain
+from remediator.actions.gpu import CollectDiagnostics, GpuReset, PowerLimit, RestorePowerLimit
+from remediator.actions.kube_event import Event
+from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, Uncordon, Unlabel, Untaint
+from remediator.actions.notify import Notify
+
+__all__ = ["default_registry"]
+
+
+def default_registry() -> dict[str, Action]:
+    actions: list[Action] = [
+        Cordon(),
+        Uncordon(),
+        Taint(),
+        Untaint(),
+        Label(),
+        Unlabel(),
+        Annotate(),
+        Unannotate(),
+        Drain(),
+        Event(),
+        PowerLimit(),
+        RestorePowerLimit(),
+        GpuReset(),
+        CollectDiagnostics(),
+        Notify(),
+    ]
+    return {action.name: action for action in actions}

@@ -1,0 +1,363 @@
+"""The controller's only door to the Kubernetes API (the official client's async flavour, `kubernetes.aio`).
+
+Objects come back as the JSON the apiserver sent (camelCase dicts), so actions read exactly the fields a
+real server returns and tests can compare them with the fake server's objects. Every failure leaves this
+module as a `remediator.errors` class: the status code picks the class, 429 and 5xx carry Retry-After, and
+connection problems become ServiceUnavailable. A token bucket keeps the controller under `kube_qps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pydantic
+from kubernetes.aio import client, config
+from kubernetes.aio.client.exceptions import ApiException
+from kubernetes.aio.config.config_exception import ConfigException
+
+from remediator.errors import (
+    ActionError,
+    ConfigError,
+    Invalid,
+    NotSupported,
+    ServiceUnavailable,
+    TemporaryError,
+    error_for_status,
+)
+from remediator.settings import Settings
+
+__all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "TokenBucket", "connect"]
+
+FIELD_MANAGER = "remediator"
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+LIST_PAGE = 500
+
+KubeObject = dict[str, Any]
+
+# kind -> (API group attribute, the snake_case resource in the client's method names)
+_NAMESPACED_KINDS: dict[str, tuple[str, str]] = {
+    "Pod": ("core", "pod"),
+    "ResourceQuota": ("core", "resource_quota"),
+    "ReplicationController": ("core", "replication_controller"),
+    "ReplicaSet": ("apps", "replica_set"),
+    "Deployment": ("apps", "deployment"),
+    "StatefulSet": ("apps", "stateful_set"),
+    "DaemonSet": ("apps", "daemon_set"),
+    "Job": ("batch", "job"),
+    "CronJob": ("batch", "cron_job"),
+    "PodDisruptionBudget": ("policy", "pod_disruption_budget"),
+}
+
+
+class TokenBucket:
+    """At most `rate` acquisitions a second on average, bursts up to `burst`; time from the event loop."""
+
+    def __init__(self, rate: float, burst: int | None = None) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate = rate
+        self.burst = float(burst if burst is not None else max(1, int(rate)))
+        self._tokens = self.burst
+        self._updated: float | None = None
+        self._lock = asyncio.Lock()
+
+    def _refill(self, now: float) -> None:
+        if self._updated is not None:
+            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
+        self._updated = now
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            self._refill(loop.time())
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) / self.rate)
+                self._refill(loop.time())
+            self._tokens -= 1
+
+
+def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> ActionError:
+    try:
+        document = json.loads(body) if body else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    message = str(document.get("message") or body[:200].decode(errors="replace") or f"HTTP {status}")
+    error = error_for_status(status, message, details=document or None)
+    if isinstance(error, TemporaryError):
+        error.retry_after = _retry_after(headers, document)
+    return error
+
+
+def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> float | None:
+    raw = headers.get("Retry-After")
+    if raw is None:
+        raw = (document.get("details") or {}).get("retryAfterSeconds")
+    try:
+        seconds = float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and seconds > 0 else None
+
+
+class KubeAdapter:
+    """Typed async calls the actions need. Build it with `connect(settings)` or from an ApiClient."""
+
+    def __init__(self, api_client: client.ApiClient, *, qps: float = 50.0, burst: int | None = None) -> None:
+        self.api_client = api_client
+        self._bucket = TokenBucket(qps, burst)
+        self._apis: dict[str, Any] = {
+            "core": client.CoreV1Api(api_client),
+            "apps": client.AppsV1Api(api_client),
+            "batch": client.BatchV1Api(api_client),
+            "policy": client.PolicyV1Api(api_client),
+        }
+
+    @classmethod
+    def for_host(cls, host: str, *, qps: float = 50.0) -> KubeAdapter:
+        """An adapter for an unauthenticated apiserver URL (tests, kubectl proxy)."""
+        configuration = client.Configuration(host=host)
+        return cls(client.ApiClient(configuration), qps=qps)
+
+    async def close(self) -> None:
+        await self.api_client.close()  # type: ignore[no-untyped-call]
+
+    async def _call(self, method: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
+        await self._bucket.acquire()
+        try:
+            response = await method(*args, **options)
+            try:
+                body = await response.read()
+                status, headers = int(response.status), dict(response.headers)
+            finally:
+                response.release()
+        except ApiException as exc:  # raised by the client itself, before or without an HTTP answer
+            raise error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}") from exc
+        except pydantic.ValidationError as exc:
+            raise Invalid(f"kubernetes client refused the request: {exc}") from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+        if status >= 400:
+            raise _status_error(status, body, headers)
+        return json.loads(body) if body else {}
+
+    def _method(self, group: str, name: str) -> Callable[..., Awaitable[Any]]:
+        method: Callable[..., Awaitable[Any]] = getattr(self._apis[group], f"{name}_without_preload_content")
+        return method
+
+    async def _list(self, group: str, name: str, *args: Any, **selectors: str | None) -> list[KubeObject]:
+        items: list[KubeObject] = []
+        token: str | None = None
+        while True:
+            page = await self._call(
+                self._method(group, name),
+                *args,
+                limit=LIST_PAGE,
+                _continue=token,
+                **{k: v for k, v in selectors.items() if v},
+            )
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+
+    # ------------------------------------------------------------------ nodes
+
+    async def get_node(self, name: str) -> KubeObject:
+        result: KubeObject = await self._call(self._method("core", "read_node"), name)
+        return result
+
+    async def list_nodes(self, label_selector: str | None = None) -> list[KubeObject]:
+        return await self._list("core", "list_node", label_selector=label_selector)
+
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""
+        result: KubeObject = await self._call(
+            self._method("core", "patch_node"),
+            name,
+            dict(patch),
+            field_manager=FIELD_MANAGER,
+            _content_type=STRATEGIC_MERGE,
+        )
+        return result
+
+    # ------------------------------------------------------------------ pods
+
+    async def get_pod(self, namespace: str, name: str) -> KubeObject:
+        result: KubeObject = await self._call(self._method("core", "read_namespaced_pod"), name, namespace)
+        return result
+
+    async def list_pods(
+        self,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[KubeObject]:
+        if namespace is None:
+            return await self._list(
+                "core",
+                "list_pod_for_all_namespaces",
+                field_selector=field_selector,
+                label_selector=label_selector,
+            )
+        return await self._list(
+            "core",
+            "list_namespaced_pod",
+            namespace,
+            field_selector=field_selector,
+            label_selector=label_selector,
+        )
+
+    async def list_pods_on_node(self, node: str) -> list[KubeObject]:
+        return await self.list_pods(field_selector=f"spec.nodeName={node}")
+
+    async def evict_pod(
+        self, namespace: str, name: str, *, grace_period_seconds: int | None = None, uid: str | None = None
+    ) -> None:
+        """policy/v1 Eviction; with `uid` the server refuses (409) to evict a same-name replacement."""
+        options: dict[str, Any] = {}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        body = client.V1Eviction.model_validate(
+            {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": options or None,
+            }
+        )
+        await self._call(self._method("core", "create_namespaced_pod_eviction"), name, namespace, body)
+
+    # ------------------------------------------------------------------ events
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> KubeObject:
+        """Create a core/v1 Event (the body as the API spells it, camelCase)."""
+        body = client.CoreV1Event.model_validate(dict(event))
+        result: KubeObject = await self._call(
+            self._method("core", "create_namespaced_event"), namespace, body, field_manager=FIELD_MANAGER
+        )
+        return result
+
+    # ------------------------------------------------------------------ namespaced objects
+
+    def _kind(self, kind: str) -> tuple[str, str]:
+        try:
+            return _NAMESPACED_KINDS[kind]
+        except KeyError:
+            raise NotSupported(f"the controller does not read {kind} objects") from None
+
+    async def get_object(self, kind: str, namespace: str, name: str) -> KubeObject:
+        group, resource = self._kind(kind)
+        result: KubeObject = await self._call(
+            self._method(group, f"read_namespaced_{resource}"), name, namespace
+        )
+        return result
+
+    async def patch_object(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], *, merge: bool = False
+    ) -> KubeObject:
+        """Strategic merge patch (or a JSON merge patch with merge=True) with field manager "remediator"."""
+        group, resource = self._kind(kind)
+        result: KubeObject = await self._call(
+            self._method(group, f"patch_namespaced_{resource}"),
+            name,
+            namespace,
+            dict(patch),
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH if merge else STRATEGIC_MERGE,
+        )
+        return result
+
+    async def get_owner(self, namespace: str, owner: Mapping[str, Any]) -> KubeObject:
+        """The object an ownerReference points to (a Node for mirror pods)."""
+        kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
+        if kind == "Node":
+            return await self.get_node(name)
+        return await self.get_object(kind, namespace, name)
+
+    async def get_deployment(self, namespace: str, name: str) -> KubeObject:
+        return await self.get_object("Deployment", namespace, name)
+
+    async def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return await self.patch_object("Deployment", namespace, name, patch)
+
+    async def get_statefulset(self, namespace: str, name: str) -> KubeObject:
+        return await self.get_object("StatefulSet", namespace, name)
+
+    async def patch_statefulset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return await self.patch_object("StatefulSet", namespace, name, patch)
+
+    async def get_job(self, namespace: str, name: str) -> KubeObject:
+        return await self.get_object("Job", namespace, name)
+
+    async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return await self.patch_object("Job", namespace, name, patch)
+
+    async def get_resource_quota(self, namespace: str, name: str) -> KubeObject:
+        return await self.get_object("ResourceQuota", namespace, name)
+
+    async def list_resource_quotas(self, namespace: str) -> list[KubeObject]:
+        return await self._list("core", "list_namespaced_resource_quota", namespace)
+
+    async def patch_resource_quota(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        return await self.patch_object("ResourceQuota", namespace, name, patch)
+
+    async def list_pod_disruption_budgets(self, namespace: str) -> list[KubeObject]:
+        return await self._list("policy", "list_namespaced_pod_disruption_budget", namespace)
+
+    # ------------------------------------------------------------------ namespaces
+
+    async def get_namespace(self, name: str) -> KubeObject:
+        result: KubeObject = await self._call(self._method("core", "read_namespace"), name)
+        return result
+
+    async def patch_namespace(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        result: KubeObject = await self._call(
+            self._method("core", "patch_namespace"),
+            name,
+            dict(patch),
+            field_manager=FIELD_MANAGER,
+            _content_type=STRATEGIC_MERGE,
+        )
+        return result
+
+
+def _kubeconfig_path(settings: Settings) -> str | None:
+    if settings.kubeconfig:
+        return settings.kubeconfig
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return env
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+async def connect(settings: Settings) -> KubeAdapter | None:
+    """Kubeconfig (settings, $KUBECONFIG, ~/.kube/config), else in-cluster, else None (plan-only)."""
+    configuration = client.Configuration()
+    path = _kubeconfig_path(settings)
+    try:
+        if path is not None:
+            await config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, client_configuration=configuration
+            )
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            return None
+    except (ConfigException, OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot load Kubernetes credentials from {path or 'the in-cluster service account'}: {exc}"
+        ) from exc
+    return KubeAdapter(client.ApiClient(configuration), qps=settings.kube_qps)

@@ -1,0 +1,145 @@
+"""gather_context: the alert's pod plus the node's GPU pods, each with its owner chain, never raising."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediator.actions.base import Target
+from remediator.actions.context import gather_context
+from remediator.adapters.kube import KubeAdapter
+from remediator.settings import Settings
+from tests.actions.conftest import NODE
+from tests.fakekube import FakeKube
+
+TARGET = Target(kind="gpu", node=NODE, gpu_uuid="GPU-1")
+
+
+def by_name(context: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in context["pods"]}
+
+
+async def test_owner_chains_follow_controllers(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    fake_kube.add_namespace("ml")
+    deploy = fake_kube.add_deployment("trainer", "ml")
+    rs = fake_kube.add_replicaset("trainer-5d8f", "ml", deployment=deploy)
+    cron = fake_kube.add_cronjob("nightly", "ml")
+    job = fake_kube.add_job("nightly-123", "ml", cronjob=cron)
+    sts = fake_kube.add_statefulset("db", "ml")
+    fake_kube.add_pod("trainer-5d8f-x", "ml", node=NODE, gpus=1, owner=rs)
+    fake_kube.add_pod("nightly-123-y", "ml", node=NODE, gpus=2, owner=job)
+    fake_kube.add_pod("db-0", "ml", node=NODE, mig={"mig-1g.18gb": 1}, owner=sts)
+    fake_kube.add_pod("web", "ml", node=NODE)
+
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+    pods = by_name(context)
+
+    assert set(pods) == {"trainer-5d8f-x", "nightly-123-y", "db-0"}
+    assert pods["trainer-5d8f-x"]["owners"] == [
+        {"kind": "ReplicaSet", "name": "trainer-5d8f"},
+        {"kind": "Deployment", "name": "trainer"},
+    ]
+    assert pods["nightly-123-y"]["owners"] == [
+        {"kind": "Job", "name": "nightly-123"},
+        {"kind": "CronJob", "name": "nightly"},
+    ]
+    assert pods["db-0"]["owners"] == [{"kind": "StatefulSet", "name": "db"}]
+    assert pods["nightly-123-y"]["gpu_request"] == 2
+    assert pods["db-0"]["gpu_request"] == 1
+    assert context["pod_source"] == "alert+node"
+
+
+async def test_missing_owner_is_recorded_not_raised(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    rs = fake_kube.add_replicaset("gone-rs")
+    fake_kube.add_pod("orphan", node=NODE, gpus=1, owner=rs)
+    fake_kube.remove("replicasets", "default", "gone-rs")
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+    assert by_name(context)["orphan"]["owners"] == [
+        {"kind": "ReplicaSet", "name": "gone-rs", "missing": True}
+    ]
+
+
+async def test_unknown_owner_kinds_end_the_chain(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    pod = fake_kube.add_pod("worker", node=NODE, gpus=1)
+    fake_kube.write(
+        "pods",
+        "default",
+        "worker",
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "kubeflow.org/v1",
+                        "kind": "MPIJob",
+                        "name": "big",
+                        "uid": "u1",
+                        "controller": True,
+                    }
+                ]
+            }
+        },
+    )
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+    owners = by_name(context)["worker"]["owners"]
+    assert owners[0]["kind"] == "MPIJob"
+    assert owners[0]["name"] == "big"
+    assert pod["metadata"]["name"] == "worker"
+
+
+async def test_alert_pod_is_included_and_flagged(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    fake_kube.add_namespace("ml")
+    fake_kube.add_pod("from-alert", "ml", node=NODE, gpus=1)
+    fake_kube.add_pod("neighbour", "ml", node=NODE, gpus=1)
+    labels = {
+        "pod": "dcgm-exporter-abc",
+        "namespace": "gpu-operator",
+        "exported_pod": "from-alert",
+        "exported_namespace": "ml",
+    }
+    context = await gather_context(kube_adapter, TARGET, labels, settings)
+    pods = by_name(context)
+    assert pods["from-alert"]["from_alert"] is True
+    assert pods["neighbour"]["from_alert"] is False
+    assert "dcgm-exporter-abc" not in pods
+    assert len(context["pods"]) == 2
+
+
+async def test_alert_pod_that_no_longer_exists_is_marked_missing(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    context = await gather_context(kube_adapter, TARGET, {"pod": "gone", "namespace": "default"}, settings)
+    assert by_name(context)["gone"]["missing"] is True
+
+
+async def test_node_summary(fake_kube: FakeKube, kube_adapter: KubeAdapter, settings: Settings) -> None:
+    taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    fake_kube.add_node(
+        NODE,
+        ip="127.0.0.9",
+        labels={"nvidia.com/gpu.product": "H200", "team": "x"},
+        taints=[taint],
+        unschedulable=True,
+    )
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+    assert context["node"] == {
+        "name": NODE,
+        "unschedulable": True,
+        "taints": [taint],
+        "labels": {"nvidia.com/gpu.product": "H200", "kubernetes.io/hostname": NODE},
+        "internal_ip": "127.0.0.9",
+    }
+
+
+async def test_without_a_cluster_only_the_labels_speak(settings: Settings) -> None:
+    context = await gather_context(None, TARGET, {"pod": "p", "namespace": "ml"}, settings)
+    assert context["pod_source"] == "alert"
+    assert [(p["namespace"], p["name"], p["from_alert"]) for p in context["pods"]] == [("ml", "p", True)]
+    empty = await gather_context(None, TARGET, {}, settings)
+    assert (empty["pod_source"], empty["pods"]) == ("none", [])

@@ -1,0 +1,137 @@
+"""Object storage for the fake apiserver: kmock's ObjectsArray plus a cluster-wide resourceVersion.
+
+Every write goes through `put`/`remove`, which bump the revision (as etcd does), stamp
+metadata.resourceVersion and append to kmock's per-object history and to `changes`, the ordered log
+tests replay to ask questions such as "how many nodes were cordoned at the same time".
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import kmock
+
+__all__ = ["RESOURCES", "Change", "FakeClock", "ResourceType", "Store", "resource_type"]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    has_status: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return self.version if self.group == "" else f"{self.group}/{self.version}"
+
+    @property
+    def ref(self) -> kmock.resource:
+        return kmock.resource(self.group, self.version, self.plural)
+
+    def qualified(self) -> str:
+        return self.plural if self.group == "" else f"{self.plural}.{self.group}"
+
+
+_TYPES = [
+    ResourceType("", "v1", "nodes", "Node", namespaced=False),
+    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
+    ResourceType("", "v1", "pods", "Pod", namespaced=True),
+    ResourceType("", "v1", "events", "Event", namespaced=True, has_status=False),
+    ResourceType("", "v1", "resourcequotas", "ResourceQuota", namespaced=True),
+    ResourceType("", "v1", "replicationcontrollers", "ReplicationController", namespaced=True),
+    ResourceType("apps", "v1", "replicasets", "ReplicaSet", namespaced=True),
+    ResourceType("apps", "v1", "deployments", "Deployment", namespaced=True),
+    ResourceType("apps", "v1", "statefulsets", "StatefulSet", namespaced=True),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
+    ResourceType("batch", "v1", "jobs", "Job", namespaced=True),
+    ResourceType("batch", "v1", "cronjobs", "CronJob", namespaced=True),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True, has_status=False),
+]
+RESOURCES: dict[tuple[str, str, str], ResourceType] = {(t.group, t.version, t.plural): t for t in _TYPES}
+BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in _TYPES}
+
+
+def resource_type(plural: str) -> ResourceType:
+    return BY_PLURAL[plural]
+
+
+class FakeClock:
+    """Seconds since the fake started; runs at 1/scale of real speed or stands still, and can jump."""
+
+    def __init__(self, scale: float | None = 0.01) -> None:
+        self._epoch = time.time()
+        self._base = 0.0
+        self._real0 = time.monotonic()
+        self._scale = scale
+
+    def now(self) -> float:
+        if self._scale is None:
+            return self._base
+        return self._base + (time.monotonic() - self._real0) / self._scale
+
+    def set_scale(self, scale: float | None) -> None:
+        """None freezes the clock; 0.01 makes one fake second last 10 ms."""
+        self._base = self.now()
+        self._real0 = time.monotonic()
+        self._scale = scale
+
+    def advance(self, seconds: float) -> None:
+        self._base += seconds
+
+    def wall(self, at: float | None = None) -> str:
+        moment = self._epoch + (self.now() if at is None else at)
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+
+@dataclass(frozen=True)
+class Change:
+    revision: int
+    plural: str
+    namespace: str | None
+    name: str
+    object: dict[str, Any] | None  # None: removed
+
+
+class Store:
+    def __init__(self, objects: kmock.ObjectsArray) -> None:
+        self.objects = objects
+        self.revision = 0
+        self.changes: list[Change] = []
+
+    def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
+        key = (rt.ref, namespace, name)
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.objects[key].raw)
+
+    def put(self, rt: ResourceType, namespace: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.revision += 1
+        stored = copy.deepcopy(obj)
+        stored.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
+        key = (rt.ref, namespace, name)
+        if key in self.objects:
+            self.objects[key].create(stored)
+        else:
+            self.objects[key] = stored
+        self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored)))
+        return copy.deepcopy(stored)
+
+    def remove(self, rt: ResourceType, namespace: str | None, name: str) -> None:
+        self.revision += 1
+        self.objects[rt.ref, namespace, name].delete()
+        self.changes.append(Change(self.revision, rt.plural, namespace, name, None))
+
+    def items(self, rt: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]:
+        found = []
+        for (ref, ns, _name), obj in self.objects.items():
+            if ref == rt.ref and not obj.deleted and (namespace is None or ns == namespace):
+                found.append(copy.deepcopy(obj.raw))
+        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return found
