@@ -237,6 +237,7 @@ def create_app(
             nvidia_smi=settings.nvidia_smi,
             timeout=settings.reset_timeout,
             proc_root=settings.proc_root,
+            settle_seconds=settings.reset_settle_seconds,
         ),
         pods=PodQuery(
             strategy=settings.device_id_strategy,

@@ -37,6 +37,8 @@ class SidecarSettings(BaseSettings):
     # Seconds allowed for one PodResources List call and for one nvidia-smi reset.
     podresources_timeout: float = 5.0
     reset_timeout: float = 120.0
+    # Seconds the post-reset check waits for the GPU to reappear.
+    reset_settle_seconds: float = 10.0
 
     @field_validator("sidecar_port")
     @classmethod

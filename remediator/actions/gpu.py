@@ -1,0 +1,219 @@
+"""GPU actions: power limit and its restore, GPU reset, diagnostics, all through the node's sidecar.
+
+Each action finds the node's InternalIP (from the gathered context, else from the Node object), the GPU
+UUID (from the target, else resolved from the alert's index through the sidecar inventory), and calls
+remediator.adapters.sidecar.SidecarClient. The sidecar keeps the original power limit on the node, so
+`restore_power_limit` needs nothing from the forward step and survives a controller crash in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import Field, model_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
+from remediator.adapters.sidecar import SidecarClient
+from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
+
+__all__ = [
+    "CollectDiagnostics",
+    "GpuReset",
+    "PowerLimit",
+    "PowerLimitParams",
+    "RestorePowerLimit",
+    "node_internal_ip",
+]
+
+
+async def node_internal_ip(ctx: ActionContext) -> str:
+    """The node's InternalIP: ctx.context["node"]["internal_ip"] if gathered, else from the Node object."""
+    gathered = ctx.context.get("node")
+    if isinstance(gathered, Mapping) and gathered.get("internal_ip"):
+        return str(gathered["internal_ip"])
+    name = ctx.target.node
+    if not name:
+        raise Invalid("the remediation target names no node, so its sidecar cannot be found")
+    if ctx.kube is None:
+        raise NotSupported(f"no Kubernetes access to look up the InternalIP of node {name}")
+    node = await ctx.kube.get_node(name)
+    for address in node.get("status", {}).get("addresses", []) or []:
+        if address.get("type") == "InternalIP" and address.get("address"):
+            return str(address["address"])
+    raise StepFailed(f"node {name} reports no InternalIP address")
+
+
+def _client(ctx: ActionContext) -> SidecarClient:
+    if ctx.sidecar is None:
+        raise NotSupported("no sidecar client configured (REMEDIATOR_SIDECAR_TOKEN / plan-only mode)")
+    return ctx.sidecar
+
+
+def _find(inventory: Mapping[str, Any], uuid: str | None, index: str | None) -> dict[str, Any]:
+    for gpu in inventory.get("gpus", []):
+        if uuid is not None and gpu.get("uuid") == uuid:
+            return dict(gpu)
+        if uuid is None and index is not None and str(gpu.get("index")) == str(index):
+            return dict(gpu)
+    wanted = uuid or f"index {index}"
+    raise NotFound(f"no GPU {wanted} in the sidecar inventory")
+
+
+async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, dict[str, Any]]:
+    """(client, node IP, inventory entry of the target GPU)."""
+    client = _client(ctx)
+    ip = await node_internal_ip(ctx)
+    if ctx.target.gpu_uuid is None and ctx.target.gpu_index is None:
+        raise Invalid("the remediation target names no GPU (neither UUID nor index)")
+    inventory = await client.gpus(ip)
+    return client, ip, _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
+
+
+class PowerLimitParams(StrictParams):
+    """Exactly one of watts / percent_of_default; clamp into the GPU's range instead of failing."""
+
+    watts: int | None = Field(default=None, gt=0)
+    percent_of_default: float | None = Field(default=None, gt=0, le=200)
+    clamp: bool = True
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PowerLimitParams:
+        if (self.watts is None) == (self.percent_of_default is None):
+            raise ValueError("give exactly one of watts or percent_of_default")
+        return self
+
+
+class PowerLimit(Action):
+    """Cap a GPU's power limit (the original is remembered on the node for restore_power_limit)."""
+
+    name: ClassVar[str] = "power_limit"
+    Params: ClassVar[type[StrictParams]] = PowerLimitParams
+    default_revert: ClassVar[str | None] = "restore_power_limit"
+
+    async def run(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+        client, ip, gpu = await _locate(ctx)
+        uuid = str(gpu["uuid"])
+        low, high = gpu.get("power_limit_min_watts"), gpu.get("power_limit_max_watts")
+        if params.watts is not None:
+            requested = float(params.watts)
+        else:
+            default = gpu.get("power_limit_default_watts")
+            if default is None:
+                raise NotSupported(f"{uuid} reports no default power limit")
+            requested = round(float(default) * float(params.percent_of_default or 0) / 100.0, 3)
+        target = requested
+        if low is not None and high is not None and not float(low) <= requested <= float(high):
+            if not params.clamp:
+                raise Invalid(
+                    f"power limit {requested:g} W is outside the allowed range {low:g}-{high:g} W for {uuid}"
+                )
+            target = min(max(requested, float(low)), float(high))
+        answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=ctx.dry_run)
+        output = {
+            "node_ip": ip,
+            "gpu_uuid": uuid,
+            "requested_watts": requested,
+            "clamped": target != requested,
+            "previous_watts": answer.get("previous_watts"),
+            "new_watts": answer.get("new_watts"),
+            "original_watts": answer.get("original_watts"),
+            "dry_run": ctx.dry_run,
+        }
+        changed = bool(answer.get("changed")) and not ctx.dry_run
+        return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
+
+
+class RestorePowerLimit(Action):
+    """Put back the power limit that was in force before the first power_limit step."""
+
+    name: ClassVar[str] = "restore_power_limit"
+    Params: ClassVar[type[StrictParams]] = NoParams
+
+    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        client, ip, gpu = await _locate(ctx)
+        uuid = str(gpu["uuid"])
+        answer = await client.restore_power_limit(ip, uuid, dry_run=ctx.dry_run)
+        output = {
+            "node_ip": ip,
+            "gpu_uuid": uuid,
+            "previous_watts": answer.get("previous_watts"),
+            "new_watts": answer.get("new_watts"),
+            "dry_run": ctx.dry_run,
+        }
+        changed = bool(answer.get("changed")) and not ctx.dry_run
+        return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
+
+
+def _describe_processes(processes: list[Mapping[str, Any]]) -> str:
+    shown = []
+    for p in processes[:10]:
+        owner = f" in pod {p['pod_uid']}" if p.get("pod_uid") else ""
+        shown.append(f"pid {p.get('pid')}{owner}")
+    more = f" and {len(processes) - 10} more" if len(processes) > 10 else ""
+    return ", ".join(shown) + more
+
+
+class GpuReset(Action):
+    """Reset a GPU; refuses while pods hold it or processes run on it."""
+
+    name: ClassVar[str] = "gpu_reset"
+    Params: ClassVar[type[StrictParams]] = NoParams
+
+    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        client, ip, gpu = await _locate(ctx)
+        uuid = str(gpu["uuid"])
+        pods = await client.gpu_pods(ip, uuid)
+        holders = [f"{p['namespace']}/{p['name']}" for p in pods.get("pods", [])]
+        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": ctx.dry_run, "pods": holders}
+        if holders:
+            reason = f"pods still hold {uuid}: {', '.join(holders)}"
+            processes = pods.get("processes") or []
+            if processes:
+                reason += f"; processes: {_describe_processes(processes)}"
+            if ctx.dry_run:
+                return ActionResult(changed=False, message=f"would refuse: {reason}", output=output)
+            raise StepFailed(reason, details=pods)
+        try:
+            answer = await client.reset(ip, uuid, dry_run=ctx.dry_run)
+        except Conflict as exc:
+            details = exc.details if isinstance(exc.details, Mapping) else {}
+            processes = list(details.get("processes") or [])
+            raise StepFailed(
+                f"{uuid} is still in use: {_describe_processes(processes)}", status=409, details=details
+            ) from exc
+        output.update(post_check=answer.get("post_check"), method=answer.get("method"))
+        if not ctx.dry_run and not answer.get("healthy", False):
+            raise StepFailed(f"{uuid} was reset but is not healthy: {answer.get('message')}", details=answer)
+        return ActionResult(
+            changed=bool(answer.get("changed")) and not ctx.dry_run,
+            message=str(answer.get("message", "")),
+            output=output,
+        )
+
+
+class CollectDiagnostics(Action):
+    """Snapshot the GPU (inventory entry, driver, pods and processes) into the step output."""
+
+    name: ClassVar[str] = "collect_diagnostics"
+    Params: ClassVar[type[StrictParams]] = NoParams
+    mutating: ClassVar[bool] = False
+
+    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        client = _client(ctx)
+        ip = await node_internal_ip(ctx)
+        inventory = await client.gpus(ip)
+        gpu = _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
+        output: dict[str, Any] = {
+            "node_ip": ip,
+            "driver_version": inventory.get("driver_version"),
+            "nvml_version": inventory.get("nvml_version"),
+            "gpu": gpu,
+        }
+        try:
+            output["pods"] = await client.gpu_pods(ip, str(gpu["uuid"]))
+        except ActionError as exc:
+            output["pods_error"] = exc.message
+        return ActionResult(
+            changed=False, message=f"collected diagnostics of {gpu.get('uuid')}", output=output
+        )

@@ -1,0 +1,157 @@
+"""The controller's HTTP client for the node sidecars (remediator.sidecar.app).
+
+One `httpx.AsyncClient` is injected (tests swap its transport); the sidecar address is built from the
+node's InternalIP with `settings.sidecar_url_template` and `settings.sidecar_port`, and every request
+carries the bearer `settings.sidecar_token`. Connection failures and 5xx are retried with backoff
+(tenacity); 4xx are final. Every non-2xx answer leaves as a `remediator.errors` class via
+`error_for_status`, keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from remediator.errors import ActionError, ServiceUnavailable, error_for_status
+from remediator.settings import Settings
+
+__all__ = ["DEFAULT_TIMEOUT", "SidecarClient"]
+
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+# A reset drains, detaches and rediscovers the GPU, then waits for it: allow minutes, not seconds.
+RESET_TIMEOUT = httpx.Timeout(180.0, connect=3.0)
+
+
+def _retry_any(exc: BaseException) -> bool:
+    return isinstance(exc, ServiceUnavailable)
+
+
+def _retry_unsent(exc: BaseException) -> bool:
+    """For calls that must not run twice: retry only when the request never reached the sidecar."""
+    return (
+        isinstance(exc, ServiceUnavailable)
+        and isinstance(exc.details, dict)
+        and exc.details.get("sent") is False
+    )
+
+
+class SidecarClient:
+    """Typed calls to one node's sidecar, addressed by the node's InternalIP."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        http: httpx.AsyncClient,
+        *,
+        attempts: int = 3,
+        backoff_seconds: float = 0.5,
+    ) -> None:
+        self._settings = settings
+        self._http = http
+        self._attempts = attempts
+        self._backoff = backoff_seconds
+
+    def base_url(self, ip: str) -> str:
+        host = f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+        return self._settings.sidecar_url_template.format(ip=host, port=self._settings.sidecar_port)
+
+    def _headers(self) -> dict[str, str]:
+        token = self._settings.sidecar_token
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def _once(
+        self, method: str, url: str, body: dict[str, Any] | None, limits: httpx.Timeout
+    ) -> dict[str, Any]:
+        try:
+            response = await self._http.request(
+                method, url, json=body, headers=self._headers(), timeout=limits
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False}) from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(
+                f"sidecar {url} failed mid-request: {exc!r}", details={"sent": True}
+            ) from exc
+        try:
+            document = response.json()
+        except ValueError:
+            document = {"error": response.text[:500]}
+        if not isinstance(document, dict):
+            document = {"result": document}
+        if response.is_success:
+            return document
+        message = str(document.get("error") or f"sidecar answered {response.status_code}")
+        raise error_for_status(response.status_code, f"{method} {url}: {message}", details=document)
+
+    async def _request(
+        self,
+        method: str,
+        ip: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        limits: httpx.Timeout = DEFAULT_TIMEOUT,
+        idempotent: bool = True,
+    ) -> dict[str, Any]:
+        url = self.base_url(ip) + path
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=wait_exponential(multiplier=self._backoff, max=10.0),
+            retry=retry_if_exception(_retry_any if idempotent else _retry_unsent),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._once(method, url, body, limits)
+        raise ActionError(f"{method} {url}: no attempt made")  # pragma: no cover
+
+    @staticmethod
+    def _gpu(uuid: str) -> str:
+        return "/v1/gpus/" + quote(uuid, safe="")
+
+    async def gpus(self, ip: str) -> dict[str, Any]:
+        """The node's inventory: {driver_version, nvml_version, gpus: [...]}."""
+        return await self._request("GET", ip, "/v1/gpus")
+
+    async def gpu_pods(self, ip: str, uuid: str) -> dict[str, Any]:
+        """Pods allocated the GPU (or MIG device), with `active` marking those running on it."""
+        return await self._request("GET", ip, self._gpu(uuid) + "/pods")
+
+    async def set_power_limit(
+        self,
+        ip: str,
+        uuid: str,
+        *,
+        watts: float | None = None,
+        percent_of_default: float | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Set the power limit (exactly one of watts / percent_of_default); answers previous/new watts."""
+        if (watts is None) == (percent_of_default is None):
+            raise ValueError("give exactly one of watts or percent_of_default")
+        body: dict[str, Any] = {"dry_run": dry_run}
+        if watts is not None:
+            body["watts"] = watts
+        else:
+            body["percent_of_default"] = percent_of_default
+        return await self._request("POST", ip, self._gpu(uuid) + "/power-limit", body)
+
+    async def restore_power_limit(self, ip: str, uuid: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Put back the limit remembered before the first change."""
+        return await self._request("POST", ip, self._gpu(uuid) + "/power-limit/restore", {"dry_run": dry_run})
+
+    async def reset(self, ip: str, uuid: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Reset the GPU (409 -> Conflict with details["processes"] while it is in use).
+
+        Retried only when the request never reached the sidecar: a reset is not run twice by accident.
+        """
+        return await self._request(
+            "POST",
+            ip,
+            self._gpu(uuid) + "/reset",
+            {"dry_run": dry_run},
+            limits=RESET_TIMEOUT,
+            idempotent=False,
+        )

@@ -1,0 +1,1 @@
+"""Tests of the node sidecar, its HTTP client and the GPU actions."""

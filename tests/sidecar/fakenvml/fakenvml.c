@@ -1,0 +1,529 @@
+/*
+ * A fake libnvidia-ml.so.1 for tests on machines without a GPU.
+ *
+ * It exports the NVML entry points the sidecar reaches through pynvml (the exact, versioned symbol
+ * names pynvml looks up) and keeps its whole state in a small text file named by $FAKE_NVML_STATE:
+ * one "key value" pair per line. The file is re-read on every call and rewritten (temp file + rename)
+ * after every mutation, so a test in another process controls the GPUs and sees what the sidecar did.
+ *
+ * Keys (i = GPU index, j = MIG device index):
+ *   driver_version, nvml_version, count
+ *   gpu.i.uuid .name .bus_id .domain .bus .device .temp .temp_slowdown .temp_shutdown .power_usage
+ *   gpu.i.power_limit .default_limit .min_limit .max_limit (milliwatts) .ecc_mode
+ *   gpu.i.ecc.volatile.corrected .ecc.volatile.uncorrected .ecc.aggregate.corrected .ecc.aggregate.uncorrected
+ *   gpu.i.remap.correctable .remap.uncorrectable .remap.pending .remap.failure .retired_pages
+ *   gpu.i.mig_mode .mig.count .mig.j.uuid
+ *   gpu.i.procs          "pid:bytes,pid:bytes"
+ *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
+ *   err.<function>       NVML return code for every call of that function
+ *   err.<function>.i     the same, for GPU i only
+ *   calls.<function>     incremented by the fake on every mutating call
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+#define MAX_KV 1024
+#define KEY_LEN 128
+#define VAL_LEN 1024
+#define GPU_BASE 0x1000
+#define MIG_BASE 0x100000
+#define MIG_PER_GPU 64
+
+typedef void *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int version;
+    int sensorType;
+    int temperature;
+} nvmlTemperature_t;
+
+static char keys[MAX_KV][KEY_LEN];
+static char vals[MAX_KV][VAL_LEN];
+static int nkv;
+static int init_count;
+
+static void load(void) {
+    const char *path = getenv("FAKE_NVML_STATE");
+    char line[KEY_LEN + VAL_LEN + 4];
+    nkv = 0;
+    if (!path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    while (nkv < MAX_KV && fgets(line, sizeof line, f)) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char *space = strchr(line, ' ');
+        if (!space || space == line) continue;
+        *space = 0;
+        snprintf(keys[nkv], KEY_LEN, "%.127s", line);
+        snprintf(vals[nkv], VAL_LEN, "%.1023s", space + 1);
+        nkv++;
+    }
+    fclose(f);
+}
+
+static void save(void) {
+    const char *path = getenv("FAKE_NVML_STATE");
+    char tmp[4096];
+    if (!path) return;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    for (int i = 0; i < nkv; i++) fprintf(f, "%s %s\n", keys[i], vals[i]);
+    fclose(f);
+    rename(tmp, path);
+}
+
+static const char *get(const char *key) {
+    for (int i = 0; i < nkv; i++)
+        if (strcmp(keys[i], key) == 0) return vals[i];
+    return NULL;
+}
+
+static void set(const char *key, const char *value) {
+    for (int i = 0; i < nkv; i++)
+        if (strcmp(keys[i], key) == 0) {
+            snprintf(vals[i], VAL_LEN, "%s", value);
+            return;
+        }
+    if (nkv < MAX_KV) {
+        snprintf(keys[nkv], KEY_LEN, "%s", key);
+        snprintf(vals[nkv], VAL_LEN, "%s", value);
+        nkv++;
+    }
+}
+
+static long long num(const char *key, long long fallback) {
+    const char *v = get(key);
+    return v ? strtoll(v, NULL, 10) : fallback;
+}
+
+static long long gnum(int gpu, const char *field, long long fallback) {
+    char key[KEY_LEN];
+    snprintf(key, sizeof key, "gpu.%d.%s", gpu, field);
+    return num(key, fallback);
+}
+
+static const char *gstr(int gpu, const char *field) {
+    char key[KEY_LEN];
+    snprintf(key, sizeof key, "gpu.%d.%s", gpu, field);
+    return get(key);
+}
+
+static void gset(int gpu, const char *field, long long value) {
+    char key[KEY_LEN], v[32];
+    snprintf(key, sizeof key, "gpu.%d.%s", gpu, field);
+    snprintf(v, sizeof v, "%lld", value);
+    set(key, v);
+}
+
+static void count_call(const char *fn) {
+    char key[KEY_LEN], v[32];
+    snprintf(key, sizeof key, "calls.%s", fn);
+    snprintf(v, sizeof v, "%lld", num(key, 0) + 1);
+    set(key, v);
+}
+
+/* Loads the state and returns the injected error for fn (and GPU gpu, -1 for none), else 0. */
+static int enter(const char *fn, int gpu) {
+    char key[KEY_LEN];
+    long long e;
+    load();
+    if (gpu >= 0) {
+        snprintf(key, sizeof key, "err.%s.%d", fn, gpu);
+        if ((e = num(key, 0)) != 0) return (int)e;
+    }
+    snprintf(key, sizeof key, "err.%s", fn);
+    if ((e = num(key, 0)) != 0) return (int)e;
+    return init_count > 0 ? 0 : NVML_ERROR_UNINITIALIZED;
+}
+
+static int gpu_count(void) { return (int)num("count", 0); }
+
+static int present(int gpu) { return gpu >= 0 && gpu < gpu_count() && gnum(gpu, "removed", 0) == 0; }
+
+static int gpu_of(nvmlDevice_t d) {
+    uintptr_t h = (uintptr_t)d;
+    if (h >= GPU_BASE && h < GPU_BASE + 256) return (int)(h - GPU_BASE);
+    if (h >= MIG_BASE) return (int)((h - MIG_BASE) / MIG_PER_GPU);
+    return -1;
+}
+
+static int is_mig(nvmlDevice_t d) { return (uintptr_t)d >= MIG_BASE; }
+
+static int gpu_by_bus_id(const nvmlPciInfo_t *pci) {
+    for (int i = 0; i < gpu_count(); i++) {
+        const char *b = gstr(i, "bus_id");
+        if (b && pci && strcmp(b, pci->busId) == 0) return i;
+    }
+    return -1;
+}
+
+static int copy_str(char *dst, unsigned int len, const char *src) {
+    if (!src) src = "";
+    if (strlen(src) + 1 > len) return NVML_ERROR_INSUFFICIENT_SIZE;
+    strcpy(dst, src);
+    return NVML_SUCCESS;
+}
+
+#define ENTER_DEVICE(fn, dev)              \
+    int g = gpu_of(dev);                   \
+    int rc = enter(fn, g);                 \
+    if (rc) return rc;                     \
+    if (!present(g)) return NVML_ERROR_NOT_FOUND
+
+/* ---- library ---------------------------------------------------------------------------------- */
+
+int nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    load();
+    long long e = num("err.nvmlInitWithFlags", 0);
+    if (e) return (int)e;
+    init_count++;
+    return NVML_SUCCESS;
+}
+
+int nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+
+int nvmlShutdown(void) {
+    if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    init_count--;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(int result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 6: return "Not Found";
+    case 15: return "GPU is lost";
+    default: return "Unknown Error";
+    }
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    int rc = enter("nvmlSystemGetDriverVersion", -1);
+    if (rc) return rc;
+    const char *v = get("driver_version");
+    return copy_str(version, length, v ? v : "580.159.04");
+}
+
+int nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    int rc = enter("nvmlSystemGetNVMLVersion", -1);
+    if (rc) return rc;
+    const char *v = get("nvml_version");
+    return copy_str(version, length, v ? v : "13.580.159.04");
+}
+
+/* ---- devices ---------------------------------------------------------------------------------- */
+
+int nvmlDeviceGetCount_v2(unsigned int *count) {
+    int rc = enter("nvmlDeviceGetCount_v2", -1);
+    if (rc) return rc;
+    int n = 0;
+    for (int i = 0; i < gpu_count(); i++) n += present(i);
+    *count = (unsigned int)n;
+    return NVML_SUCCESS;
+}
+
+/* Indexes count present GPUs only, as after a real GPU removal. */
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    int rc = enter("nvmlDeviceGetHandleByIndex_v2", (int)index);
+    if (rc) return rc;
+    unsigned int seen = 0;
+    for (int i = 0; i < gpu_count(); i++) {
+        if (!present(i)) continue;
+        if (seen++ == index) {
+            *device = (nvmlDevice_t)(uintptr_t)(GPU_BASE + i);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_INVALID_ARGUMENT;
+}
+
+int nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    int rc = enter("nvmlDeviceGetHandleByUUID", -1);
+    if (rc) return rc;
+    for (int i = 0; i < gpu_count(); i++) {
+        const char *u = gstr(i, "uuid");
+        if (present(i) && u && uuid && strcmp(u, uuid) == 0) {
+            *device = (nvmlDevice_t)(uintptr_t)(GPU_BASE + i);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+int nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    ENTER_DEVICE("nvmlDeviceGetIndex", device);
+    unsigned int seen = 0;
+    for (int i = 0; i < g; i++) seen += present(i);
+    *index = seen;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    ENTER_DEVICE("nvmlDeviceGetUUID", device);
+    if (is_mig(device)) {
+        char key[KEY_LEN];
+        int j = (int)(((uintptr_t)device - MIG_BASE) % MIG_PER_GPU);
+        snprintf(key, sizeof key, "gpu.%d.mig.%d.uuid", g, j);
+        return copy_str(uuid, length, get(key));
+    }
+    return copy_str(uuid, length, gstr(g, "uuid"));
+}
+
+int nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER_DEVICE("nvmlDeviceGetName", device);
+    const char *n = gstr(g, "name");
+    return copy_str(name, length, n ? n : "NVIDIA H200");
+}
+
+int nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    ENTER_DEVICE("nvmlDeviceGetPciInfo_v3", device);
+    memset(pci, 0, sizeof *pci);
+    snprintf(pci->busId, sizeof pci->busId, "%s", gstr(g, "bus_id") ? gstr(g, "bus_id") : "");
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%.15s", pci->busId);
+    pci->domain = (unsigned int)gnum(g, "domain", 0);
+    pci->bus = (unsigned int)gnum(g, "bus", g + 1);
+    pci->device = 0;
+    pci->pciDeviceId = 0x233510de;
+    return NVML_SUCCESS;
+}
+
+/* ---- health ----------------------------------------------------------------------------------- */
+
+int nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temp) {
+    ENTER_DEVICE("nvmlDeviceGetTemperatureV", device);
+    if (temp->version != 0x100000C) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    temp->temperature = (int)gnum(g, "temp", 40);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    (void)sensor;
+    ENTER_DEVICE("nvmlDeviceGetTemperature", device);
+    *temp = (unsigned int)gnum(g, "temp", 40);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int threshold, unsigned int *temp) {
+    ENTER_DEVICE("nvmlDeviceGetTemperatureThreshold", device);
+    if (threshold == 0) *temp = (unsigned int)gnum(g, "temp_shutdown", 95);
+    else if (threshold == 1) *temp = (unsigned int)gnum(g, "temp_slowdown", 89);
+    else return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending) {
+    ENTER_DEVICE("nvmlDeviceGetEccMode", device);
+    *current = *pending = (int)gnum(g, "ecc_mode", 1);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType, unsigned long long *count) {
+    ENTER_DEVICE("nvmlDeviceGetTotalEccErrors", device);
+    char field[64];
+    snprintf(field, sizeof field, "ecc.%s.%s", counterType == 0 ? "volatile" : "aggregate",
+             errorType == 0 ? "corrected" : "uncorrected");
+    *count = (unsigned long long)gnum(g, field, 0);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc, unsigned int *pending,
+                              unsigned int *failure) {
+    ENTER_DEVICE("nvmlDeviceGetRemappedRows", device);
+    *corr = (unsigned int)gnum(g, "remap.correctable", 0);
+    *unc = (unsigned int)gnum(g, "remap.uncorrectable", 0);
+    *pending = (unsigned int)gnum(g, "remap.pending", 0);
+    *failure = (unsigned int)gnum(g, "remap.failure", 0);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *count, unsigned long long *addresses) {
+    (void)cause;
+    ENTER_DEVICE("nvmlDeviceGetRetiredPages", device);
+    unsigned int n = (unsigned int)gnum(g, "retired_pages", 0);
+    if (addresses == NULL || *count < n) {
+        *count = n;
+        return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) addresses[i] = 0x1000ULL * (i + 1);
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending) {
+    ENTER_DEVICE("nvmlDeviceGetMigMode", device);
+    *current = *pending = (unsigned int)gnum(g, "mig_mode", 0);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    ENTER_DEVICE("nvmlDeviceGetMaxMigDeviceCount", device);
+    *count = gnum(g, "mig_mode", 0) ? 7 : 0;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig) {
+    ENTER_DEVICE("nvmlDeviceGetMigDeviceHandleByIndex", device);
+    if (index >= (unsigned int)gnum(g, "mig.count", 0)) return NVML_ERROR_NOT_FOUND;
+    *mig = (nvmlDevice_t)(uintptr_t)(MIG_BASE + (uintptr_t)g * MIG_PER_GPU + index);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos) {
+    ENTER_DEVICE("nvmlDeviceGetComputeRunningProcesses_v3", device);
+    unsigned int pids[64];
+    unsigned long long mem[64];
+    unsigned int n = 0;
+    const char *p = gstr(g, "procs");
+    while (p && *p && n < 64) {
+        char *end;
+        pids[n] = (unsigned int)strtoul(p, &end, 10);
+        mem[n] = *end == ':' ? strtoull(end + 1, &end, 10) : 0;
+        n++;
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',') break;
+    }
+    if (infos == NULL || *count < n) {
+        *count = n;
+        return n == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        infos[i].pid = pids[i];
+        infos[i].usedGpuMemory = mem[i];
+        infos[i].gpuInstanceId = 0xFFFFFFFF;
+        infos[i].computeInstanceId = 0xFFFFFFFF;
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+/* ---- power (milliwatts) ----------------------------------------------------------------------- */
+
+int nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    ENTER_DEVICE("nvmlDeviceGetPowerUsage", device);
+    *power = (unsigned int)gnum(g, "power_usage", 120000);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit) {
+    ENTER_DEVICE("nvmlDeviceGetPowerManagementLimit", device);
+    *limit = (unsigned int)gnum(g, "power_limit", 700000);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit) {
+    ENTER_DEVICE("nvmlDeviceGetPowerManagementDefaultLimit", device);
+    *limit = (unsigned int)gnum(g, "default_limit", 700000);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned int *low, unsigned int *high) {
+    ENTER_DEVICE("nvmlDeviceGetPowerManagementLimitConstraints", device);
+    *low = (unsigned int)gnum(g, "min_limit", 200000);
+    *high = (unsigned int)gnum(g, "max_limit", 700000);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    ENTER_DEVICE("nvmlDeviceGetEnforcedPowerLimit", device);
+    *limit = (unsigned int)gnum(g, "power_limit", 700000);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit) {
+    ENTER_DEVICE("nvmlDeviceSetPowerManagementLimit", device);
+    if (limit < (unsigned int)gnum(g, "min_limit", 200000) || limit > (unsigned int)gnum(g, "max_limit", 700000))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    gset(g, "power_limit", limit);
+    count_call("nvmlDeviceSetPowerManagementLimit");
+    save();
+    return NVML_SUCCESS;
+}
+
+/* ---- drain / remove / rediscover -------------------------------------------------------------- */
+
+int nvmlDeviceModifyDrainState(nvmlPciInfo_t *pci, int newState) {
+    int g = gpu_by_bus_id(pci);
+    int rc = enter("nvmlDeviceModifyDrainState", g);
+    if (rc) return rc;
+    if (g < 0) return NVML_ERROR_NOT_FOUND;
+    gset(g, "drain", newState);
+    count_call("nvmlDeviceModifyDrainState");
+    save();
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceQueryDrainState(nvmlPciInfo_t *pci, int *state) {
+    int g = gpu_by_bus_id(pci);
+    int rc = enter("nvmlDeviceQueryDrainState", g);
+    if (rc) return rc;
+    if (g < 0) return NVML_ERROR_NOT_FOUND;
+    *state = (int)gnum(g, "drain", 0);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceRemoveGpu_v2(nvmlPciInfo_t *pci, int gpuState, int linkState) {
+    (void)gpuState;
+    (void)linkState;
+    int g = gpu_by_bus_id(pci);
+    int rc = enter("nvmlDeviceRemoveGpu_v2", g);
+    if (rc) return rc;
+    if (g < 0 || !present(g)) return NVML_ERROR_NOT_FOUND;
+    if (gnum(g, "drain", 0) != 1) return NVML_ERROR_INVALID_ARGUMENT;
+    gset(g, "removed", 1);
+    count_call("nvmlDeviceRemoveGpu_v2");
+    save();
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceRemoveGpu(nvmlPciInfo_t *pci) { return nvmlDeviceRemoveGpu_v2(pci, 0, 0); }
+
+int nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci) {
+    int g = gpu_by_bus_id(pci);
+    int rc = enter("nvmlDeviceDiscoverGpus", g);
+    if (rc) return rc;
+    count_call("nvmlDeviceDiscoverGpus");
+    if (g >= 0 && gnum(g, "removed", 0) && !gnum(g, "lost_after_reset", 0)) {
+        gset(g, "removed", 0);
+        gset(g, "drain", 0);
+        gset(g, "ecc.volatile.corrected", 0);
+        gset(g, "ecc.volatile.uncorrected", gnum(g, "ecc_after_reset", 0));
+    }
+    save();
+    return NVML_SUCCESS;
+}
