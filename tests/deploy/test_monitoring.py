@@ -1,0 +1,525 @@
+"""The shipped alert rules, Alertmanager wiring, ServiceMonitor and Grafana dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.deploy.helpers import MONITORING, NAMESPACE, OVERLAYS, load_script, only, rendered, require_binary
+from tests.deploy.promql import grouping_labels, metric_names
+
+render_rules = load_script(MONITORING / "render_rules.py")
+
+CONTRACT_ALERTS = {
+    "GPUXidError",
+    "GPUECCUncorrectableError",
+    "GPUECCCorrectableRateHigh",
+    "GPUTemperatureHigh",
+    "GPUTemperatureCritical",
+    "GPUPowerDrawHigh",
+    "GPUIdle",
+    "GPUUtilizationLow",
+    "GPUMemoryUsageHigh",
+}
+DCGM_LABELS = ["Hostname", "UUID", "gpu", "modelName", "pci_bus_id", "pod", "namespace", "container"]
+DCGM_METRICS = {
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+}
+CONTROLLER_METRICS = {
+    "remediator_alerts_received_total": "counter",
+    "remediator_webhook_duration_seconds": "histogram",
+    "remediator_remediations_total": "counter",
+    "remediator_remediations_active": "gauge",
+    "remediator_step_duration_seconds": "histogram",
+    "remediator_guardrail_trips_total": "counter",
+    "remediator_paused": "gauge",
+    "remediator_definitions_last_reload_success": "gauge",
+    "remediator_notifications_total": "counter",
+}
+WEBHOOK_URL = "http://gpu-remediator.gpu-remediator.svc:8080/api/v1/alerts"
+
+_DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+PROMETHEUS_RULE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "rules": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["alert", "expr"],
+                                    "properties": {
+                                        "alert": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "labels": _STRINGS,
+                                        "annotations": _STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+SERVICE_MONITOR_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "ServiceMonitor"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "endpoints"],
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchLabels": _STRINGS},
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+                },
+                "endpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": _DURATION,
+                            "scrapeTimeout": _DURATION,
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+ALERTMANAGER_CONFIG_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1alpha1"},
+        "kind": {"const": "AlertmanagerConfig"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["route", "receivers"],
+            "properties": {
+                "route": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["receiver"],
+                    "properties": {
+                        "receiver": {"type": "string"},
+                        "matchers": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["name", "value"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "value": {"type": "string"},
+                                    "matchType": {"enum": ["=", "!=", "=~", "!~"]},
+                                },
+                            },
+                        },
+                        "groupBy": {"type": "array", "items": {"type": "string"}},
+                        "groupWait": _DURATION,
+                        "groupInterval": _DURATION,
+                        "repeatInterval": _DURATION,
+                        "continue": {"type": "boolean"},
+                    },
+                },
+                "receivers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "webhookConfigs": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["url"],
+                                    "properties": {
+                                        "url": {"type": "string"},
+                                        "sendResolved": {"type": "boolean"},
+                                        "maxAlerts": {"type": "integer", "minimum": 0},
+                                        "httpConfig": {
+                                            "type": "object",
+                                            "additionalProperties": False,
+                                            "properties": {
+                                                "authorization": {
+                                                    "type": "object",
+                                                    "additionalProperties": False,
+                                                    "required": ["credentials"],
+                                                    "properties": {
+                                                        "type": {"type": "string"},
+                                                        "credentials": {
+                                                            "type": "object",
+                                                            "additionalProperties": False,
+                                                            "required": ["name", "key"],
+                                                            "properties": {
+                                                                "name": {"type": "string"},
+                                                                "key": {"type": "string"},
+                                                            },
+                                                        },
+                                                    },
+                                                }
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def monitoring_objects() -> tuple[dict[str, Any], ...]:
+    return rendered(MONITORING)
+
+
+def rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((MONITORING / "rules.yml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, cwd=MONITORING)
+
+
+# -- offline checks with the real tools ------------------------------------------------------------
+
+
+def test_promtool_accepts_the_rules_file() -> None:
+    promtool = require_binary("promtool", "prometheus")
+    done = run([promtool, "check", "rules", "rules.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules())} rules found" in done.stdout
+
+
+def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
+    promtool = require_binary("promtool", "prometheus")
+    done = run([promtool, "test", "rules", "rules_test.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_promtool_unit_tests_can_fail(tmp_path: Any) -> None:
+    promtool = require_binary("promtool", "prometheus")
+    tests = yaml.safe_load((MONITORING / "rules_test.yml").read_text())
+    xid = next(t for t in tests["tests"] if "Xid 79" in t["name"])
+    xid["alert_rule_test"][1]["exp_alerts"][0]["exp_labels"]["xid"] = "48"
+    tests["rule_files"] = [str(MONITORING / "rules.yml")]
+    (tmp_path / "broken_test.yml").write_text(yaml.safe_dump(tests))
+    done = subprocess.run(
+        [promtool, "test", "rules", "broken_test.yml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert 'xid="79"' in done.stdout + done.stderr
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    amtool = require_binary("amtool", "prometheus-alertmanager")
+    done = run([amtool, "check-config", "alertmanager.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+
+def test_rules_file_is_the_prometheus_rule_rendered() -> None:
+    assert (MONITORING / "rules.yml").read_text() == render_rules.render(), (
+        "run: python deploy/monitoring/render_rules.py"
+    )
+    rule = only(monitoring_objects(), "PrometheusRule")
+    assert yaml.safe_load((MONITORING / "rules.yml").read_text()) == {"groups": rule["spec"]["groups"]}
+
+
+def test_prometheus_rule_is_structurally_valid() -> None:
+    rule = only(monitoring_objects(), "PrometheusRule")
+    jsonschema.validate(rule, PROMETHEUS_RULE_SCHEMA)
+    assert rule["metadata"]["namespace"] == NAMESPACE
+
+
+def test_rules_raise_exactly_the_contract_alert_names() -> None:
+    names = [rule["alert"] for rule in rules()]
+    assert len(names) == len(set(names)), "one rule per alert name"
+    assert set(names) == CONTRACT_ALERTS
+
+
+def test_rules_use_only_dcgm_exporter_metrics() -> None:
+    for rule in rules():
+        used = metric_names(rule["expr"])
+        assert used, rule["alert"]
+        assert used <= DCGM_METRICS, (rule["alert"], used - DCGM_METRICS)
+
+
+def test_rules_keep_the_dcgm_exporter_labels() -> None:
+    for rule in rules():
+        for keyword, labels in grouping_labels(rule["expr"]):
+            assert keyword == "by", f"{rule['alert']}: `without` could drop labels silently"
+            missing = [label for label in DCGM_LABELS if label not in labels]
+            assert not missing, f"{rule['alert']} aggregates away {missing}"
+
+
+def test_xid_alert_carries_the_code_as_a_label() -> None:
+    (xid,) = [rule for rule in rules() if rule["alert"] == "GPUXidError"]
+    assert xid["labels"]["xid"] == "{{ $value }}"
+    assert "DCGM_FI_DEV_XID_ERRORS" in metric_names(xid["expr"])
+    assert re.search(r"changes\(DCGM_FI_DEV_XID_ERRORS\[", xid["expr"]), "fires on a change, not forever"
+
+
+@pytest.mark.parametrize(
+    ("alert", "threshold", "duration"),
+    [
+        ("GPUTemperatureHigh", "> 85", "5m"),
+        ("GPUTemperatureCritical", ">= 90", "1m"),
+        ("GPUIdle", "< 5", "30m"),
+        ("GPUUtilizationLow", "< 30", "1h"),
+    ],
+)
+def test_thresholds_and_durations(alert: str, threshold: str, duration: str) -> None:
+    (rule,) = [rule for rule in rules() if rule["alert"] == alert]
+    assert threshold in rule["expr"]
+    assert rule["for"] == duration
+
+
+def test_every_rule_has_severity_and_summary() -> None:
+    for rule in rules():
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
+        assert rule["annotations"]["summary"].strip(), rule["alert"]
+
+
+# -- Alertmanager ----------------------------------------------------------------------------------
+
+
+def alertmanager() -> dict[str, Any]:
+    return yaml.safe_load((MONITORING / "alertmanager.yml").read_text())
+
+
+def remediator_route(config: dict[str, Any]) -> dict[str, Any]:
+    (route,) = [r for r in config["route"]["routes"] if r["receiver"] == "gpu-remediator"]
+    return route
+
+
+def regex_alternatives(value: str) -> set[str]:
+    return set(value.split("|"))
+
+
+def test_alertmanager_sends_the_contract_alerts_to_the_controller() -> None:
+    config = alertmanager()
+    route = remediator_route(config)
+    (matcher,) = route["matchers"]
+    found = re.fullmatch(r'alertname=~"([^"]+)"', matcher)
+    assert found is not None
+    assert regex_alternatives(found.group(1)) == CONTRACT_ALERTS
+    assert route["group_by"] == ["alertname", "Hostname", "UUID"]
+    (receiver,) = [r for r in config["receivers"] if r["name"] == "gpu-remediator"]
+    (webhook,) = receiver["webhook_configs"]
+    assert webhook["url"] == WEBHOOK_URL
+    assert webhook["send_resolved"] is True
+    assert webhook["http_config"]["authorization"]["type"] == "Bearer"
+    assert webhook["http_config"]["authorization"]["credentials_file"].startswith("/")
+    assert "credentials" not in webhook["http_config"]["authorization"], "no token in the file itself"
+
+
+def test_alertmanager_config_crd_is_structurally_valid_and_equivalent() -> None:
+    crd = only(monitoring_objects(), "AlertmanagerConfig")
+    jsonschema.validate(crd, ALERTMANAGER_CONFIG_SCHEMA)
+    assert crd["metadata"]["namespace"] == NAMESPACE
+    plain = remediator_route(alertmanager())
+    route = crd["spec"]["route"]
+    assert route["receiver"] == plain["receiver"]
+    (matcher,) = route["matchers"]
+    assert (matcher["name"], matcher["matchType"]) == ("alertname", "=~")
+    assert regex_alternatives(matcher["value"]) == CONTRACT_ALERTS
+    assert route["groupBy"] == plain["group_by"]
+    for camel, snake in (
+        ("groupWait", "group_wait"),
+        ("groupInterval", "group_interval"),
+        ("repeatInterval", "repeat_interval"),
+        ("continue", "continue"),
+    ):
+        assert route[camel] == plain[snake], camel
+    (receiver,) = crd["spec"]["receivers"]
+    (webhook,) = receiver["webhookConfigs"]
+    (plain_receiver,) = [r for r in alertmanager()["receivers"] if r["name"] == receiver["name"]]
+    (plain_webhook,) = plain_receiver["webhook_configs"]
+    assert webhook["url"] == plain_webhook["url"] == WEBHOOK_URL
+    assert webhook["sendResolved"] is plain_webhook["send_resolved"] is True
+    auth = webhook["httpConfig"]["authorization"]
+    assert auth["type"] == "Bearer"
+    secret, key = plain_webhook["http_config"]["authorization"]["credentials_file"].split("/")[-2:]
+    assert auth["credentials"] == {"name": secret, "key": key}
+
+
+def test_alertmanager_token_is_the_controller_webhook_token() -> None:
+    crd = only(monitoring_objects(), "AlertmanagerConfig")
+    credentials = crd["spec"]["receivers"][0]["webhookConfigs"][0]["httpConfig"]["authorization"][
+        "credentials"
+    ]
+    deployment = only(rendered(OVERLAYS["single"]), "Deployment")
+    (main,) = deployment["spec"]["template"]["spec"]["containers"]
+    (token,) = [e for e in main["env"] if e["name"] == "REMEDIATOR_WEBHOOK_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"] == credentials
+
+
+# -- ServiceMonitor --------------------------------------------------------------------------------
+
+
+def test_service_monitor_scrapes_the_controller_metrics() -> None:
+    monitor = only(monitoring_objects(), "ServiceMonitor")
+    jsonschema.validate(monitor, SERVICE_MONITOR_SCHEMA)
+    service = only(rendered(OVERLAYS["single"]), "Service", "gpu-remediator")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert all(service["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [service["metadata"]["namespace"]]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+
+
+# -- Grafana ---------------------------------------------------------------------------------------
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads((MONITORING / "grafana-dashboard.json").read_text())
+
+
+def panel_exprs(board: dict[str, Any]) -> list[str]:
+    exprs = []
+    panels = list(board["panels"])
+    while panels:
+        panel = panels.pop()
+        panels.extend(panel.get("panels", []))
+        exprs.extend(target["expr"] for target in panel.get("targets", []))
+    return exprs
+
+
+def allowed_series() -> set[str]:
+    names = set()
+    for name, kind in CONTROLLER_METRICS.items():
+        if kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+        else:
+            names.add(name)
+    return names
+
+
+def test_dashboard_queries_only_controller_metrics() -> None:
+    board = dashboard()
+    exprs = panel_exprs(board)
+    assert exprs
+    used: set[str] = set()
+    for expr in exprs:
+        names = metric_names(expr)
+        assert names, expr
+        assert names <= allowed_series(), (expr, names - allowed_series())
+        used |= names
+    for name in CONTROLLER_METRICS:
+        assert any(u == name or u.startswith(f"{name}_") for u in used), f"no panel shows {name}"
+
+
+def test_dashboard_is_importable() -> None:
+    board = dashboard()
+    assert board["uid"] and board["title"]
+    assert {v["name"] for v in board["templating"]["list"]} == {"datasource"}
+    ids = []
+    panels = list(board["panels"])
+    while panels:
+        panel = panels.pop()
+        panels.extend(panel.get("panels", []))
+        ids.append(panel["id"])
+        if panel["type"] != "row":
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert {t["refId"] for t in panel["targets"]} == {
+                chr(65 + i) for i in range(len(panel["targets"]))
+            }
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+
+
+def test_dashboard_configmap_carries_the_json() -> None:
+    configmap = only(monitoring_objects(), "ConfigMap", "gpu-remediator-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (text,) = configmap["data"].values()
+    assert json.loads(text) == dashboard()
+
+
+def test_controller_metric_names_match_the_code() -> None:
+    from remediator.observability import Metrics
+
+    exposed = {}
+    for family in Metrics().registry.collect():
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        exposed[name] = family.type
+    for name, kind in CONTROLLER_METRICS.items():
+        assert exposed.get(name) == kind, (
+            f"{name}: the controller exposes {exposed.get(name)!r}, not a {kind}"
+        )
