@@ -51,7 +51,9 @@ class QuarantineLimit:
                 if self.count < 0:
                     raise ValueError
         except ValueError:
-            raise ValueError(f"MAX_QUARANTINED_NODES must be a count like 10 or a percent like 5%, got {text!r}")
+            raise ValueError(
+                f"MAX_QUARANTINED_NODES must be a count like 10 or a percent like 5%, got {text!r}"
+            ) from None
 
     def resolve(self, gpu_nodes: int) -> int:
         """The limit in nodes for a fleet of `gpu_nodes` GPU nodes (a percent never rounds to 0 nodes)."""
@@ -77,7 +79,12 @@ class Settings(BaseSettings):
     public_url: str = "http://127.0.0.1:8080"
     slack_webhook_url: str | None = None
     slack_signing_secret: str | None = None
+    # Key for CSRF form tokens; replicas behind one URL must share it (random per process when unset).
+    secret_key: str | None = None
     notify_webhook_url: str | None = None
+    # Delivery attempts per notification and the first backoff (doubling, at most 8 s between attempts).
+    notify_attempts: int = Field(default=4, ge=1, le=20)
+    notify_backoff: timedelta = timedelta(milliseconds=500)
     approver_header: str | None = None
     approvers: CommaList = Field(default_factory=list)
     approval_ttl: timedelta = timedelta(minutes=30)
@@ -122,7 +129,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "approval_ttl", "worker_poll_interval", "lease_duration", "quarantine_rate_window", "flap_window",
-        "node_repeat_window", "escalation_window", mode="before",
+        "node_repeat_window", "escalation_window", "notify_backoff", mode="before",
     )
     @classmethod
     def _durations(cls, value: Any) -> timedelta:

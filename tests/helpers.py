@@ -33,7 +33,7 @@ def am_payload(*alerts: dict[str, Any], status: str | None = None) -> dict[str, 
     common = alerts[0]["labels"] if alerts else {}
     return {
         "version": "4",
-        "groupKey": '{}:{alertname="%s"}' % common.get("alertname", ""),
+        "groupKey": '{}:{alertname="' + common.get("alertname", "") + '"}',
         "truncatedAlerts": 0,
         "status": status or alerts[0]["status"],
         "receiver": "gpu-remediator",

@@ -143,7 +143,9 @@ def step_applies(step: Step, variables: Mapping[str, Any]) -> bool:
     return compile_condition(step.when).evaluate(variables)
 
 
-def plan_steps(playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False) -> list[PlannedStep]:
+def plan_steps(
+    playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False
+) -> list[PlannedStep]:
     """Render every step the way the executor would (conditions evaluated, params rendered)."""
     planned: list[PlannedStep] = []
     for index, step in enumerate(playbook.steps):

@@ -15,7 +15,7 @@ def test_contract_states_are_exactly_these() -> None:
         "pending", "held", "awaiting_approval", "running", "succeeded", "failed", "cancelled", "rejected",
         "expired", "reverting", "reverted",
     }
-    assert ACTIVE_STATES | FINAL_STATES == set(STATES)
+    assert set(STATES) == ACTIVE_STATES | FINAL_STATES
     assert not ACTIVE_STATES & FINAL_STATES
 
 

@@ -48,8 +48,10 @@ async def test_reorder_is_detected(repo: Repository) -> None:
     cols = ("ts", "kind", "actor", "data", "prev_hash", "hash")
     async with repo.transaction() as session:
         await session.execute(update(AuditEvent).where(AuditEvent.id == a.id).values(hash="x" * 64))
-        await session.execute(update(AuditEvent).where(AuditEvent.id == b.id).values(**{c: getattr(a, c) for c in cols}))
-        await session.execute(update(AuditEvent).where(AuditEvent.id == a.id).values(**{c: getattr(b, c) for c in cols}))
+        a_values = {c: getattr(a, c) for c in cols}
+        b_values = {c: getattr(b, c) for c in cols}
+        await session.execute(update(AuditEvent).where(AuditEvent.id == b.id).values(**a_values))
+        await session.execute(update(AuditEvent).where(AuditEvent.id == a.id).values(**b_values))
     async with repo.transaction() as session:
         rows = list((await session.scalars(select(AuditEvent).order_by(AuditEvent.id))).all())
     problem = verify_chain(rows)

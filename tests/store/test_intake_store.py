@@ -8,7 +8,9 @@ from remediator.intake.models import AlertmanagerPayload
 from remediator.store.repository import Repository
 
 
-def payload(status: str = "firing", fingerprint: str = "f1", starts: str = "2026-12-02T10:00:00Z") -> AlertmanagerPayload:
+def payload(
+    status: str = "firing", fingerprint: str = "f1", starts: str = "2026-12-02T10:00:00Z"
+) -> AlertmanagerPayload:
     return AlertmanagerPayload.model_validate({
         "version": "4", "groupKey": "{}:{}", "status": status, "receiver": "gpu-remediator",
         "alerts": [{
