@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,7 +22,7 @@ from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import GENESIS, canonical, event_hash
-from remediator.store.models import AlertBatch, AlertRow, AuditEvent, ControllerState, Remediation, StepRow
+from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
 
 __all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
@@ -340,6 +340,9 @@ class Repository:
             rem.lease_expires = None
         if new not in ACTIVE_STATES or new == "reverting":
             rem.active_key = None
+        if new in ("cancelled", "rejected", "expired", "failed") and rem.quarantined:
+            if not await self._has_done_steps(session, rem.id):
+                rem.quarantined = False  # nothing was changed: the node is not under our quarantine
         await self.audit(
             session, f"state.{new}", remediation_id=rem.id, actor=actor,
             data={"from": old, "to": new, "event": event, "reason": reason, **(data or {})},
@@ -675,6 +678,14 @@ class Repository:
             if row is not None and row.value.get("owner") == owner:
                 await session.delete(row)
 
+    async def wake_held(self) -> int:
+        """Make every held remediation due now (after resume, or when quarantine room frees)."""
+        async with self.transaction() as session:
+            result = await session.execute(
+                update(Remediation).where(Remediation.state == "held").values(next_run_at=self._clock())
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
+
     async def held(self) -> list[Remediation]:
         return await self.list_remediations(state="held", limit=1000)
 
@@ -687,6 +698,172 @@ class Repository:
                 )
             )
             return list(rows.all())
+
+
+    # -- approvals (the token itself is never stored; only its SHA-256) ---------------------------
+
+    async def open_approval(
+        self, rem_id: str, owner: str, *, step_index: int, step_name: str, token_hash: str,
+        expires_at: datetime, requested_to: list[str], reason: str,
+    ) -> Approval:
+        """Stop the remediation in awaiting_approval and record the request, in one transaction."""
+        now = self._clock()
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            await session.execute(
+                update(Approval)
+                .where(Approval.remediation_id == rem_id, Approval.decision.is_(None))
+                .values(decision="superseded", decided_by="controller", decided_at=now, decision_source="controller")
+            )
+            await self._transition(
+                session, rem, "await_approval", reason=reason,
+                data={"step": step_name, "index": step_index, "expires_at": expires_at.isoformat()},
+            )
+            rem.approval_step = step_index
+            rem.approval_expires_at = expires_at
+            rem.approval_token_hash = token_hash
+            rem.decision = None
+            rem.decided_by = None
+            rem.decided_at = None
+            approval = Approval(
+                remediation_id=rem_id, step_index=step_index, step_name=step_name, token_hash=token_hash,
+                created_at=now, expires_at=expires_at, requested_to=list(requested_to), decision=None,
+                decided_by=None, decided_at=None, decision_source=None,
+            )
+            session.add(approval)
+            await session.flush()
+            await self.audit(
+                session, "approval.requested", remediation_id=rem_id,
+                data={"approval_id": approval.id, "step": step_name, "index": step_index,
+                      "expires_at": expires_at.isoformat(), "requested_to": list(requested_to)},
+            )
+            return approval
+
+    async def approval_by_token_hash(self, token_hash: str) -> tuple[Approval, Remediation] | None:
+        async with self.transaction() as session:
+            approval = await session.scalar(select(Approval).where(Approval.token_hash == token_hash))
+            if approval is None:
+                return None
+            rem = await session.get(Remediation, approval.remediation_id)
+            return (approval, rem) if rem is not None else None
+
+    async def approvals_of(self, rem_id: str) -> list[Approval]:
+        """Every approval request of a remediation, oldest first."""
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(Approval).where(Approval.remediation_id == rem_id).order_by(Approval.id)
+            )
+            return list(rows.all())
+
+    async def get_approval(self, approval_id: int) -> Approval | None:
+        async with self.transaction() as session:
+            return await session.get(Approval, approval_id)
+
+    async def decide_approval(
+        self, approval_id: int, *, decision: str, actor: str, source: str, comment: str | None = None,
+    ) -> bool:
+        """Record a human decision exactly once (compare-and-set) with its transition and audit event.
+
+        Returns False, changing nothing, when the request was already decided, has expired, or the
+        remediation is no longer waiting for this step.
+        """
+        if decision not in ("approved", "rejected"):
+            raise ValueError(f"decision must be approved or rejected, not {decision!r}")
+        now = self._clock()
+        try:
+            async with self.transaction() as session:
+                claimed = await session.execute(
+                    update(Approval)
+                    .where(Approval.id == approval_id, Approval.decision.is_(None), Approval.expires_at > now)
+                    .values(decision=decision, decided_by=actor, decided_at=now, decision_source=source)
+                )
+                if not claimed.rowcount:  # type: ignore[attr-defined]
+                    return False
+                approval = await session.get(Approval, approval_id)
+                assert approval is not None
+                moved = await session.execute(
+                    update(Remediation)
+                    .where(
+                        Remediation.id == approval.remediation_id, Remediation.state == "awaiting_approval",
+                        Remediation.decision.is_(None), Remediation.approval_step == approval.step_index,
+                    )
+                    .values(decision=decision, decided_by=actor, decided_at=now)
+                )
+                if not moved.rowcount:  # type: ignore[attr-defined]
+                    raise _NotDecided
+                rem = await session.get(Remediation, approval.remediation_id, populate_existing=True)
+                assert rem is not None
+                event = "approve" if decision == "approved" else "reject"
+                await self._transition(
+                    session, rem, event, actor=actor,
+                    reason=f"{decision} by {actor}" + (f": {comment}" if comment else ""),
+                    data={"approval_id": approval_id, "step": approval.step_name,
+                          "index": approval.step_index, "decided_by": actor, "source": source, "comment": comment},
+                )
+                if decision == "approved":
+                    rem.next_run_at = now
+                return True
+        except _NotDecided:
+            return False
+
+    async def expire_approval(self, rem_id: str, *, proceed: bool) -> str | None:
+        """Close an overdue request: the remediation expires, or with `proceed` runs the step as approved.
+
+        Compare-and-set like `decide_approval`, so a human decision racing the expiry wins or loses whole.
+        Returns the new state, or None when there was nothing (any more) to expire.
+        """
+        now = self._clock()
+        async with self.transaction() as session:
+            moved = await session.execute(
+                update(Remediation)
+                .where(
+                    Remediation.id == rem_id, Remediation.state == "awaiting_approval",
+                    Remediation.decision.is_(None), Remediation.approval_expires_at < now,
+                )
+                .values(
+                    decision="approved" if proceed else "expired", decided_by="controller", decided_at=now
+                )
+            )
+            if not moved.rowcount:  # type: ignore[attr-defined]
+                return None
+            rem = await session.get(Remediation, rem_id, populate_existing=True)
+            assert rem is not None
+            approvals = list((await session.scalars(
+                select(Approval).where(Approval.remediation_id == rem_id, Approval.decision.is_(None))
+            )).all())
+            for approval in approvals:
+                approval.decision = "expired"
+                approval.decided_by = "controller"
+                approval.decided_at = now
+                approval.decision_source = "expiry"
+            step = approvals[-1].step_name if approvals else None
+            await self.audit(
+                session, "approval.expired", remediation_id=rem_id,
+                data={"step": step, "index": rem.approval_step,
+                      "on_expiry": "continue" if proceed else "abort"},
+            )
+            if proceed:
+                await self._transition(
+                    session, rem, "approve", reason="approval not given in time; the playbook says continue",
+                    data={"step": step, "index": rem.approval_step, "on_expiry": "continue"},
+                )
+                rem.next_run_at = now
+            else:
+                await self._transition(session, rem, "expire", reason="approval not given in time",
+                                       data={"step": step, "index": rem.approval_step})
+            return rem.state
+
+    async def record_audit(
+        self, kind: str, *, remediation_id: str | None = None, actor: str = "controller",
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one audit event on its own (for facts that change no row, e.g. a failed notification)."""
+        async with self.transaction() as session:
+            await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
+
+
+class _NotDecided(Exception):
+    """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
 
 
 def is_database_error(exc: BaseException) -> bool:

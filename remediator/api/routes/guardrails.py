@@ -29,6 +29,7 @@ async def resume(request: Request, rt: RuntimeDep, worker: WorkerDep) -> dict[st
     actor = actor_of(request)
     await rt.repo.set_flag(PAUSE_KEY, {"paused": False, "by": actor}, audit_kind="controller.resumed", actor=actor)
     rt.metrics.paused.set(0)
+    await rt.repo.wake_held()
     if worker is not None:
         worker.wake()
     return {"paused": False}

@@ -1,0 +1,112 @@
+"""The whole path: Alertmanager payload -> rule -> playbook -> Kubernetes over real HTTP -> revert on resolve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.engine.conftest import Cluster, MakeCluster
+from tests.fakekube.server import FakeKube
+from tests.helpers import am_alert, am_payload, xid_labels
+
+TAINT_KEY = "remediator.io/gpu-unhealthy"
+
+
+def gpu_node(fake: FakeKube, name: str = "gpu-1", **kw: Any) -> None:
+    fake.add_node(name, labels={"nvidia.com/gpu.present": "true"}, **kw)
+    deployment = fake.add_deployment("trainer", "ml")
+    rs = fake.add_replicaset("trainer-abc", "ml", replicas=2, deployment=deployment)
+    fake.add_pod("trainer-abc-1", "ml", node=name, gpus=4, owner=rs)
+    fake.add_pod("trainer-abc-2", "ml", node=name, gpus=4, owner=rs)
+    fake.add_pod("web-1", "apps", node=name, gpus=0)
+    ds = fake.add_daemonset("dcgm-exporter", "monitoring")
+    fake.add_pod("dcgm-exporter-x", "monitoring", node=name, gpus=0, owner=ds)
+
+
+def taints(fake: FakeKube, node: str) -> list[dict[str, Any]]:
+    return list((fake.node(node) or {}).get("spec", {}).get("taints") or [])
+
+
+async def test_xid79_taints_cordons_drains_and_resolve_reverts(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster()
+    fake = cluster.fake
+    gpu_node(fake)
+    firing = am_alert(xid_labels("gpu-1", 79))
+    await cluster.post(am_payload(firing))
+    await cluster.settle()
+
+    node = fake.node("gpu-1")
+    assert node is not None and node["spec"].get("unschedulable") is True
+    assert {"key": TAINT_KEY, "value": "xid-79", "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "value", "effect")} for t in taints(fake, "gpu-1")
+    ]
+    evicted = {c.name for c in fake.requests("evict")}
+    assert evicted == {"trainer-abc-1", "trainer-abc-2"}
+
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded" and rem["rule"] == "xid-fatal" and rem["playbook"] == "quarantine-node"
+    forward = [s for s in rem["steps"] if s["phase"] == "forward"]
+    assert [(s["name"], s["status"]) for s in forward] == [
+        ("taint", "succeeded"), ("cordon", "succeeded"), ("drain", "succeeded"), ("event", "succeeded")
+    ]
+    owners = {p["name"]: [o["kind"] for o in p["owners"]] for p in rem["context"]["pods"]}
+    assert owners["trainer-abc-1"] == ["ReplicaSet", "Deployment"]
+    audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    kinds = [e["kind"] for e in audit]
+    assert kinds.count("step.succeeded") == 4 and "state.running" in kinds and "state.succeeded" in kinds
+
+    resolved = am_alert(xid_labels("gpu-1", 79), status="resolved")
+    await cluster.post(am_payload(resolved))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "reverted"
+    node = fake.node("gpu-1")
+    assert node is not None and not node["spec"].get("unschedulable")
+    assert not [t for t in taints(fake, "gpu-1") if t["key"] == TAINT_KEY]
+
+
+async def test_revert_restores_exactly_the_prior_state(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster()
+    fake = cluster.fake
+    foreign = {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
+    gpu_node(fake, unschedulable=True, taints=[foreign])
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 48))))
+    await cluster.settle()
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 48), status="resolved")))
+    await cluster.settle()
+    assert (await cluster.only_remediation())["state"] == "reverted"
+    node = fake.node("gpu-1")
+    assert node is not None and node["spec"].get("unschedulable") is True  # someone else's cordon stays
+    assert [{k: t[k] for k in ("key", "value", "effect")} for t in taints(fake, "gpu-1")] == [foreign]
+
+
+async def test_second_alert_for_active_target_is_linked_not_started(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster()
+    gpu_node(cluster.fake)
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
+    # Same node and playbook, different GPU: linked to the active remediation before it finishes.
+    await cluster.worker.process_alerts()
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79, gpu="5", uuid="GPU-other"))))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["linked_alerts"] == 1
+
+
+async def test_unmatched_alert_is_stored_and_audited(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster()
+    await cluster.post(am_payload(am_alert({"alertname": "SomethingElse", "Hostname": "gpu-1"})))
+    await cluster.settle()
+    assert (await cluster.api.get("/api/v1/remediations")).json() == []
+    audit = (await cluster.api.get("/api/v1/audit")).json()
+    assert [e["kind"] for e in audit] == ["alert.unmatched"]
+    assert not cluster.fake.writes()
+
+
+async def test_application_xid_only_records_events(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster()
+    gpu_node(cluster.fake)
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 13, exported_pod="trainer-abc-1",
+                                                      exported_namespace="ml"))))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["rule"] == "xid-application" and rem["state"] == "succeeded"
+    assert {c.plural for c in cluster.fake.writes()} <= {"events"}
