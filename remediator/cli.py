@@ -128,6 +128,33 @@ def simulate(
     typer.echo(render_text(report))
 
 
+@app.command()
+def demo(
+    host: Annotated[str, typer.Option(help="address to bind (loopback)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to bind; 0 picks a free one")] = 8080,
+    exit_after_posting: Annotated[
+        bool, typer.Option("--exit-after-posting", help="stop once the samples are planned (for scripts)")
+    ] = False,
+) -> None:
+    """Plan-only controller on a temporary database, fed the bundled sample alerts; prints where to look."""
+    from remediator.demo import run_demo
+
+    if not is_loopback(host):
+        typer.echo(f"error: the demo binds loopback addresses only, not {host}", err=True)
+        raise typer.Exit(2)
+    _logging("WARNING")
+    try:
+        code = asyncio.run(
+            run_demo(host=host, port=port, exit_after_posting=exit_after_posting, out=sys.stdout)
+        )
+    except KeyboardInterrupt:
+        code = 0
+    except OSError as exc:
+        typer.echo(f"error: cannot serve on {host}:{port}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    raise typer.Exit(code)
+
+
 @audit_app.command("verify")
 def audit_verify(config: ConfigOpt = None) -> None:
     """Walk the hash chain; exit 1 naming the first edited, deleted or reordered event."""

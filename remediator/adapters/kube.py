@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from remediator.errors import (
 )
 from remediator.settings import Settings
 
-__all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "TokenBucket", "connect"]
+__all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "Mutation", "MutationRecorder", "TokenBucket", "connect"]
 
 FIELD_MANAGER = "remediator"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -108,11 +109,44 @@ def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> flo
     return seconds if seconds is not None and seconds > 0 else None
 
 
+@dataclass(frozen=True)
+class Mutation:
+    """One write the controller made to the Kubernetes API, for the audit log."""
+
+    verb: str
+    resource: str
+    namespace: str | None
+    name: str
+    status: int
+    error: str | None = None
+
+
+MutationRecorder = Callable[[Mutation], Awaitable[None]]
+_WRITE_VERBS = ("patch", "create", "delete", "replace")
+
+
+def _describe_call(method_name: str, args: tuple[Any, ...]) -> tuple[str, str, str | None, str] | None:
+    """(verb, resource, namespace, name) of a writing client method, None for reads."""
+    base = method_name.removesuffix("_without_preload_content")
+    verb, _, rest = base.partition("_")
+    if verb not in _WRITE_VERBS:
+        return None
+    namespaced = rest.startswith("namespaced_")
+    resource = rest.removeprefix("namespaced_")
+    name = str(args[0]) if args else ""
+    namespace = str(args[1]) if namespaced and len(args) > 1 else None
+    return verb, resource, namespace, name
+
+
 class KubeAdapter:
-    """Typed async calls the actions need. Build it with `connect(settings)` or from an ApiClient."""
+    """Typed async calls the actions need. Build it with `connect(settings)` or from an ApiClient.
+
+    Set `recorder` to be told of every write (verb, object, outcome); the engine audits them.
+    """
 
     def __init__(self, api_client: client.ApiClient, *, qps: float = 50.0, burst: int | None = None) -> None:
         self.api_client = api_client
+        self.recorder: MutationRecorder | None = None
         self._bucket = TokenBucket(qps, burst)
         self._apis: dict[str, Any] = {
             "core": client.CoreV1Api(api_client),
@@ -131,6 +165,23 @@ class KubeAdapter:
         await self.api_client.close()  # type: ignore[no-untyped-call]
 
     async def _call(self, method: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
+        write = _describe_call(getattr(method, "__name__", ""), args) if self.recorder else None
+        if write is None:
+            return await self._send(method, *args, **options)
+        try:
+            result = await self._send(method, *args, **options)
+        except ActionError as exc:
+            await self._record(write, exc.status or 0, exc.message)
+            raise
+        await self._record(write, 200, None)
+        return result
+
+    async def _record(self, write: tuple[str, str, str | None, str], status: int, error: str | None) -> None:
+        if self.recorder is not None:
+            verb, resource, namespace, name = write
+            await self.recorder(Mutation(verb, resource, namespace, name, status, error))
+
+    async def _send(self, method: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
         await self._bucket.acquire()
         try:
             response = await method(*args, **options)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from remediator import __version__
-from remediator.api.routes import alerts, audit, guardrails, health, remediations
+from remediator.api.csrf import Csrf
+from remediator.api.routes import alerts, approvals, audit, guardrails, health, remediations, slack, ui
+from remediator.api.templating import STATIC_DIR
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
@@ -42,6 +46,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
             if worker is not None:
                 await worker.stop()
             if engine is not None:
+                if rt.notifier is not None:
+                    await rt.notifier.aclose()
                 if rt.kube is not None:
                     await rt.kube.close()
                 await engine.dispose()
@@ -66,4 +72,19 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
 
     for module in (alerts, remediations, audit, guardrails, health):
         app.include_router(module.router)
+    _add_ui(app, settings)
     return app
+
+
+def _add_ui(app: FastAPI, settings: Settings) -> None:
+    """Approval pages, the web UI, Slack interactivity and their shared CSRF key and static files."""
+    if settings.secret_key:
+        key = settings.secret_key.encode()
+    else:
+        key = secrets.token_bytes(32)
+        log.info("REMEDIATOR_SECRET_KEY is not set: form tokens use a per-process key (set it for replicas)")
+    app.state.csrf = Csrf(key, secure_cookie=settings.public_url.startswith("https://"))
+    app.include_router(approvals.api_router)
+    for module in (approvals, ui, slack):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
-from tenacity import wait_exponential_jitter
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from remediator.actions.base import Action, ActionContext, ActionResult, Target
 from remediator.actions.context import gather_context
 from remediator.definitions import Playbook, Step
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
+from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
 from remediator.errors import ActionError, StepFailed, TemporaryError
@@ -87,6 +87,7 @@ class Executor:
 
     async def drive(self, rem_id: str) -> None:
         """Advance one remediation until it waits, finishes or loses its lease; always release the lease."""
+        acting_remediation.set(rem_id)
         renewer = asyncio.create_task(self._renew(rem_id))
         next_run: timedelta | None = None
         try:
@@ -287,11 +288,9 @@ class Executor:
         return not (rem.approval_step == idx and rem.decision == "approved")
 
     async def _request_approval(self, rem: Remediation, step: Step, idx: int) -> None:
-        await self.rt.repo.transition(
-            rem.id, "await_approval", reason=f"step {step.name} needs approval", owner=self.rt.owner,
-            changes={"approval_step": idx, "decision": None,
-                     "approval_expires_at": self.rt.repo._clock() + self.rt.settings.approval_ttl},
-        )
+        from remediator.engine.approvals import Approvals
+
+        await Approvals(self.rt).request(rem, step, idx)
 
     # -- reverts ----------------------------------------------------------------------------------
 
@@ -326,6 +325,7 @@ class Executor:
                 rem.id, "reverted", reason="prior state restored", owner=self.rt.owner, changes={"quarantined": False}
             )
             self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="reverted").inc()
+            await self.rt.repo.wake_held()  # quarantine room may have freed
             await self._notify(rem, "reverted", "prior state restored")
             return
         forward, action_name, raw = plan[idx]

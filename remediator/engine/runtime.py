@@ -20,8 +20,8 @@ from remediator.store.repository import Repository
 
 if TYPE_CHECKING:
     from remediator.adapters.kube import KubeAdapter
-    from remediator.adapters.notifier import Notifier
     from remediator.adapters.sidecar import SidecarClient
+    from remediator.engine.notifications import NotificationService
 
 __all__ = ["DefinitionsHolder", "Runtime", "replica_id"]
 
@@ -57,7 +57,7 @@ class Runtime:
     owner: str
     kube: KubeAdapter | None = None
     sidecar: SidecarClient | None = None
-    notifier: Notifier | None = None
+    notifier: NotificationService | None = None
     gpu_nodes: int = 0
     nodes_by_ip: dict[str, str] = field(default_factory=dict)
 

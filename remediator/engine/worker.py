@@ -242,12 +242,11 @@ class Worker:
         )
 
     async def expire_approvals(self) -> None:
-        for rem_id in await self.rt.repo.due_approvals(self.rt.repo._clock()):
-            try:
-                await self.rt.repo.transition(rem_id, "expire", reason="approval not given in time")
-            except RemediatorError:
-                continue
-            self.rt.metrics.remediations.labels(playbook="", outcome="expired").inc()
+        """Close overdue approval requests (expired, audited, notified; or continued per playbook)."""
+        from remediator.engine.approvals import Approvals
+
+        if await Approvals(self.rt).expire_due():
+            self.wake()
 
     async def dispatch(self) -> int:
         for rem_id, task in list(self._running.items()):

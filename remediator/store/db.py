@@ -13,8 +13,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 __all__ = ["MIGRATIONS_DIR", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text
-from sqlalchemy import UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["AlertBatch", "AlertRow", "AuditEvent", "Base", "ControllerState", "Remediation", "StepRow"]
+__all__ = [
+    "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "StepRow",
+]
 
 Json = dict[str, Any]
 IdType = BigInteger().with_variant(Integer(), "sqlite")
@@ -158,3 +159,25 @@ class ControllerState(Base):
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
     value: Mapped[Json]
     updated_at: Mapped[datetime]
+
+
+class Approval(Base):
+    """One request for a human decision on one step; the link's token is stored only as its SHA-256."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
+    remediation_id: Mapped[str] = mapped_column(ForeignKey("remediations.id"), index=True)
+    step_index: Mapped[int] = mapped_column(Integer)
+    step_name: Mapped[str] = mapped_column(String(256))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    # Where the request went (notification channels, the approver allowlist), shown on the page.
+    requested_to: Mapped[list[Any]]
+    # None while open; approved | rejected | expired | superseded.
+    decision: Mapped[str | None] = mapped_column(String(16))
+    decided_by: Mapped[str | None] = mapped_column(String(256))
+    decided_at: Mapped[datetime | None]
+    # page | ui | api | slack | expiry
+    decision_source: Mapped[str | None] = mapped_column(String(32))

@@ -340,9 +340,12 @@ class Repository:
             rem.lease_expires = None
         if new not in ACTIVE_STATES or new == "reverting":
             rem.active_key = None
-        if new in ("cancelled", "rejected", "expired", "failed") and rem.quarantined:
-            if not await self._has_done_steps(session, rem.id):
-                rem.quarantined = False  # nothing was changed: the node is not under our quarantine
+        if (
+            new in ("cancelled", "rejected", "expired", "failed")
+            and rem.quarantined
+            and not await self._has_done_steps(session, rem.id)
+        ):
+            rem.quarantined = False  # nothing was changed: the node is not under our quarantine
         await self.audit(
             session, f"state.{new}", remediation_id=rem.id, actor=actor,
             data={"from": old, "to": new, "event": event, "reason": reason, **(data or {})},

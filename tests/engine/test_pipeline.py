@@ -53,6 +53,11 @@ async def test_xid79_taints_cordons_drains_and_resolve_reverts(make_cluster: Mak
     audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
     kinds = [e["kind"] for e in audit]
     assert kinds.count("step.succeeded") == 4 and "state.running" in kinds and "state.succeeded" in kinds
+    mutations = [e["data"] for e in audit if e["kind"].startswith("kube.")]
+    evictions = [m["name"] for m in mutations if m["resource"] == "pod_eviction"]
+    assert sorted(evictions) == ["trainer-abc-1", "trainer-abc-2"]
+    assert {m["resource"] for m in mutations} >= {"node", "pod_eviction", "event"}
+    assert all(m["outcome"] == "ok" for m in mutations)
 
     resolved = am_alert(xid_labels("gpu-1", 79), status="resolved")
     await cluster.post(am_payload(resolved))

@@ -1,0 +1,103 @@
+"""Slack interactivity: `POST /slack/interactions` for the Approve/Reject buttons in Slack messages.
+
+Enabled only when `REMEDIATOR_SLACK_SIGNING_SECRET` is set. The signature is checked on the raw body before
+anything is parsed; then a `block_actions` payload with action_id `approve` or `reject` and the request's
+token (or a remediation id) as value goes through the same decision path as the approval page, with the
+Slack user as the approver (and the same allowlist).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from remediator.adapters.slack_signature import SignatureError, verify
+from remediator.api.deps import RuntimeDep, WorkerDep
+from remediator.engine.approvals import Approvals, Decision, Outcome
+from remediator.errors import ApprovalError
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["slack"], include_in_schema=False)
+
+MAX_BODY = 256 * 1024
+_DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
+
+
+def _reply(text: str, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(
+        {"response_type": "ephemeral", "replace_original": False, "text": text}, status_code=status_code
+    )
+
+
+def _user(payload: dict[str, Any]) -> tuple[str, list[str]]:
+    user = payload.get("user") or {}
+    names = [str(user.get(k) or "") for k in ("username", "name", "id", "email")]
+    names = [n for n in names if n]
+    return (names[0] if names else "unknown"), names
+
+
+def _summary(outcome: Outcome) -> str:
+    approval = outcome.view.approval
+    if outcome.result in ("decided", "already"):
+        verb = "Recorded" if outcome.result == "decided" else "Already decided"
+        return f"{verb}: step {approval.step_name} {approval.decision} by {approval.decided_by}."
+    if outcome.result == "expired":
+        return "This approval request has expired; nothing was changed."
+    return f"The remediation is {outcome.view.remediation.state}; it no longer waits for a decision."
+
+
+@router.post("/slack/interactions")
+async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> JSONResponse:
+    secret = rt.settings.slack_signing_secret
+    if not secret:
+        return JSONResponse({"error": "Slack interactivity is not enabled"}, status_code=404)
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        return JSONResponse({"error": "body too large"}, status_code=413)
+    try:
+        verify(
+            secret,
+            request.headers.get("x-slack-request-timestamp"),
+            request.headers.get("x-slack-signature"),
+            body,
+        )
+    except SignatureError as exc:
+        log.warning("rejected a Slack interaction: %s", exc.reason)
+        return JSONResponse({"error": f"signature check failed: {exc.reason}"}, status_code=401)
+    try:
+        payload = json.loads(parse_qs(body.decode()).get("payload", ["{}"])[0])
+    except (ValueError, UnicodeDecodeError):
+        return JSONResponse({"error": "payload is not JSON"}, status_code=400)
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return _reply("Nothing to do for this interaction.")
+    actions = [
+        a for a in payload.get("actions") or [] if isinstance(a, dict) and a.get("action_id") in _DECISIONS
+    ]
+    if not actions:
+        return _reply("Nothing to do for this interaction.")
+    action = actions[0]
+    decision = _DECISIONS[str(action["action_id"])]
+    value = str(action.get("value") or "")
+    who, names = _user(payload)
+    approvals = Approvals(rt)
+    if not approvals.allowed(*names):
+        return _reply(f"{who} is not on the list of approvers; nothing was decided.")
+    actor = f"slack:{who}"
+    try:
+        if len(value) == 43:
+            outcome = await approvals.decide(value, decision, actor=actor, source="slack")
+        else:
+            outcome = await approvals.decide_for(value, decision, actor=actor, source="slack")
+    except ApprovalError as exc:
+        return _reply(exc.reason)
+    if outcome.result == "decided" and worker is not None:
+        worker.wake()
+    return _reply(_summary(outcome))

@@ -1,0 +1,283 @@
+"""What people are told about a remediation, and delivery that can never hold one up.
+
+The executor, the worker and the approval service report events here (`remediation_event`); this module
+turns each into a receiver-neutral `Message` (alert, node, GPU, affected pods, links to the UI and the
+approval page) and queues it for every configured channel (Slack incoming webhook, JSON webhook). Each
+channel has its own queue and sender task, so a receiver that is down delays only its own messages and
+never the remediation. A message that still fails after the adapter's retries is counted in
+`remediator_notifications_total{channel,outcome}` and recorded as an audit event `notification.failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from remediator.adapters.notifier import Button, Channel, Message, PodLine, Tone
+from remediator.observability import Metrics
+from remediator.settings import Settings
+from remediator.store.models import Remediation
+from remediator.store.repository import Repository
+
+__all__ = ["EVENTS", "NotificationService", "pods_of", "ui_link"]
+
+log = logging.getLogger(__name__)
+
+# event -> (title prefix, tone)
+EVENTS: Mapping[str, tuple[str, Tone]] = {
+    "approval_requested": ("Approval needed", "warning"),
+    "approved": ("Approved", "info"),
+    "rejected": ("Rejected", "warning"),
+    "expired": ("Approval expired", "warning"),
+    "started": ("Remediation started", "info"),
+    "held": ("Held by a guardrail", "warning"),
+    "succeeded": ("Remediation succeeded", "good"),
+    "failed": ("Remediation failed", "danger"),
+    "reverting": ("Reverting", "info"),
+    "reverted": ("Reverted", "good"),
+    "message": ("Message", "info"),
+}
+
+
+def ui_link(settings: Settings, rem_id: str) -> str:
+    return f"{settings.public_url.rstrip('/')}/remediations/{rem_id}"
+
+
+def _owner_text(pod: Mapping[str, Any]) -> str:
+    owners = pod.get("owners")
+    if owners is None and pod.get("owner") is not None:
+        owners = [pod["owner"]]
+    parts: list[str] = []
+    for owner in owners or []:
+        if isinstance(owner, Mapping):
+            kind, name = owner.get("kind") or "", owner.get("name") or ""
+            gone = " (gone)" if owner.get("missing") else ""
+            parts.append((f"{kind}/{name}" if kind else str(name)) + gone)
+        elif owner:
+            parts.append(str(owner))
+    if not parts and pod.get("owner_kind"):
+        parts.append(f"{pod.get('owner_kind')}/{pod.get('owner_name') or ''}")
+    return " → ".join(parts)
+
+
+def pods_of(context: Mapping[str, Any]) -> list[PodLine]:
+    """The affected pods recorded in a remediation's context, with their owners (tolerant of shape)."""
+    out: list[PodLine] = []
+    for pod in context.get("pods") or []:
+        if isinstance(pod, Mapping):
+            out.append(
+                PodLine(
+                    namespace=str(pod.get("namespace") or ""),
+                    name=str(pod.get("name") or pod.get("pod") or "?"),
+                    owner=_owner_text(pod),
+                )
+            )
+    return out
+
+
+def _gpu_text(rem: Remediation) -> str:
+    parts = [p for p in (f"#{rem.gpu_index}" if rem.gpu_index else None, rem.gpu_uuid) if p]
+    return " ".join(parts) or "-"
+
+
+def _alert_text(rem: Remediation) -> str:
+    xid = rem.alert_labels.get("xid")
+    return f"{rem.alertname} (Xid {xid})" if xid else rem.alertname
+
+
+class NotificationService:
+    """Engine-facing notifier; also satisfies the adapters' `Notifier` protocol for the `notify` action."""
+
+    def __init__(
+        self,
+        channels: Sequence[Channel],
+        repo: Repository,
+        metrics: Metrics,
+        settings: Settings,
+        *,
+        queue_size: int = 1000,
+        on_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.channels = list(channels)
+        self._on_close = on_close
+        self.repo = repo
+        self.metrics = metrics
+        self.settings = settings
+        self._queue_size = queue_size
+        self._queues: dict[str, asyncio.Queue[Message]] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
+        self._last: dict[str, tuple[str, str]] = {}
+
+    @property
+    def channel_names(self) -> list[str]:
+        return [c.name for c in self.channels]
+
+    # -- producing --------------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        """Queue a message for every channel; returns at once and never raises."""
+        for channel in self.channels:
+            queue = self._queue_for(channel)
+            try:
+                queue.put_nowait(message)
+            except asyncio.QueueFull:
+                self.metrics.notifications.labels(channel=channel.name, outcome="dropped").inc()
+                log.warning("notification queue for %s is full; dropped %s", channel.name, message.event)
+
+    async def remediation_event(
+        self,
+        rem_id: str,
+        event: str,
+        detail: str = "",
+        *,
+        approval_link: str | None = None,
+        expires_at: datetime | None = None,
+        interactive_value: str | None = None,
+    ) -> None:
+        """Tell people about `event` on a remediation. Never raises: no notification is worth a failure."""
+        if not self.channels or self._last.get(rem_id) == (event, detail):
+            return  # e.g. a held remediation re-checked every few seconds: say it once
+        self._last[rem_id] = (event, detail)
+        if len(self._last) > 10_000:
+            self._last.clear()
+        try:
+            rem = await self.repo.get(rem_id)
+            if rem is None:
+                return
+            await self.send(
+                self.build(
+                    rem,
+                    event,
+                    detail,
+                    approval_link=approval_link,
+                    expires_at=expires_at,
+                    interactive_value=interactive_value,
+                )
+            )
+        except Exception:
+            log.exception("could not prepare the %s notification for %s", event, rem_id)
+
+    def build(
+        self,
+        rem: Remediation,
+        event: str,
+        detail: str,
+        *,
+        approval_link: str | None = None,
+        expires_at: datetime | None = None,
+        interactive_value: str | None = None,
+    ) -> Message:
+        """The message for one event (pure apart from reading settings)."""
+        prefix, tone = EVENTS.get(event, (event.replace("_", " ").capitalize(), "info"))
+        where = rem.node or rem.namespace or rem.target_key
+        summary = str(rem.alert_annotations.get("summary") or rem.alert_annotations.get("description") or "")
+        text = f"*{rem.playbook}* for {_alert_text(rem)} on `{where}`"
+        if summary:
+            text += f"\n{summary}"
+        if detail:
+            text += f"\n{detail}"
+        if event == "approval_requested" and expires_at is not None:
+            text += f"\nThe request expires at {expires_at:%Y-%m-%d %H:%M} UTC."
+        if event == "succeeded" and (rem.state_reason or "").startswith("plan-only"):
+            tone = "info"
+        fields = (
+            ("Alert", _alert_text(rem)),
+            ("Node", rem.node or "-"),
+            ("GPU", _gpu_text(rem)),
+            ("Playbook", rem.playbook),
+            ("Rule", rem.rule),
+            ("State", rem.state),
+        )
+        buttons: list[Button] = []
+        if approval_link:
+            buttons.append(Button("Review and decide", url=approval_link, style="primary"))
+        buttons.append(Button("Open in the UI", url=ui_link(self.settings, rem.id)))
+        if interactive_value and self.settings.slack_signing_secret:
+            buttons.append(Button("Approve", action_id="approve", value=interactive_value, style="primary"))
+            buttons.append(Button("Reject", action_id="reject", value=interactive_value, style="danger"))
+        return Message(
+            event=event,
+            title=f"{prefix}: {rem.playbook} on {where}"[:150],
+            text=text,
+            tone=tone,
+            fields=fields,
+            pods=tuple(pods_of(rem.context)),
+            buttons=tuple(buttons),
+            remediation_id=rem.id,
+            data={
+                "remediation_id": rem.id,
+                "event": event,
+                "detail": detail,
+                "state": rem.state,
+                "playbook": rem.playbook,
+                "rule": rem.rule,
+                "node": rem.node,
+                "gpu_uuid": rem.gpu_uuid,
+                "gpu_index": rem.gpu_index,
+                "alertname": rem.alertname,
+                "labels": dict(rem.alert_labels),
+                "approval_url": approval_link,
+                "ui_url": ui_link(self.settings, rem.id),
+            },
+        )
+
+    # -- delivering -------------------------------------------------------------------------------
+
+    def _queue_for(self, channel: Channel) -> asyncio.Queue[Message]:
+        queue = self._queues.get(channel.name)
+        if queue is None:
+            queue = self._queues[channel.name] = asyncio.Queue(self._queue_size)
+        sender = self._senders.get(channel.name)
+        if sender is None or sender.done():
+            self._senders[channel.name] = asyncio.create_task(
+                self._deliver(channel, queue), name=f"notify-{channel.name}"
+            )
+        return queue
+
+    async def _deliver(self, channel: Channel, queue: asyncio.Queue[Message]) -> None:
+        while True:
+            message = await queue.get()
+            try:
+                await self._send_one(channel, message)
+            finally:
+                queue.task_done()
+
+    async def _send_one(self, channel: Channel, message: Message) -> None:
+        try:
+            await channel.send(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.metrics.notifications.labels(channel=channel.name, outcome="failed").inc()
+            log.warning("notification %s to %s failed: %s", message.event, channel.name, exc)
+            with contextlib.suppress(Exception):
+                await self.repo.record_audit(
+                    "notification.failed",
+                    remediation_id=message.remediation_id,
+                    data={"channel": channel.name, "event": message.event, "error": str(exc)[:500]},
+                )
+            return
+        self.metrics.notifications.labels(channel=channel.name, outcome="sent").inc()
+
+    async def flush(self, limit: float = 30.0) -> None:
+        """Wait until every queued message was delivered or given up on (tests, demo, shutdown)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(limit):
+                for queue in list(self._queues.values()):
+                    await queue.join()
+
+    async def aclose(self, limit: float = 5.0) -> None:
+        """Deliver what is queued (briefly), then stop the senders."""
+        await self.flush(limit)
+        for task in self._senders.values():
+            task.cancel()
+        for task in self._senders.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._senders.clear()
+        if self._on_close is not None:
+            await self._on_close()

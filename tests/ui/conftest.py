@@ -1,0 +1,16 @@
+"""Fixtures for UI tests: the plan-only controller with the gated test playbook."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.approvals.harness import Gated, gated_controller
+
+
+@pytest.fixture
+async def gated(tmp_path: Path) -> AsyncIterator[Gated]:
+    async with gated_controller(tmp_path) as controller:
+        yield controller

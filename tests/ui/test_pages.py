@@ -1,0 +1,79 @@
+"""Server-rendered UI: list with filters and refresh, detail with timeline, escaping, decisions, banner."""
+
+from __future__ import annotations
+
+import re
+
+from tests.approvals.harness import TOKEN, Gated
+from tests.helpers import xid_labels
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match
+    return match.group(1)
+
+
+async def test_list_filters_and_refreshes(gated: Gated) -> None:
+    rem = await gated.fire()
+    page = await gated.client.get("/")
+    assert page.status_code == 200
+    assert 'http-equiv="refresh"' in page.text and 'name="viewport"' in page.text
+    assert f"/remediations/{rem.id}" in page.text and "awaiting_approval" in page.text
+    assert "Plan-only mode" in page.text
+    assert f"/remediations/{rem.id}" in (await gated.client.get("/?state=awaiting_approval")).text
+    assert f"/remediations/{rem.id}" not in (await gated.client.get("/?state=succeeded")).text
+    assert f"/remediations/{rem.id}" not in (await gated.client.get("/?node=other-node")).text
+    assert f"/remediations/{rem.id}" in (await gated.client.get("/?node=gpu-node-1&refresh=0")).text
+    assert 'http-equiv="refresh"' not in (await gated.client.get("/?refresh=0")).text
+    assert (await gated.client.get("/?state=bogus")).status_code == 200
+    assert (await gated.client.get("/static/style.css")).status_code == 200
+
+
+async def test_detail_shows_timeline_steps_pods_labels_and_escapes(gated: Gated) -> None:
+    rem = await gated.fire(
+        xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml", team="<script>alert(1)</script>")
+    )
+    page = await gated.client.get(f"/remediations/{rem.id}")
+    assert page.status_code == 200
+    text = page.text
+    for expected in (
+        "remediation.created",
+        "state.awaiting_approval",
+        "approval.requested",
+        "trainer-0",
+        "needs approval",
+        "Waiting for approval of",
+        "xid",
+        "Approve",
+        "Reject",
+    ):
+        assert expected in text, expected
+    assert "<script>alert(1)</script>" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+async def test_ui_decision_goes_through_csrf_and_the_same_path(gated: Gated) -> None:
+    rem = await gated.fire()
+    page = await gated.client.get(f"/remediations/{rem.id}")
+    csrf = csrf_of(page.text)
+    url = f"/remediations/{rem.id}/decision"
+    forged = await gated.client.post(url, data={"csrf": "f" * 64, "name": "eve", "decision": "approve"})
+    assert forged.status_code == 403
+    nameless = await gated.client.post(url, data={"csrf": csrf, "decision": "approve"})
+    assert nameless.status_code == 400
+    ok = await gated.client.post(url, data={"csrf": csrf, "name": "carol", "decision": "approve"})
+    assert ok.status_code == 303 and ok.headers["location"].endswith("?decided=approved")
+    again = await gated.client.post(url, data={"csrf": csrf, "name": "dan", "decision": "reject"})
+    assert again.status_code == 409 and "approved by carol" in again.text
+    await gated.settle()
+    done = await gated.client.get(f"/remediations/{rem.id}")
+    assert "succeeded" in done.text and "carol" in done.text
+
+
+async def test_banner_shows_pause_and_unknown_remediation_is_a_404_page(gated: Gated) -> None:
+    assert (await gated.client.post("/api/v1/pause", headers=AUTH)).status_code == 200
+    assert "Paused" in (await gated.client.get("/")).text
+    missing = await gated.client.get("/remediations/does-not-exist")
+    assert missing.status_code == 404 and "There is no remediation" in missing.text
