@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING
 
 from remediator.actions.base import Action
 from remediator.actions.registry import default_registry
+from remediator.adapters.notifier import open_channels
 from remediator.definitions import DefinitionSet, load_definitions
+from remediator.engine.mutation_audit import audit_recorder
+from remediator.engine.notifications import NotificationService
 from remediator.engine.runtime import DefinitionsHolder, Runtime, replica_id
 from remediator.observability import Metrics
 from remediator.settings import Settings
@@ -58,6 +61,13 @@ async def build_runtime(
         settings=settings, repo=repo, definitions=DefinitionsHolder(defs), actions=actions,
         metrics=metrics or Metrics(), owner=replica_id(settings), kube=kube,
     )
+    if kube is not None:
+        kube.recorder = audit_recorder(repo)
+    channels, close_channels = open_channels(
+        settings.slack_webhook_url, settings.notify_webhook_url, attempts=settings.notify_attempts,
+        backoff_seconds=settings.notify_backoff.total_seconds(),
+    )
+    rt.notifier = NotificationService(channels, repo, rt.metrics, settings, on_close=close_channels)
     rt.metrics.plan_only.set(1 if rt.plan_only else 0)
     if rt.plan_only:
         log.warning(
