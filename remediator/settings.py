@@ -113,11 +113,16 @@ class Settings(BaseSettings):
     worker_poll_interval: timedelta = timedelta(milliseconds=500)
     worker_concurrency: int = 16
     lease_duration: timedelta = timedelta(seconds=30)
+    held_recheck_interval: timedelta = timedelta(seconds=10)
     eviction_qps: float = 20.0
     kube_qps: float = 50.0
     replica_id: str | None = None
     allow_multiple_replicas: bool = False
     log_level: str = "INFO"
+    # How often the controller looks for edited definition files (0 turns the watcher off; SIGHUP and
+    # POST /api/v1/definitions/reload still work). Definition sets kept in memory for GET /definitions/{v}.
+    definitions_watch_interval: timedelta = timedelta(seconds=2)
+    definitions_history: int = Field(default=20, ge=1, le=1000)
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
@@ -128,8 +133,10 @@ class Settings(BaseSettings):
         return _split(value)
 
     @field_validator(
-        "approval_ttl", "worker_poll_interval", "lease_duration", "quarantine_rate_window", "flap_window",
-        "node_repeat_window", "escalation_window", "notify_backoff", mode="before",
+        "approval_ttl", "worker_poll_interval", "lease_duration", "held_recheck_interval",
+        "quarantine_rate_window", "flap_window",
+        "node_repeat_window", "escalation_window", "notify_backoff", "definitions_watch_interval",
+        mode="before",
     )
     @classmethod
     def _durations(cls, value: Any) -> timedelta:

@@ -22,6 +22,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from remediator.actions.base import Action, ActionContext, ActionResult, Target
 from remediator.actions.context import gather_context
+from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
 from remediator.engine.mutation_audit import acting_remediation
@@ -97,10 +98,13 @@ class Executor:
                     return
                 if rem.state in ("pending", "held"):
                     if not await self._admit(rem):
-                        next_run = self.rt.settings.worker_poll_interval * 4
+                        next_run = self.rt.settings.held_recheck_interval
                         return
                 elif rem.state == "running":
-                    await self._forward(rem)
+                    later = await self._forward(rem)
+                    if later is not None:  # the step asked to run again later (e.g. `wait`)
+                        next_run = later
+                        return
                 elif rem.state == "reverting":
                     await self._revert(rem)
                 else:
@@ -146,7 +150,63 @@ class Executor:
         return True
 
     async def _gpu_context(self, rem: Remediation, context: dict[str, Any]) -> dict[str, Any]:
-        """Hook for GPU-level context from the node sidecar (pods of the affected GPU)."""
+        """Pods of the affected GPU from the node's sidecar; every GPU pod of the node when it cannot answer.
+
+        Only for alerts naming a GPU, with cluster access (the sidecar is found at the node's InternalIP).
+        Adds `gpu_uuid` (an index-only alert resolved through the sidecar inventory) and `pod_source`:
+        "sidecar" with `gpu_pods` = {uuid: [{namespace, name, uid, active}]} (what a `gpu:<uuid>` drain
+        selects; the gathered `pods` are marked with `gpu`/`active`, and for a GPU target narrowed to that
+        GPU's pods and the alert's), or "node" with `sidecar_error` saying why `pods` stays every GPU pod
+        on the node. A sidecar problem never fails admission.
+        """
+        target = target_of(rem)
+        if (target.gpu_uuid is None and target.gpu_index is None) or self.rt.kube is None:
+            return context
+        context = {**context, "gpu_uuid": target.gpu_uuid}
+        ip = (context.get("node") or {}).get("internal_ip")
+        sidecar = self.rt.sidecar
+        uuid = target.gpu_uuid
+        answer: Mapping[str, Any] | None = None
+        error = "no sidecar client configured" if sidecar is None else f"node {target.node} reports no InternalIP"
+        if sidecar is not None and ip:
+            try:
+                if uuid is None:
+                    inventory = await sidecar.gpus(ip, attempts=1)
+                    uuid = next((str(g["uuid"]) for g in inventory.get("gpus") or []
+                                 if str(g.get("index")) == str(target.gpu_index) and g.get("uuid")), None)
+                    error = f"no GPU with index {target.gpu_index} in the sidecar inventory"
+                if uuid is not None:
+                    answer = await sidecar.gpu_pods(ip, uuid, attempts=1)
+            except ActionError as exc:
+                error = exc.message
+            except Exception as exc:  # an unexpected answer must not block admission either
+                log.warning("sidecar context for remediation %s failed", rem.id, exc_info=True)
+                error = f"{type(exc).__name__}: {exc}"
+        if answer is None or uuid is None:
+            context.update(pod_source="node", sidecar_error=error)
+            return context
+
+        on_gpu = [
+            {"namespace": p.get("namespace"), "name": p.get("name"), "uid": p.get("uid"), "active": p.get("active")}
+            for p in answer.get("pods") or [] if isinstance(p, Mapping)
+        ]
+        by_key = {str(p["uid"]): p for p in on_gpu if p.get("uid")}
+        by_key.update({f"{p['namespace']}/{p['name']}": p for p in on_gpu})
+        narrow = target.kind == "gpu"
+        pods: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for pod in context.get("pods") or []:
+            match = by_key.get(str(pod.get("uid"))) or by_key.get(f"{pod.get('namespace')}/{pod.get('name')}")
+            if match is not None:
+                seen.add(f"{match['namespace']}/{match['name']}")
+                pods.append({**pod, "gpu": uuid, "active": match.get("active")})
+            elif not narrow or pod.get("from_alert"):
+                pods.append(pod)
+        for extra in on_gpu:  # allocated by the kubelet but not (or no longer) listed by the API server
+            if f"{extra['namespace']}/{extra['name']}" not in seen:
+                pods.append({**extra, "node": target.node, "phase": None, "gpu_request": 0, "owners": [],
+                             "from_alert": False, "gpu": uuid})
+        context.update(gpu_uuid=uuid, gpu_pods={uuid: on_gpu}, pod_source="sidecar", pods=pods)
         return context
 
     def _quarantines(self, rem: Remediation) -> bool:
@@ -185,54 +245,73 @@ class Executor:
 
     # -- forward steps ----------------------------------------------------------------------------
 
-    async def _forward(self, rem: Remediation) -> None:
+    async def _forward(self, rem: Remediation) -> timedelta | None:
         playbook = playbook_of(rem)
         idx = rem.current_step
         if idx >= len(playbook.steps):
             await self._finish(rem, playbook)
-            return
+            return None
         step = playbook.steps[idx]
         action = self.rt.actions[step.action]
         if action.mutating and await self._paused():
             await self.rt.repo.transition(
                 rem.id, "hold", reason="controller is paused", owner=self.rt.owner, data={"guardrail": "paused"}
             )
-            return
+            return None
         rows = await self.rt.repo.steps(rem.id)
         variables = self._variables(rem, rows)
         try:
             applies = step_applies(step, variables)
         except Exception as exc:
             await self._step_failed(rem, step, idx, f"condition error: {exc}", {})
-            return
+            return None
         if not applies:
             await self.rt.repo.finish_step(
                 rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
                 status="skipped", output={"reason": f"when: {step.when} is false"},
             )
-            return
+            return None
         if self._needs_approval(rem, step, idx):
             await self._request_approval(rem, step, idx)
-            return
+            return None
         try:
             rendered = self._render(step.params, variables)
             params = action.parse(rendered)
         except (ValidationError, ValueError, TypeError, LookupError) as exc:
             await self._step_failed(rem, step, idx, f"invalid parameters: {exc}", {})
-            return
+            return None
         row = await self.rt.repo.begin_step(
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action, params=rendered
         )
         ctx = self._context(rem, step.name, step.timeout.total_seconds(), "forward", idx, row.progress, None)
-        outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
+        try:
+            outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
+        except ResumeLater as later:
+            return timedelta(seconds=later.delay)
+        except CancelRemediation as cancel:
+            await self._step_cancelled(rem, step, idx, cancel)
+            return None
         if isinstance(outcome, ActionResult):
             await self.rt.repo.finish_step(
                 rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
                 status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
                 output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
             )
-            return
+            return None
         await self._step_failed(rem, step, idx, outcome, rendered)
+        return None
+
+    async def _step_cancelled(self, rem: Remediation, step: Step, idx: int, cancel: CancelRemediation) -> None:
+        """A step ended the remediation (e.g. `wait` saw the alert resolve): cancel, and undo what was done."""
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+            status="cancelled", output={"message": cancel.reason, **cancel.output}, advance=False,
+        )
+        await self.rt.repo.transition(rem.id, "cancel", reason=cancel.reason, owner=self.rt.owner)
+        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="cancelled").inc()
+        await self._notify(rem, "cancelled", cancel.reason)
+        if cancel.revert and self.revert_plan(playbook_of(rem), await self.rt.repo.steps(rem.id)):
+            await self.rt.repo.start_revert(rem.id, cancel.reason)
 
     async def _run(self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float) -> Any:
         started = time.perf_counter()

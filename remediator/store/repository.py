@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import case, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,6 +22,7 @@ from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import GENESIS, canonical, event_hash
+from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
 
 __all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
@@ -404,7 +405,7 @@ class Repository:
                     or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
                     or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
                 )
-                .order_by(Remediation.created_at)
+                .order_by(case((Remediation.state == "held", 1), else_=0), Remediation.created_at)
                 .limit(limit)
             )
             if self.dialect == "postgresql":
@@ -863,6 +864,69 @@ class Repository:
         """Append one audit event on its own (for facts that change no row, e.g. a failed notification)."""
         async with self.transaction() as session:
             await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
+
+
+    # -- definition versions ----------------------------------------------------------------------
+
+    async def save_definition_version(self, version: str, sources: dict[str, str]) -> bool:
+        """Store the source text of a definition set once; True when this call stored it."""
+        try:
+            async with self.transaction() as session:
+                if await session.get(DefinitionVersion, version) is not None:
+                    return False
+                session.add(DefinitionVersion(version=version, created_at=self._clock(), sources=dict(sources)))
+                await session.flush()
+                return True
+        except IntegrityError:
+            return False  # another replica stored the same version a moment ago
+
+    async def get_definition_version(self, version: str) -> DefinitionVersion | None:
+        async with self.transaction() as session:
+            return await session.get(DefinitionVersion, version)
+
+    async def list_definition_versions(self, limit: int = 100) -> list[tuple[str, datetime]]:
+        """(version, first stored at), newest first."""
+        async with self.transaction() as session:
+            rows = await session.execute(
+                select(DefinitionVersion.version, DefinitionVersion.created_at)
+                .order_by(DefinitionVersion.created_at.desc())
+                .limit(limit)
+            )
+            return [(str(v), _aware(ts) or ts) for v, ts in rows.all()]
+
+    async def remediations_for_alerts(self, alert_ids: list[int]) -> dict[int, Remediation]:
+        """Remediation by the alert that started it (for replay)."""
+        found: dict[int, Remediation] = {}
+        async with self.transaction() as session:
+            for start in range(0, len(alert_ids), 500):
+                chunk = alert_ids[start:start + 500]
+                rows = await session.scalars(select(Remediation).where(Remediation.alert_id.in_(chunk)))
+                for rem in rows.all():
+                    if rem.alert_id is not None:
+                        found[rem.alert_id] = rem
+        return found
+
+    async def get_remediations(self, ids: list[str]) -> dict[str, Remediation]:
+        found: dict[str, Remediation] = {}
+        async with self.transaction() as session:
+            for start in range(0, len(ids), 500):
+                rows = await session.scalars(select(Remediation).where(Remediation.id.in_(ids[start:start + 500])))
+                found.update({rem.id: rem for rem in rows.all()})
+        return found
+
+    async def steps_for(self, rem_ids: list[str]) -> dict[str, list[StepRow]]:
+        """Step rows of many remediations at once, in the order `steps` gives them."""
+        found: dict[str, list[StepRow]] = {rem_id: [] for rem_id in rem_ids}
+        async with self.transaction() as session:
+            for start in range(0, len(rem_ids), 500):
+                rows = await session.scalars(
+                    select(StepRow)
+                    .where(StepRow.remediation_id.in_(rem_ids[start:start + 500]))
+                    .order_by(StepRow.remediation_id, StepRow.phase.desc(), StepRow.idx)
+                )
+                for row in rows.all():
+                    found[row.remediation_id].append(row)
+        return found
 
 
 class _NotDecided(Exception):
