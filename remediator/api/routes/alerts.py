@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,6 +16,32 @@ from remediator.intake.models import AlertmanagerPayload
 __all__ = ["router"]
 
 router = APIRouter()
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """The payload's JSON schema with `$defs` references inlined (the model is not recursive)."""
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    result: dict[str, Any] = walk(schema)
+    return result
+
+
+_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_refs(AlertmanagerPayload.model_json_schema(by_alias=True))}},
+    }
+}
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -52,6 +79,7 @@ async def _read_limited(request: Request, limit: int) -> bytes | None:
     "/api/v1/alerts",
     responses={401: {}, 413: {}, 422: {}, 503: {}},
     summary="Alertmanager webhook receiver (version 4)",
+    openapi_extra=_BODY,
 )
 async def receive_alerts(request: Request, rt: RuntimeDep, worker: WorkerDep) -> Response:
     started = time.perf_counter()
