@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -13,9 +15,21 @@ from fastapi.staticfiles import StaticFiles
 
 from remediator import __version__
 from remediator.api.csrf import Csrf
-from remediator.api.routes import alerts, approvals, audit, guardrails, health, remediations, slack, ui
+from remediator.api.routes import (
+    alerts,
+    approvals,
+    audit,
+    definitions,
+    guardrails,
+    health,
+    remediations,
+    reports,
+    slack,
+    ui,
+)
 from remediator.api.templating import STATIC_DIR
 from remediator.engine.bootstrap import build_runtime
+from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import IllegalTransition, StoreUnavailable
@@ -38,16 +52,26 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
         app.state.runtime = rt
         worker = Worker(rt) if run_worker else None
         app.state.worker = worker
+        reloader = DefinitionsReloader(rt)
+        app.state.reloader = reloader
+        await reloader.start(watch=run_worker)
+        hangup = _on_sighup(reloader) if run_worker else False
         if worker is not None:
             await worker.start()
         try:
             yield
         finally:
+            if hangup:
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            await reloader.stop()
+            await rt.intake.close()
             if worker is not None:
                 await worker.stop()
             if engine is not None:
                 if rt.notifier is not None:
                     await rt.notifier.aclose()
+                if rt.sidecar is not None:
+                    await rt.sidecar.aclose()
                 if rt.kube is not None:
                     await rt.kube.close()
                 await engine.dispose()
@@ -70,10 +94,21 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
     async def _illegal(_request: Request, exc: IllegalTransition) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=409)
 
-    for module in (alerts, remediations, audit, guardrails, health):
+    for module in (alerts, remediations, audit, guardrails, health, definitions):
         app.include_router(module.router)
+    app.include_router(definitions.ui_router)
+    app.include_router(reports.api_router)
     _add_ui(app, settings)
     return app
+
+
+def _on_sighup(reloader: DefinitionsReloader) -> bool:
+    """SIGHUP reloads the definitions (where the platform has it and this is the main thread)."""
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.request, "sighup")
+    except (AttributeError, NotImplementedError, RuntimeError, ValueError):
+        return False
+    return True
 
 
 def _add_ui(app: FastAPI, settings: Settings) -> None:
@@ -85,6 +120,6 @@ def _add_ui(app: FastAPI, settings: Settings) -> None:
         log.info("REMEDIATOR_SECRET_KEY is not set: form tokens use a per-process key (set it for replicas)")
     app.state.csrf = Csrf(key, secure_cookie=settings.public_url.startswith("https://"))
     app.include_router(approvals.api_router)
-    for module in (approvals, ui, slack):
+    for module in (approvals, ui, slack, reports):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

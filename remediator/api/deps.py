@@ -11,19 +11,25 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.store.repository import Repository
 
-__all__ = ["Auth", "RepoDep", "RuntimeDep", "WorkerDep", "check_bearer"]
+__all__ = ["Auth", "RepoDep", "RuntimeDep", "WorkerDep", "check_bearer", "runtime_of"]
 
 
-def get_runtime(request: Request) -> Runtime:
+def runtime_of(request: Request) -> Runtime:
     rt: Runtime = request.app.state.runtime
     return rt
 
 
-def get_repo(request: Request) -> Repository:
-    return get_runtime(request).repo
+# Dependencies are `async def` on purpose: FastAPI runs plain `def` dependencies in a thread pool,
+# which costs more than the work they do.
+async def get_runtime(request: Request) -> Runtime:
+    return runtime_of(request)
 
 
-def get_worker(request: Request) -> Worker | None:
+async def get_repo(request: Request) -> Repository:
+    return runtime_of(request).repo
+
+
+async def get_worker(request: Request) -> Worker | None:
     worker: Worker | None = request.app.state.worker
     return worker
 
@@ -41,8 +47,8 @@ def check_bearer(header: str | None, tokens: list[str]) -> bool:
     return ok
 
 
-def require_token(request: Request) -> None:
-    rt = get_runtime(request)
+async def require_token(request: Request) -> None:
+    rt = runtime_of(request)
     if not check_bearer(request.headers.get("authorization"), rt.settings.webhook_token):
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"}

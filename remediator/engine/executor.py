@@ -43,7 +43,7 @@ def _wait(state: RetryCallState) -> float:
     exc = state.outcome.exception() if state.outcome else None
     if isinstance(exc, TemporaryError) and exc.retry_after:
         return float(exc.retry_after)
-    return float(wait_exponential_jitter(initial=0.5, max=30)(state))
+    return float(wait_exponential_jitter(multiplier=0.5, max=30)(state))
 
 
 async def run_with_retries(

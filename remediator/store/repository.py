@@ -6,15 +6,16 @@ worker check its lease (`owner`), so a replica that lost its lease cannot record
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, text, update
+from sqlalchemy import case, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -41,7 +42,7 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True)
 class StoredBatch:
-    batch_id: int
+    batch_id: str
     alerts: int
     repeats: int
 
@@ -81,19 +82,40 @@ class Repository:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime] = utcnow) -> None:
         self._sessions = sessions
         self._clock = clock
+        # Cleared while webhook batches are waiting to be committed (see IntakeWriter).
+        self.intake_idle = asyncio.Event()
+        self.intake_idle.set()
         bind = sessions.kw.get("bind")
         self.dialect = bind.dialect.name if bind is not None else "sqlite"
+        self._sqlite_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
 
     # -- plumbing ---------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncSession]:
-        """One transaction; database failures surface as StoreUnavailable."""
-        try:
-            async with self._sessions() as session, session.begin():
-                yield session
-        except (OperationalError, OSError, ConnectionError) as exc:
-            raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+    async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:
+        """One transaction; database failures surface as StoreUnavailable.
+
+        Webhook intake has priority: other transactions of this process wait while intake is queued, so a
+        storm is stored first (and answered fast) and processed right after.
+        """
+        if not intake:
+            await self.intake_idle.wait()
+        async with self._writer_gate():
+            try:
+                async with self._sessions() as session, session.begin():
+                    yield session
+            except (OperationalError, OSError, ConnectionError) as exc:
+                raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+    @asynccontextmanager
+    async def _writer_gate(self) -> AsyncIterator[None]:
+        """SQLite has one writer: queue this process's transactions here rather than in SQLite's busy
+        handler, whose sleeps (up to 100 ms each) would dominate latency under load."""
+        if self._sqlite_lock is None:
+            yield
+            return
+        async with self._sqlite_lock:
+            yield
 
     async def ping(self) -> None:
         async with self.transaction() as session:
@@ -133,40 +155,62 @@ class Repository:
 
     async def store_batch(self, payload: AlertmanagerPayload) -> StoredBatch:
         """Commit the batch and each alert in one transaction. Repeats are stored but never processed."""
+        return (await self.store_batches([payload]))[0]
+
+    async def store_batches(self, payloads: Sequence[AlertmanagerPayload]) -> list[StoredBatch]:
+        """Commit several webhook batches in ONE transaction (group commit); all or none are stored.
+
+        An alert is a repeat when its (fingerprint, startsAt, status) was stored before or earlier in this
+        call; repeats are stored with state `repeat` and never processed.
+        """
         now = self._clock()
-        keys = [f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in payload.alerts]
-        async with self.transaction() as session:
-            found = await session.execute(select(AlertRow.dedup_key, AlertRow.id).where(AlertRow.dedup_key.in_(keys)))
-            existing: dict[str, int] = {str(key): int(alert_id) for key, alert_id in found.all()}
-            batch = AlertBatch(
-                received_at=now, receiver=payload.receiver, status=payload.status, group_key=payload.group_key,
-                external_url=payload.external_url, truncated_alerts=payload.truncated_alerts,
-                alert_count=len(payload.alerts), repeat_count=0,
-            )
-            session.add(batch)
-            await session.flush()
-            repeats = 0
-            seen: dict[str, bool] = {}
-            for alert, key in zip(payload.alerts, keys, strict=True):
-                is_repeat = key in existing or key in seen
-                seen[key] = True
-                repeats += is_repeat
-                session.add(
-                    AlertRow(
-                        batch_id=batch.id, fingerprint=alert.fingerprint, alertname=alert.alertname,
-                        status=alert.status, starts_at=alert.starts_at, ends_at=alert.ends_at,
-                        labels=dict(alert.labels), annotations=dict(alert.annotations),
-                        generator_url=alert.generator_url, received_at=now,
-                        dedup_key=None if is_repeat else key, repeat_of=existing.get(key),
-                        state="repeat" if is_repeat else "new",
-                    )
+        keyed = [[f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in p.alerts] for p in payloads]
+        all_keys = sorted({k for keys in keyed for k in keys})
+        async with self.transaction(intake=True) as session:
+            existing: dict[str, int] = {}
+            for i in range(0, len(all_keys), 500):
+                found = await session.execute(
+                    select(AlertRow.dedup_key, AlertRow.id).where(AlertRow.dedup_key.in_(all_keys[i : i + 500]))
                 )
-            batch.repeat_count = repeats
+                existing.update({str(key): int(alert_id) for key, alert_id in found.all()})
+            seen: set[str] = set()
+            repeats: list[list[bool]] = []
+            for keys in keyed:
+                flags = []
+                for key in keys:
+                    flags.append(key in existing or key in seen)
+                    seen.add(key)
+                repeats.append(flags)
+            ids = [uuid.uuid4().hex for _ in payloads]
+            batch_rows = [
+                {
+                    "id": batch_id, "received_at": now, "receiver": p.receiver, "status": p.status,
+                    "group_key": p.group_key, "external_url": p.external_url,
+                    "truncated_alerts": p.truncated_alerts, "alert_count": len(p.alerts), "repeat_count": sum(flags),
+                }
+                for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+            ]
+            await session.execute(insert(AlertBatch), batch_rows)
+            alert_rows = [
+                {
+                    "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
+                    "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),
+                    "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": now,
+                    "dedup_key": None if repeat else key, "repeat_of": existing.get(key),
+                    "state": "repeat" if repeat else "new", "claimed_by": None, "claim_expires": None,
+                    "processed_at": None, "outcome": None, "remediation_id": None, "note": None,
+                }
+                for p, keys, flags, batch_id in zip(payloads, keyed, repeats, ids, strict=True)
+                for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
+            ]
             try:
-                await session.flush()
+                await session.execute(insert(AlertRow), alert_rows)
             except IntegrityError as exc:
                 raise StoreUnavailable("concurrent delivery of the same alert; retry") from exc
-        return StoredBatch(batch.id, len(payload.alerts), repeats)
+        return [
+            StoredBatch(batch_id, len(p.alerts), sum(flags))
+            for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+        ]
 
     async def claim_alerts(self, owner: str, limit: int, lease: timedelta) -> list[AlertRow]:
         """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again)."""
@@ -865,7 +909,6 @@ class Repository:
         async with self.transaction() as session:
             await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
 
-
     # -- definition versions ----------------------------------------------------------------------
 
     async def save_definition_version(self, version: str, sources: dict[str, str]) -> bool:
@@ -894,19 +937,8 @@ class Repository:
             )
             return [(str(v), _aware(ts) or ts) for v, ts in rows.all()]
 
-    async def remediations_for_alerts(self, alert_ids: list[int]) -> dict[int, Remediation]:
-        """Remediation by the alert that started it (for replay)."""
-        found: dict[int, Remediation] = {}
-        async with self.transaction() as session:
-            for start in range(0, len(alert_ids), 500):
-                chunk = alert_ids[start:start + 500]
-                rows = await session.scalars(select(Remediation).where(Remediation.alert_id.in_(chunk)))
-                for rem in rows.all():
-                    if rem.alert_id is not None:
-                        found[rem.alert_id] = rem
-        return found
-
     async def get_remediations(self, ids: list[str]) -> dict[str, Remediation]:
+        """Remediations by id (for replay); unknown ids are left out."""
         found: dict[str, Remediation] = {}
         async with self.transaction() as session:
             for start in range(0, len(ids), 500):

@@ -19,9 +19,7 @@ depends_on = None
 def upgrade() -> None:
     op.create_table(
         "alert_batches",
-        sa.Column(
-            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
-        ),
+        sa.Column("id", sa.String(length=32), nullable=False),
         sa.Column("received_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("receiver", sa.String(length=1024), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
@@ -120,7 +118,7 @@ def upgrade() -> None:
         sa.Column(
             "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
         ),
-        sa.Column("batch_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("batch_id", sa.String(length=32), nullable=False),
         sa.Column("fingerprint", sa.String(length=64), nullable=False),
         sa.Column("alertname", sa.String(length=256), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),

@@ -1,0 +1,49 @@
+"""Group commit of webhook batches: every submitter gets its own result, after its batch is committed."""
+
+from __future__ import annotations
+
+import asyncio
+
+from remediator.store.intake_writer import IntakeWriter
+from remediator.store.repository import Repository
+from tests.store.test_intake_store import payload
+
+
+async def test_concurrent_batches_share_commits_and_each_gets_its_result(repo: Repository) -> None:
+    writer = IntakeWriter(repo)
+    try:
+        batches = [payload(fingerprint=f"f{i}") for i in range(40)] + [payload(fingerprint="f3")]
+        results = await asyncio.gather(*(writer.submit(b) for b in batches))
+    finally:
+        await writer.close()
+    assert len({r.batch_id for r in results}) == 41
+    assert sum(r.repeats for r in results) == 1 and results[-1].repeats == 1
+    stored = await repo.list_alerts()
+    assert len(stored) == 41 and sum(a.state == "repeat" for a in stored) == 1
+
+
+async def test_a_store_failure_reaches_every_waiting_submitter(repo: Repository) -> None:
+    from remediator.errors import StoreUnavailable
+    from remediator.store.db import make_engine, make_sessionmaker
+
+    broken_engine = make_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
+    writer = IntakeWriter(Repository(make_sessionmaker(broken_engine)))
+    try:
+        outcomes = await asyncio.gather(*(writer.submit(payload(fingerprint=f"g{i}")) for i in range(5)),
+                                        return_exceptions=True)
+    finally:
+        await writer.close()
+        await broken_engine.dispose()
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+
+
+async def test_other_transactions_wait_while_intake_is_pending(repo: Repository) -> None:
+    writer = IntakeWriter(repo)
+    try:
+        submit = asyncio.create_task(writer.submit(payload(fingerprint="h1")))
+        await asyncio.sleep(0)
+        assert not repo.intake_idle.is_set()
+        await submit
+        assert repo.intake_idle.is_set()
+    finally:
+        await writer.close()
