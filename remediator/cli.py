@@ -1,4 +1,4 @@
-"""The one entry point: `remediator serve | sidecar | check | simulate | audit | db | demo`."""
+"""The one entry point: `remediator serve | sidecar | check | simulate | test | replay | audit | db | demo`."""
 
 from __future__ import annotations
 
@@ -126,6 +126,88 @@ def simulate(
     from remediator.engine.simulation import render_text
 
     typer.echo(render_text(report))
+
+
+@app.command("test")
+def test_playbooks(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="test files or directories (default: the tests that go with the playbooks)"),
+    ] = None,
+    rules: Annotated[Path | None, typer.Option("--rules", help="rules directory (default: settings)")] = None,
+    playbooks: Annotated[
+        Path | None, typer.Option("--playbooks", help="playbooks directory (default: settings)")
+    ] = None,
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="list passing tests too")] = False,
+    require_coverage: Annotated[
+        bool, typer.Option("--require-coverage", help="fail when a playbook has no test")
+    ] = False,
+) -> None:
+    """Run playbook tests plan-only (no cluster, no database); exit 1 with a diff on any mismatch."""
+    from remediator.actions.registry import default_registry
+    from remediator.engine.bootstrap import load_defs
+    from remediator.engine.playbook_tests import default_test_paths, render_report, run_tests
+
+    settings = _settings(config, rules_dir=rules, playbooks_dir=playbooks)
+    actions = default_registry()
+    try:
+        defs = load_defs(settings, actions)
+    except DefinitionSetError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    report = run_tests(list(paths) if paths else default_test_paths(settings), defs, settings, actions)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        typer.echo(render_report(report, verbose=verbose))
+    if not report.ok or (require_coverage and report.uncovered):
+        raise typer.Exit(1)
+
+
+@app.command()
+def replay(
+    since: Annotated[str, typer.Option("--since", help="how far back, e.g. 7d, 12h")] = "7d",
+    rules: Annotated[Path | None, typer.Option("--rules", help="rules directory (default: settings)")] = None,
+    playbooks: Annotated[
+        Path | None, typer.Option("--playbooks", help="playbooks directory (default: settings)")
+    ] = None,
+    fail_on_diff: Annotated[
+        bool, typer.Option("--fail-on-diff", help="exit 1 when any alert would be handled differently")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON (for CI)")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Run stored alerts plan-only through the given definitions; show what would differ from history."""
+    from remediator.actions.registry import default_registry
+    from remediator.durations import parse_duration
+    from remediator.engine.bootstrap import load_defs
+    from remediator.engine.replay import render_text, replay_database
+    from remediator.store.repository import utcnow
+
+    try:
+        window = parse_duration(since)
+    except ValueError as exc:
+        typer.echo(f"error: --since: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    settings = _settings(config, rules_dir=rules, playbooks_dir=playbooks)
+    try:
+        defs = load_defs(settings, default_registry())
+    except DefinitionSetError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(1) from exc
+    try:
+        report = asyncio.run(replay_database(settings, defs, utcnow() - window))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
+    else:
+        typer.echo(render_text(report))
+    if fail_on_diff and report.differences:
+        raise typer.Exit(1)
 
 
 @app.command()

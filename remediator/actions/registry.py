@@ -8,6 +8,10 @@ from remediator.actions.gpu import CollectDiagnostics, GpuReset, PowerLimit, Res
 from remediator.actions.kube_event import Event
 from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, Uncordon, Unlabel, Untaint
 from remediator.actions.notify import Notify
+from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
+from remediator.actions.quota import ReclaimQuota, RestoreQuota
+from remediator.actions.wait import Wait
+from remediator.actions.workload import RestoreWorkload, ScaleWorkload
 
 __all__ = ["default_registry"]
 
@@ -29,5 +33,13 @@ def default_registry() -> dict[str, Action]:
         GpuReset(),
         CollectDiagnostics(),
         Notify(),
+        ReclaimQuota(),
+        RestoreQuota(),
+        ScaleWorkload(),
+        RestoreWorkload(),
+        AnnotatePods(),
+        UnannotatePods(),
+        NotifyOwner(),
+        Wait(),
     ]
     return {action.name: action for action in actions}

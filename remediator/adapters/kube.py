@@ -56,6 +56,9 @@ _NAMESPACED_KINDS: dict[str, tuple[str, str]] = {
     "PodDisruptionBudget": ("policy", "pod_disruption_budget"),
 }
 
+# kinds whose `scale` subresource the controller may read and patch -> snake_case resource
+_SCALABLE_KINDS: dict[str, str] = {"Deployment": "deployment", "StatefulSet": "stateful_set"}
+
 
 class TokenBucket:
     """At most `rate` acquisitions a second on average, bursts up to `burst`; time from the event loop."""
@@ -354,6 +357,37 @@ class KubeAdapter:
 
     async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("Job", namespace, name, patch)
+
+    def _scale_resource(self, kind: str) -> str:
+        if kind not in _SCALABLE_KINDS:
+            raise NotSupported(f"the controller scales Deployments and StatefulSets, not {kind}")
+        return _SCALABLE_KINDS[kind]
+
+    async def get_scale(self, kind: str, namespace: str, name: str) -> KubeObject:
+        """The autoscaling/v1 Scale of a Deployment or StatefulSet (the `scale` subresource)."""
+        resource = self._scale_resource(kind)
+        result: KubeObject = await self._call(
+            self._method("apps", f"read_namespaced_{resource}_scale"), name, namespace
+        )
+        return result
+
+    async def patch_scale(
+        self, kind: str, namespace: str, name: str, replicas: int, *, resource_version: str | None = None
+    ) -> KubeObject:
+        """Set spec.replicas through the `scale` subresource (JSON merge patch, optionally guarded by RV)."""
+        resource = self._scale_resource(kind)
+        patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        result: KubeObject = await self._call(
+            self._method("apps", f"patch_namespaced_{resource}_scale"),
+            name,
+            namespace,
+            patch,
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH,
+        )
+        return result
 
     async def get_resource_quota(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("ResourceQuota", namespace, name)

@@ -5,6 +5,8 @@ node's InternalIP with `settings.sidecar_url_template` and `settings.sidecar_por
 carries the bearer `settings.sidecar_token`. Connection failures and 5xx are retried with backoff
 (tenacity); 4xx are final. Every non-2xx answer leaves as a `remediator.errors` class via
 `error_for_status`, keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
+Reads take `attempts=1` where a caller has a fallback and would rather not wait (context gathering).
+`for_settings` builds a client that owns its `httpx.AsyncClient`; `aclose` closes it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,15 @@ class SidecarClient:
         self._attempts = attempts
         self._backoff = backoff_seconds
 
+    @classmethod
+    def for_settings(cls, settings: Settings) -> SidecarClient:
+        """A client with its own connection pool and the default timeouts (closed by `aclose`)."""
+        return cls(settings, httpx.AsyncClient(timeout=DEFAULT_TIMEOUT))
+
+    async def aclose(self) -> None:
+        """Close the underlying HTTP client (its connections to every node's sidecar)."""
+        await self._http.aclose()
+
     def base_url(self, ip: str) -> str:
         host = f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
         return self._settings.sidecar_url_template.format(ip=host, port=self._settings.sidecar_port)
@@ -94,10 +105,11 @@ class SidecarClient:
         body: dict[str, Any] | None = None,
         limits: httpx.Timeout = DEFAULT_TIMEOUT,
         idempotent: bool = True,
+        attempts: int | None = None,
     ) -> dict[str, Any]:
         url = self.base_url(ip) + path
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
+            stop=stop_after_attempt(attempts or self._attempts),
             wait=wait_exponential(multiplier=self._backoff, max=10.0),
             retry=retry_if_exception(_retry_any if idempotent else _retry_unsent),
             reraise=True,
@@ -111,13 +123,13 @@ class SidecarClient:
     def _gpu(uuid: str) -> str:
         return "/v1/gpus/" + quote(uuid, safe="")
 
-    async def gpus(self, ip: str) -> dict[str, Any]:
+    async def gpus(self, ip: str, *, attempts: int | None = None) -> dict[str, Any]:
         """The node's inventory: {driver_version, nvml_version, gpus: [...]}."""
-        return await self._request("GET", ip, "/v1/gpus")
+        return await self._request("GET", ip, "/v1/gpus", attempts=attempts)
 
-    async def gpu_pods(self, ip: str, uuid: str) -> dict[str, Any]:
+    async def gpu_pods(self, ip: str, uuid: str, *, attempts: int | None = None) -> dict[str, Any]:
         """Pods allocated the GPU (or MIG device), with `active` marking those running on it."""
-        return await self._request("GET", ip, self._gpu(uuid) + "/pods")
+        return await self._request("GET", ip, self._gpu(uuid) + "/pods", attempts=attempts)
 
     async def set_power_limit(
         self,

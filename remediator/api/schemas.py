@@ -58,6 +58,8 @@ class RemediationDetail(RemediationOut):
     approval_expires_at: datetime | None
     decided_by: str | None
     decision: str | None
+    # Definition set, rule and playbook versions the remediation runs with (see GET /api/v1/definitions/{v}).
+    versions: dict[str, str | None] = {}
 
 
 class AuditOut(BaseModel):
@@ -100,6 +102,7 @@ def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
         alert_labels=rem.alert_labels, alert_annotations=rem.alert_annotations, alert_resolved=rem.alert_resolved,
         params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
         approval_expires_at=rem.approval_expires_at, decided_by=rem.decided_by, decision=rem.decision,
+        versions=dict(rem.plan.get("versions") or {"definitions": rem.definitions_version}),
     )
 
 

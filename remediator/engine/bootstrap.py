@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from remediator.actions.base import Action
 from remediator.actions.registry import default_registry
 from remediator.adapters.notifier import open_channels
+from remediator.adapters.sidecar import SidecarClient
 from remediator.definitions import DefinitionSet, load_definitions
 from remediator.engine.mutation_audit import audit_recorder
 from remediator.engine.notifications import NotificationService
@@ -61,6 +62,8 @@ async def build_runtime(
         settings=settings, repo=repo, definitions=DefinitionsHolder(defs), actions=actions,
         metrics=metrics or Metrics(), owner=replica_id(settings), kube=kube,
     )
+    if kube is not None:  # sidecars are found through Node InternalIPs, so only with a cluster
+        rt.sidecar = SidecarClient.for_settings(settings)
     if kube is not None:
         kube.recorder = audit_recorder(repo)
     channels, close_channels = open_channels(

@@ -37,6 +37,8 @@ __all__ = ["Executor", "run_with_retries"]
 
 log = logging.getLogger(__name__)
 PAUSE_KEY = "pause"
+QUARANTINE_TAINT = "remediator.io/gpu-unhealthy"
+REMEDIATION_ANNOTATION = "remediator.io/remediation"
 
 
 def _wait(state: RetryCallState) -> float:
@@ -351,12 +353,37 @@ class Executor:
 
     async def _finish(self, rem: Remediation, playbook: Playbook) -> None:
         reason = "plan-only: nothing was changed" if self.rt.plan_only else "all steps done"
-        await self.rt.repo.transition(rem.id, "succeed", reason=reason, owner=self.rt.owner)
+        still = rem.quarantined and await self._node_still_quarantined(rem)
+        await self.rt.repo.transition(
+            rem.id, "succeed", reason=reason, owner=self.rt.owner, changes={"quarantined": still}
+        )
+        if rem.quarantined and not still:
+            await self.rt.repo.wake_held()  # the playbook lifted its own quarantine: room for held ones
         self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="succeeded").inc()
         await self._notify(rem, "succeeded", reason)
         fresh = await self.rt.repo.get(rem.id)
         if fresh is not None and fresh.alert_resolved and playbook.on_resolved == "revert":
             await self.rt.repo.start_revert(rem.id, "alert resolved while running")
+
+    async def _node_still_quarantined(self, rem: Remediation) -> bool:
+        """Does the node still carry this controller's quarantine (taint, or cordon it made)?
+
+        A playbook may lift its own quarantine (reset-gpu untaints after a good reset); such a node must
+        not count against MAX_QUARANTINED_NODES any more. Unknown (no cluster, API error) counts as yes.
+        """
+        if self.rt.plan_only:
+            return False
+        if self.rt.kube is None or not rem.node:
+            return True
+        try:
+            node = await self.rt.kube.get_node(rem.node)
+        except ActionError:
+            return True
+        spec = node.get("spec") or {}
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        tainted = any(t.get("key") == QUARANTINE_TAINT for t in spec.get("taints") or [])
+        cordoned_by_us = bool(spec.get("unschedulable")) and annotations.get(REMEDIATION_ANNOTATION) == rem.id
+        return tainted or cordoned_by_us
 
     # -- approvals (the token and page live in the approval service) ------------------------------
 

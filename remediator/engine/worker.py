@@ -16,6 +16,7 @@ from typing import Any
 from remediator.engine.executor import Executor
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
+from remediator.engine.versions import persist_version, versions_for
 from remediator.errors import ConfigError, RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize, parse_xid
 from remediator.store.models import AlertRow
@@ -101,6 +102,7 @@ class Worker:
     async def _loop(self) -> None:
         poll = self.rt.settings.worker_poll_interval.total_seconds()
         while not self._stopping:
+            self._wake.clear()  # before the iteration: a wake() during it must not be lost
             try:
                 busy = await self.run_once()
             except StoreUnavailable as exc:
@@ -111,7 +113,6 @@ class Worker:
                 busy = False
             if busy:
                 continue
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)
 
@@ -204,7 +205,9 @@ class Worker:
             "alert": asdict(alert),
             "xid": xid_variables(alert, defs, None),
             "require_approval": proposal.require_approval,
+            "versions": versions_for(defs, proposal.rule_name, proposal.playbook.name),
         }
+        await persist_version(self.rt.repo, self.rt.definitions, defs)
         await self.rt.repo.record_firing(
             row,
             NewRemediation(

@@ -51,14 +51,14 @@ def test_simulate_prints_the_plan_and_touches_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     entry = report["alerts"][0]
-    assert entry["rule"] == "xid-fatal" and entry["playbook"] == "quarantine-node"
+    assert entry["rule"] == "xid-reboot-node" and entry["playbook"] == "reboot-node"
     assert entry["xid"]["resolution"] == "RESTART_BM"
     taint = next(s for s in entry["steps"] if s["name"] == "taint")
     assert taint["params"]["value"] == "xid-79"
     assert entry["guardrails"]["allow"] is True
     assert not (tmp_path / "never.db").exists()
     text = run("simulate", str(alert), cwd=tmp_path)
-    assert "xid-fatal -> playbook quarantine-node" in text.stdout
+    assert "xid-reboot-node -> playbook reboot-node" in text.stdout
 
 
 def test_simulate_rejects_a_malformed_file(tmp_path: Path) -> None:

@@ -8,15 +8,20 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.conditions import compile_condition
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
 from remediator.definitions.templates import render_params
 from remediator.matching import match_rules
-from tests.definitions.fake_actions import KNOWN_ACTIONS
+
+# The shipped playbooks are checked against the real actions' parameter models.
+KNOWN_ACTIONS: dict[str, type[BaseModel]] = {name: a.Params for name, a in default_registry().items()}
 
 ROOT = Path(__file__).resolve().parents[2]
 FATAL_BUCKETS = ("RESET_GPU", "WORKFLOW_XID_48", "RESTART_BM")
+RESET_BUCKETS = ("RESET_GPU", "WORKFLOW_XID_48")
+REBOOT_BUCKETS = ("RESTART_BM",)
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +34,13 @@ def test_repo_root_links_point_at_bundled() -> None:
     assert (ROOT / "playbooks").resolve() == BUNDLED_PLAYBOOKS
 
 
-def test_check_paths_finds_no_problem(known_actions: dict[str, type[BaseModel]]) -> None:
-    assert check_paths([BUNDLED_RULES, BUNDLED_PLAYBOOKS], known_actions) == []
+def test_check_paths_finds_no_problem() -> None:
+    assert check_paths([BUNDLED_RULES, BUNDLED_PLAYBOOKS], KNOWN_ACTIONS) == []
 
 
-def test_check_paths_classifies_single_files(known_actions: dict[str, type[BaseModel]]) -> None:
+def test_check_paths_classifies_single_files() -> None:
     files = sorted(BUNDLED_RULES.glob("*.yaml")) + sorted(BUNDLED_PLAYBOOKS.glob("*.yaml"))
-    assert check_paths(files, known_actions) == []
+    assert check_paths(files, KNOWN_ACTIONS) == []
 
 
 def test_only_allowed_actions_are_used(defs: DefinitionSet) -> None:
@@ -65,9 +70,13 @@ def _regex_codes(defs: DefinitionSet, rule_name: str) -> list[int]:
     return sorted(int(code) for code in matcher.value.split("|"))
 
 
-def test_fatal_xid_regex_is_the_catalog_fatal_buckets(defs: DefinitionSet) -> None:
-    expected = sorted(code for bucket in FATAL_BUCKETS for code in defs.xid.codes(bucket))
-    assert _regex_codes(defs, "xid-fatal") == expected
+def test_fatal_xid_regexes_are_the_catalog_fatal_buckets(defs: DefinitionSet) -> None:
+    reset = sorted(code for bucket in RESET_BUCKETS for code in defs.xid.codes(bucket))
+    reboot = sorted(code for bucket in REBOOT_BUCKETS for code in defs.xid.codes(bucket))
+    assert _regex_codes(defs, "xid-reset-gpu") == reset
+    assert _regex_codes(defs, "xid-reboot-node") == reboot
+    every_fatal = sorted(code for bucket in FATAL_BUCKETS for code in defs.xid.codes(bucket))
+    assert sorted(reset + reboot) == every_fatal
 
 
 def test_application_xid_regex_is_the_restart_app_bucket(defs: DefinitionSet) -> None:
@@ -77,18 +86,20 @@ def test_application_xid_regex_is_the_restart_app_bucket(defs: DefinitionSet) ->
 @pytest.mark.parametrize(
     ("labels", "rule", "playbook"),
     [
-        ({"alertname": "GPUXidError", "xid": "79"}, "xid-fatal", "quarantine-node"),
-        ({"alertname": "GPUXidError", "xid": "48"}, "xid-fatal", "quarantine-node"),
+        ({"alertname": "GPUXidError", "xid": "79"}, "xid-reboot-node", "reboot-node"),
+        ({"alertname": "GPUXidError", "xid": "160"}, "xid-reboot-node", "reboot-node"),
+        ({"alertname": "GPUXidError", "xid": "48"}, "xid-reset-gpu", "reset-gpu"),
+        ({"alertname": "GPUXidError", "xid": "119"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "13"}, "xid-application", "notify-pods"),
         ({"alertname": "GPUXidError", "xid": "63"}, None, None),
         ({"alertname": "GPUXidError", "xid": "999"}, None, None),
-        ({"alertname": "GPUECCUncorrectableError"}, "ecc-uncorrectable", "quarantine-node"),
+        ({"alertname": "GPUECCUncorrectableError"}, "ecc-uncorrectable", "reset-gpu"),
         ({"alertname": "GPUECCCorrectableRateHigh"}, "ecc-correctable-rate", "observe-node"),
-        ({"alertname": "GPUTemperatureHigh"}, "thermal-high", "record-event"),
-        ({"alertname": "GPUTemperatureCritical"}, "thermal-high", "record-event"),
+        ({"alertname": "GPUTemperatureHigh"}, "thermal-high", "power-cap-gpu"),
+        ({"alertname": "GPUTemperatureCritical"}, "thermal-critical", "power-cap-gpu"),
         ({"alertname": "GPUPowerDrawHigh"}, "power-draw-high", "record-event"),
-        ({"alertname": "GPUIdle"}, "gpu-idle", "record-event"),
-        ({"alertname": "GPUUtilizationLow"}, "gpu-idle", "record-event"),
+        ({"alertname": "GPUIdle"}, "gpu-idle", "reclaim-idle-gpu"),
+        ({"alertname": "GPUUtilizationLow"}, "gpu-underused", "record-event"),
         ({"alertname": "GPUMemoryUsageHigh"}, None, None),
     ],
 )
@@ -129,7 +140,8 @@ def _variables(
         },
         "context": {"pods": [], "pod_source": "test"},
         "params": params,
-        "steps": {},
+        # what earlier steps report, for steps that read them (the idle playbook's quota step)
+        "steps": {"scale": {"namespace": "research", "freed": {"nvidia.com/gpu": 2}, "gpus_freed": 2}},
         "target": {
             "kind": "node",
             "key": "node:gpu-node-1",
@@ -144,12 +156,15 @@ def _variables(
     ("alertname", "xid"),
     [
         ("GPUXidError", 79),
+        ("GPUXidError", 119),
         ("GPUXidError", 13),
         ("GPUECCUncorrectableError", None),
         ("GPUECCCorrectableRateHigh", None),
+        ("GPUTemperatureHigh", None),
         ("GPUTemperatureCritical", None),
         ("GPUPowerDrawHigh", None),
         ("GPUIdle", None),
+        ("GPUUtilizationLow", None),
     ],
 )
 def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str, xid: int | None) -> None:
@@ -166,26 +181,46 @@ def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str,
             KNOWN_ACTIONS[step.revert.action].model_validate(render_params(step.revert.params, variables))
 
 
+def _rendered(defs: DefinitionSet, alertname: str, xid: int | None, step: str) -> dict[str, Any]:
+    labels = {"alertname": alertname, **({"xid": str(xid)} if xid else {})}
+    [match, *_] = match_rules(labels, defs.rules)
+    playbook = defs.playbooks[match.rule.playbook]
+    variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
+    found = playbook.step(step)
+    assert found is not None
+    return render_params(found.params, variables)
+
+
 def test_quarantine_taint_values(defs: DefinitionSet) -> None:
-    playbook = defs.playbooks["quarantine-node"]
-    taint = playbook.steps[0]
     for alertname, xid, expected in (
         ("GPUXidError", 79, "xid-79"),
+        ("GPUXidError", 119, "xid-119"),
         ("GPUECCUncorrectableError", None, "ecc-dbe"),
     ):
-        labels = {"alertname": alertname, **({"xid": str(xid)} if xid else {})}
-        [match, *_] = match_rules(labels, defs.rules)
-        variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
-        assert render_params(taint.params, variables) == {
+        assert _rendered(defs, alertname, xid, "taint") == {
             "key": "remediator.io/gpu-unhealthy",
             "value": expected,
             "effect": "NoSchedule",
         }
-    drain = render_params(
-        playbook.steps[2].params, _variables(defs, "GPUXidError", 79, dict(playbook.params))
-    )
-    assert drain == {"pods": "gpu", "grace_period": 300, "timeout": "30m", "skip_namespaces": ["kube-system"]}
-    assert playbook.on_resolved == "revert"
+    common = {"grace_period": 300, "timeout": "30m", "skip_namespaces": ["kube-system"]}
+    assert _rendered(defs, "GPUXidError", 79, "drain") == {"pods": "gpu", **common}
+    assert _rendered(defs, "GPUXidError", 119, "drain") == {"pods": "gpu:GPU-1", **common}
+    quarantine = defs.playbooks["quarantine-node"]
+    drain = render_params(quarantine.steps[2].params, _variables(defs, "GPUXidError", 79, dict(quarantine.params)))
+    assert drain == {"pods": "gpu", **common}
+    assert quarantine.on_resolved == "revert"
+
+
+def test_what_happens_when_the_alert_resolves(defs: DefinitionSet) -> None:
+    # A capped GPU gets its limit back; a GPU reset or a node reboot is not undone by a quiet counter.
+    assert defs.playbooks["power-cap-gpu"].on_resolved == "revert"
+    assert defs.playbooks["reset-gpu"].on_resolved == "keep"
+    assert defs.playbooks["reboot-node"].on_resolved == "keep"
+
+
+def test_power_cap_is_a_percent_of_the_default_clamped_into_range(defs: DefinitionSet) -> None:
+    assert _rendered(defs, "GPUTemperatureHigh", None, "cap") == {"percent_of_default": 80, "clamp": True}
+    assert _rendered(defs, "GPUTemperatureCritical", None, "cap") == {"percent_of_default": 60, "clamp": True}
 
 
 def test_playbooks_round_trip_through_json(defs: DefinitionSet) -> None:

@@ -39,6 +39,7 @@ EXPECTED_CLUSTER_GRANTS = {
     ("", "nodes", "patch"),
     ("", "pods", "get"),
     ("", "pods", "list"),
+    ("", "pods", "patch"),
     ("", "pods/eviction", "create"),
     ("", "resourcequotas", "get"),
     ("", "resourcequotas", "patch"),

@@ -89,38 +89,42 @@ def write_checkpoint(path: Path, pods: list[FakePod]) -> None:
     )
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class SidecarProcess:
-    """`remediator.sidecar.app.serve` in a subprocess with the fake NVML on LD_LIBRARY_PATH."""
+    """`remediator.sidecar.app.serve` in a subprocess with the fake NVML on LD_LIBRARY_PATH.
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+    It listens on `host` (any 127.0.0.N: a fake node's InternalIP) and a free port.
+    """
+
+    def __init__(self, workdir: Path, env: dict[str, str], host: str = "127.0.0.1") -> None:
         self.workdir = workdir
         self.env = env
+        self.host = host
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.log = workdir / "sidecar.log"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         code = (
             "import sys\n"
             "from remediator.sidecar.app import serve\n"
             "from remediator.sidecar.settings import SidecarSettings\n"
-            "serve(SidecarSettings(), '127.0.0.1', int(sys.argv[1]))\n"
+            "serve(SidecarSettings(), sys.argv[2], int(sys.argv[1]))\n"
         )
         for _ in range(3):
-            self.port = free_port()
+            self.port = free_port(self.host)
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-c", code, str(self.port)],
+                    [sys.executable, "-c", code, str(self.port), self.host],
                     cwd=ROOT,
                     env=self.env,
                     stdout=log,
@@ -198,7 +202,9 @@ def fake_nvml_dir() -> Path:
     return build()
 
 
-def make_env(base: Path, lib_dir: Path, extra: dict[str, str] | None = None) -> SidecarEnv:
+def make_env(
+    base: Path, lib_dir: Path, extra: dict[str, str] | None = None, host: str = "127.0.0.1"
+) -> SidecarEnv:
     base.mkdir(parents=True, exist_ok=True)
     nvml = FakeNvml(base / "nvml-state.txt")
     nvml.write(h200_state(2))
@@ -224,14 +230,16 @@ def make_env(base: Path, lib_dir: Path, extra: dict[str, str] | None = None) -> 
         proc_root=base / "proc",
         checkpoint=base / "kubelet_internal_checkpoint",
         state_file=base / "state" / "power-state.json",
-        sidecar=SidecarProcess(base, env),
+        sidecar=SidecarProcess(base, env, host),
     )
 
 
 @contextmanager
-def running_env(base: Path, lib_dir: Path, extra: dict[str, str] | None = None) -> Iterator[SidecarEnv]:
-    """A fake kubelet and a sidecar process, both stopped afterwards."""
-    env = make_env(base, lib_dir, extra)
+def running_env(
+    base: Path, lib_dir: Path, extra: dict[str, str] | None = None, host: str = "127.0.0.1"
+) -> Iterator[SidecarEnv]:
+    """A fake kubelet and a sidecar process on `host`, both stopped afterwards."""
+    env = make_env(base, lib_dir, extra, host)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_PodResourcesListerServicer_to_server(env.kubelet, server)
     server.add_insecure_port(f"unix://{env.kubelet.socket_path}")

@@ -1,0 +1,290 @@
+"""Telling the owners of idle GPU pods: `annotate_pods` (and its revert `unannotate_pods`) and `notify_owner`.
+
+`annotate_pods` writes one annotation on every idle pod (so `kubectl describe pod` shows why the controller
+is interested), remembering each pod's previous value; the revert writes that value back, or removes the
+key, unless someone rewrote it since. `notify_owner` finds who owns the namespace of the idle pods: the
+namespace annotation `remediator.io/owner` (a Slack channel `#team-ml` or user `@alice`, used as written),
+else the namespace label `team` (sent to `#<team>`) or `owner` (sent to `@<owner>`), else the step's
+`default_channel`, else the channels the notifier is configured with. The message lists the pods, their
+owners and the GPU-hours the GPU has been idle so far; delivery is queued and never fails the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.node import MAX_ANNOTATION_BYTES, qualified_name_problem, require_kube
+from remediator.actions.workload import idle_pods, single_namespace
+from remediator.adapters.kube import KubeAdapter
+from remediator.adapters.notifier import Message, PodLine
+from remediator.errors import Invalid, NotFound
+
+__all__ = [
+    "IDLE_ANNOTATION",
+    "OWNER_ANNOTATION",
+    "AnnotatePods",
+    "NotifyOwner",
+    "UnannotatePods",
+    "find_owner",
+    "idle_gpu_hours",
+]
+
+OWNER_ANNOTATION = "remediator.io/owner"
+IDLE_ANNOTATION = "remediator.io/idle-gpu"
+OWNER_LABELS = (("team", "#"), ("owner", "@"))
+
+
+# ---------------------------------------------------------------------------------------- annotate_pods
+
+
+class AnnotatePodsParams(StrictParams):
+    key: str = IDLE_ANNOTATION
+    value: str = Field(max_length=4096)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        problem = qualified_name_problem(value.lower())
+        if problem is not None:
+            raise ValueError(f"invalid annotation key {value!r}: {problem}")
+        return value
+
+
+class UnannotatePodsParams(StrictParams):
+    key: str | None = None
+
+
+def _pod_names(ctx: ActionContext) -> list[tuple[str, str]]:
+    return [(str(p["namespace"]), str(p["name"])) for p in idle_pods(ctx.context, ctx.target)]
+
+
+class AnnotatePods(Action):
+    """Set one annotation on each idle pod, recording the value each had before."""
+
+    name = "annotate_pods"
+    Params = AnnotatePodsParams
+    default_revert = "unannotate_pods"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: AnnotatePodsParams = params
+        if len(p.value.encode()) > MAX_ANNOTATION_BYTES:
+            raise Invalid(f"annotation {p.key} value longer than {MAX_ANNOTATION_BYTES} bytes")
+        pods = _pod_names(ctx)
+        if ctx.dry_run:
+            shown = ", ".join(f"{ns}/{n}" for ns, n in pods) or "no pods"
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would annotate {shown} with {p.key}",
+                output={"dry_run": True, "key": p.key, "pods": []},
+            )
+        kube = require_kube(ctx)
+        prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
+        done: list[dict[str, Any]] = []
+        for namespace, name in pods:
+            ident = f"{namespace}/{name}"
+            try:
+                pod = await kube.get_pod(namespace, name)
+            except NotFound:
+                continue
+            current = ((pod.get("metadata") or {}).get("annotations") or {}).get(p.key)
+            if ident not in prior:
+                prior[ident] = {"previous": current}
+                ctx.progress["prior"] = prior
+                await ctx.checkpoint(dict(ctx.progress))
+            changed = current != p.value
+            if changed:
+                await kube.patch_object("Pod", namespace, name, {"metadata": {"annotations": {p.key: p.value}}})
+            done.append(
+                {"namespace": namespace, "name": name, "previous": prior[ident]["previous"], "changed": changed}
+            )
+        message = f"annotated {len(done)} pod(s) with {p.key}" if done else "no idle pod to annotate"
+        return ActionResult(
+            changed=any(d["changed"] for d in done),
+            message=message,
+            output={"key": p.key, "value": p.value, "pods": done},
+        )
+
+
+async def _unannotate(kube: KubeAdapter, entry: Mapping[str, Any], key: str, ours: str | None) -> str:
+    namespace, name = str(entry["namespace"]), str(entry["name"])
+    try:
+        pod = await kube.get_pod(namespace, name)
+    except NotFound:
+        return "gone"
+    current = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+    previous = entry.get("previous")
+    if current == previous:
+        return "unchanged"
+    if ours is not None and current != ours:
+        return "left: rewritten by someone else"
+    await kube.patch_object("Pod", namespace, name, {"metadata": {"annotations": {key: previous}}})
+    return "restored" if previous is not None else "removed"
+
+
+class UnannotatePods(Action):
+    """Undo `annotate_pods`: the previous value back, or the key removed."""
+
+    name = "unannotate_pods"
+    Params = UnannotatePodsParams
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: UnannotatePodsParams = params
+        prior = ctx.prior_output or {}
+        key = p.key or prior.get("key")
+        if not key:
+            raise Invalid(f"{self.name}: no key given and no annotate_pods output to undo")
+        entries = list(prior.get("pods") or [])
+        if not entries and ctx.prior_output is None:
+            entries = [{"namespace": ns, "name": n, "previous": None} for ns, n in _pod_names(ctx)]
+        if ctx.dry_run:
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would remove {key} from {len(entries)} pod(s)",
+                output={"dry_run": True, "key": key},
+            )
+        kube = require_kube(ctx)
+        ours = prior.get("value")
+        results = [
+            {"namespace": e["namespace"], "name": e["name"], "outcome": await _unannotate(kube, e, key, ours)}
+            for e in entries
+        ]
+        changed = any(r["outcome"] in ("restored", "removed") for r in results)
+        return ActionResult(
+            changed=changed,
+            message=f"annotation {key}: " + (", ".join(f"{r['name']} {r['outcome']}" for r in results) or "no pods"),
+            output={"key": key, "pods": results},
+        )
+
+
+# ---------------------------------------------------------------------------------------- notify_owner
+
+
+class NotifyOwnerParams(StrictParams):
+    default_channel: str | None = Field(default=None, max_length=80)
+    message: str = Field(default="", max_length=2000)
+
+    @field_validator("default_channel")
+    @classmethod
+    def _blank(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
+
+
+async def find_owner(
+    kube: KubeAdapter | None, namespace: str | None, default: str | None
+) -> tuple[str | None, str]:
+    """(channel, where it came from) for the namespace: annotation, team/owner label, default, or none."""
+    if kube is not None and namespace:
+        try:
+            ns = await kube.get_namespace(namespace)
+        except NotFound:
+            ns = {}
+        meta = ns.get("metadata") or {}
+        owner = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION) or "").strip()
+        if owner:
+            return owner, f"annotation {OWNER_ANNOTATION}"
+        labels = meta.get("labels") or {}
+        for label, sigil in OWNER_LABELS:
+            value = str(labels.get(label) or "").strip()
+            if value:
+                return f"{sigil}{value}", f"label {label}"
+    if default:
+        return default, "default channel"
+    return None, "notifier channels"
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def idle_gpu_hours(starts_at: object, gpus: int, now: datetime) -> float:
+    """GPU-hours idle since the alert started (the alert's `for:` window comes on top)."""
+    started = _parse_time(starts_at)
+    if started is None or gpus <= 0:
+        return 0.0
+    return round(max(0.0, (now - started).total_seconds()) / 3600 * gpus, 2)
+
+
+def _owner_text(pod: Mapping[str, Any]) -> str:
+    return " → ".join(f"{o.get('kind')}/{o.get('name')}" for o in pod.get("owners") or [] if isinstance(o, Mapping))
+
+
+class NotifyOwner(Action):
+    """Tell the namespace's owner which pods hold an idle GPU, who owns them and what it has cost so far."""
+
+    name = "notify_owner"
+    Params = NotifyOwnerParams
+    mutating = False
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: NotifyOwnerParams = params
+        pods = idle_pods(ctx.context, ctx.target)
+        namespace = single_namespace(pods) or ctx.target.namespace
+        channel, source = await find_owner(ctx.kube, namespace, p.default_channel)
+        alert = ctx.alert.get("alert") or {}
+        gpu = ctx.target.gpu_uuid or ctx.target.gpu_index or "?"
+        hours = idle_gpu_hours(alert.get("starts_at") if isinstance(alert, Mapping) else None, 1, datetime.now(UTC))
+        lines = tuple(
+            PodLine(namespace=str(q.get("namespace") or ""), name=str(q.get("name") or ""), owner=_owner_text(q))
+            for q in pods
+        )
+        held = sum(int(q.get("gpu_request") or 0) for q in pods)
+        text = (
+            f"GPU {gpu} on node {ctx.target.node or '?'} has been idle for about {hours:g} GPU-hours "
+            f"(since the alert started)."
+        )
+        if pods:
+            text += f" {len(pods)} pod(s) in {namespace or 'several namespaces'} hold {held} GPU(s)."
+        else:
+            text += " No pod holding it is known."
+        if p.message:
+            text += "\n" + p.message
+        output: dict[str, Any] = {
+            "owner": channel,
+            "owner_source": source,
+            "namespace": namespace,
+            "pods": [{"namespace": q.namespace, "name": q.name, "owner": q.owner} for q in lines],
+            "gpu_hours_idle": hours,
+            "gpus_held": held,
+        }
+        if ctx.notifier is None:
+            return ActionResult(changed=False, message="no notifier configured", output={**output, "sent": False})
+        await ctx.notifier.send(
+            Message(
+                event="idle_gpu",
+                title=f"Idle GPU in {namespace or '?'}: {gpu} on {ctx.target.node or '?'}"[:150],
+                text=text,
+                tone="warning",
+                fields=tuple(
+                    (k, v)
+                    for k, v in (
+                        ("Namespace", namespace or "-"),
+                        ("Node", ctx.target.node or "-"),
+                        ("GPU", str(gpu)),
+                        ("Idle so far", f"{hours:g} GPU-hours"),
+                        ("Owner", f"{channel or 'configured channels'} ({source})"),
+                    )
+                ),
+                pods=lines,
+                remediation_id=ctx.remediation_id,
+                channel=channel,
+                data={"remediation_id": ctx.remediation_id, "step": ctx.step_name, **output},
+            )
+        )
+        where = channel or "the configured channels"
+        return ActionResult(
+            changed=False, message=f"owner notified at {where} ({source})", output={**output, "sent": True}
+        )
+
+    def describe(self, target: Target, params: Any) -> str:
+        return f"notify the owner of the idle pods on {target.key} (namespace annotation {OWNER_ANNOTATION})"

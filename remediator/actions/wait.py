@@ -1,0 +1,111 @@
+"""The `wait` step: give the owner time, and cancel the remediation if the alert resolves meanwhile.
+
+A wait of hours must not hold one of the worker's slots, so the action never sleeps long: each run checks
+whether the alert has resolved and, while time remains, raises `ResumeLater`; the executor then releases
+the remediation and the worker claims it again after the delay (`poll`, or what remains if shorter).
+The start time is checkpointed on the first run, so restarts and other replicas continue the same wait.
+When the alert has resolved the action raises `CancelRemediation`, which the executor turns into the
+`cancel` transition (and, with `undo`, a revert of the steps done so far).
+
+These two are signals, not errors: they are not `ActionError`s, so no retry or failure path sees them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from pydantic import field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.durations import format_duration, parse_duration
+
+__all__ = ["CancelRemediation", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
+
+
+class StepSignal(Exception):
+    """A step asks the executor for something other than success or failure."""
+
+
+class ResumeLater(StepSignal):
+    """Run this step again in `delay` seconds; the remediation keeps its place and releases its lease."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        self.delay = max(0.0, delay)
+        self.reason = reason
+        super().__init__(reason or f"resume in {self.delay:g}s")
+
+
+class CancelRemediation(StepSignal):
+    """End the remediation as `cancelled`; with `revert`, undo the steps that already changed something."""
+
+    def __init__(self, reason: str, *, revert: bool = True, output: dict[str, Any] | None = None) -> None:
+        self.reason = reason
+        self.revert = revert
+        self.output = dict(output or {})
+        super().__init__(reason)
+
+
+def _duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+class WaitParams(StrictParams):
+    duration: str = "2h"
+    poll: str = "5m"
+    undo: bool = True
+
+    @field_validator("duration", "poll")
+    @classmethod
+    def _durations(cls, value: str) -> str:
+        return _duration(value)
+
+
+class Wait(Action):
+    """Wait `duration`; end early and cancel the remediation if the alert resolves."""
+
+    name = "wait"
+    Params = WaitParams
+    mutating = False
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: WaitParams = params
+        total = parse_duration(p.duration).total_seconds()
+        poll = max(0.001, parse_duration(p.poll).total_seconds())
+        started = ctx.progress.get("started_at")
+        if not isinstance(started, int | float):
+            started = float(self._clock())
+            ctx.progress["started_at"] = started
+            await ctx.checkpoint(dict(ctx.progress))
+        waited = max(0.0, float(self._clock()) - started)
+        if await ctx.alert_resolved():
+            raise CancelRemediation(
+                f"the alert resolved during the wait (after {format_duration(_seconds(waited))})",
+                revert=p.undo,
+                output={"waited_seconds": round(waited, 3), "resolved": True},
+            )
+        if ctx.dry_run:
+            return ActionResult(
+                changed=False, message=f"dry run: would wait {p.duration}", output={"dry_run": True}
+            )
+        remaining = total - waited
+        if remaining > 0:
+            raise ResumeLater(min(remaining, poll), f"waiting: {format_duration(_seconds(remaining))} left")
+        return ActionResult(
+            changed=False,
+            message=f"waited {p.duration}; the alert is still firing",
+            output={"waited_seconds": round(waited, 3), "resolved": False},
+        )
+
+    def describe(self, target: Target, params: Any) -> str:
+        return f"wait {params.duration} for the alert on {target.key} to resolve (then cancel)"
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=round(value, 3))

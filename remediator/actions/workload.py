@@ -1,0 +1,412 @@
+"""Scale the workload behind idle GPU pods down, and back: `scale_workload` and `restore_workload`.
+
+The idle pods come from the remediation context: the pods the alert names (dcgm-exporter's pod/namespace
+labels) when they hold GPUs, else the pods the node sidecar maps to the alert's GPU (`gpu_pods`). Each pod
+is followed to the object that owns its replicas: ReplicaSet -> Deployment, StatefulSet, Job. Deployments
+and StatefulSets are scaled through their `scale` subresource; Jobs are suspended (`spec.suspend`), which
+stops their pods and keeps their progress. The first observation of every workload (replicas or suspend
+flag, and the GPUs its pods hold) is checkpointed before anything is written, so a re-run after a crash
+records the state from before the first attempt and the revert restores exactly that. A workload that
+someone else rescaled since is left alone by the revert and reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import Field
+
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, Target
+from remediator.actions.context import owner_chain
+from remediator.actions.node import require_kube
+from remediator.adapters.kube import KubeAdapter
+from remediator.errors import Invalid, NotFound, StepFailed
+
+__all__ = [
+    "GPU_RESOURCE",
+    "RestoreWorkload",
+    "ScaleParams",
+    "ScaleWorkload",
+    "idle_pods",
+    "is_gpu_resource",
+    "pod_gpu_resources",
+    "scalable_owner",
+    "single_namespace",
+    "whole_gpus",
+]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+# ---------------------------------------------------------------------------------------- GPU amounts
+
+
+def is_gpu_resource(name: str) -> bool:
+    """nvidia.com/gpu or a MIG profile (nvidia.com/mig-1g.10gb, ...)."""
+    return name == GPU_RESOURCE or name.startswith(MIG_PREFIX)
+
+
+def _amount(value: object) -> int:
+    try:
+        return max(0, int(float(str(value))))
+    except ValueError:
+        return 0
+
+
+def _container_gpus(container: Mapping[str, Any]) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    out: dict[str, int] = {}
+    for source in ("requests", "limits"):
+        for name, value in (resources.get(source) or {}).items():
+            if is_gpu_resource(str(name)):
+                out[str(name)] = max(out.get(str(name), 0), _amount(value))
+    return out
+
+
+def pod_gpu_resources(spec: Mapping[str, Any]) -> dict[str, int]:
+    """GPU resources one pod of `spec` holds, per resource: containers summed, or the largest init container."""
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, amount in _container_gpus(container).items():
+            total[name] = total.get(name, 0) + amount
+    for container in spec.get("initContainers") or []:
+        for name, amount in _container_gpus(container).items():
+            total[name] = max(total.get(name, 0), amount)
+    return {name: amount for name, amount in total.items() if amount > 0}
+
+
+def whole_gpus(resources: Mapping[str, Any]) -> int:
+    """The whole GPUs in a resource map (MIG slices are reported separately)."""
+    return _amount(resources.get(GPU_RESOURCE, 0))
+
+
+def _times(resources: Mapping[str, int], count: int) -> dict[str, int]:
+    return {name: amount * count for name, amount in resources.items() if amount * count > 0}
+
+
+# ---------------------------------------------------------------------------------------- idle pods
+
+
+def _identity(pod: Mapping[str, Any]) -> set[str]:
+    keys = {f"{pod.get('namespace')}/{pod.get('name')}"}
+    if pod.get("uid"):
+        keys.add(str(pod["uid"]))
+    return keys
+
+
+def idle_pods(context: Mapping[str, Any], target: Target) -> list[dict[str, Any]]:
+    """The pods holding the idle GPU: those the alert names (if they hold GPUs), else the sidecar's mapping."""
+    pods = [dict(p) for p in context.get("pods") or [] if isinstance(p, Mapping)]
+    named = [
+        p
+        for p in pods
+        if p.get("from_alert") and not p.get("missing") and int(p.get("gpu_request") or 0) > 0
+    ]
+    if named:
+        return named
+    mapping = context.get("gpu_pods")
+    uuid = target.gpu_uuid or context.get("gpu_uuid") or ""
+    listed = mapping.get(str(uuid)) if isinstance(mapping, Mapping) else None
+    if not listed:
+        return []
+    known: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        for key in _identity(pod):
+            known[key] = pod
+    out: list[dict[str, Any]] = []
+    for entry in listed:
+        if not isinstance(entry, Mapping) or not entry.get("name") or not entry.get("namespace"):
+            continue
+        match = next((known[k] for k in _identity(entry) if k in known), None)
+        out.append(dict(match) if match is not None else {**dict(entry), "owners": entry.get("owners") or []})
+    return out
+
+
+def single_namespace(pods: list[dict[str, Any]]) -> str | None:
+    namespaces = {str(p.get("namespace")) for p in pods if p.get("namespace")}
+    return namespaces.pop() if len(namespaces) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------- owners
+
+
+def _scalable(owners: Sequence[Mapping[str, Any]]) -> tuple[str, str] | str:
+    """(kind, name) of the object that owns the pod's replicas, or why there is none."""
+    if not owners:
+        return "a bare pod (no controller)"
+    first = owners[0]
+    kind, name = str(first.get("kind") or ""), str(first.get("name") or "")
+    if first.get("missing"):
+        return f"its owner {kind}/{name} is gone"
+    if kind == "ReplicaSet":
+        parent = owners[1] if len(owners) > 1 else None
+        if parent is None or parent.get("kind") != "Deployment":
+            return f"ReplicaSet/{name} is not owned by a Deployment"
+        if parent.get("missing"):
+            return f"its Deployment {parent.get('name')} is gone"
+        return "Deployment", str(parent.get("name"))
+    if kind in ("StatefulSet", "Job"):
+        return kind, name
+    return f"owner kind {kind} cannot be scaled"
+
+
+async def _owners_of(kube: KubeAdapter, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    owners = pod.get("owners")
+    if owners:
+        return [dict(o) for o in owners]
+    namespace, name = str(pod.get("namespace")), str(pod.get("name"))
+    try:
+        obj = await kube.get_pod(namespace, name)
+    except NotFound:
+        return []
+    return await owner_chain(kube, namespace, obj, {})
+
+
+def _key(kind: str, namespace: str, name: str) -> str:
+    return f"{kind}/{namespace}/{name}"
+
+
+# ---------------------------------------------------------------------------------------- scale_workload
+
+
+class ScaleParams(StrictParams):
+    replicas: int = Field(default=0, ge=0)
+
+
+async def _per_pod_gpus(
+    kube: KubeAdapter, workload: Mapping[str, Any], pod: Mapping[str, Any]
+) -> dict[str, int]:
+    """GPUs one replica holds: from the pod template, else from the idle pod itself."""
+    template = ((workload.get("spec") or {}).get("template") or {}).get("spec") or {}
+    from_template = pod_gpu_resources(template)
+    if from_template:
+        return from_template
+    try:
+        live = await kube.get_pod(str(pod.get("namespace")), str(pod.get("name")))
+    except NotFound:
+        return {}
+    return pod_gpu_resources(live.get("spec") or {})
+
+
+async def _observe(
+    kube: KubeAdapter, kind: str, namespace: str, name: str, pod: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The workload as found before the first change: its replicas (or suspend flag) and GPUs per pod."""
+    workload = await kube.get_object(kind, namespace, name)
+    per_pod = await _per_pod_gpus(kube, workload, pod)
+    entry: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": name, "gpus_per_pod": per_pod}
+    if kind == "Job":
+        spec = workload.get("spec") or {}
+        entry["previous"] = spec.get("suspend")
+        running = int((workload.get("status") or {}).get("active") or spec.get("parallelism") or 1)
+        entry["running_pods"] = 0 if spec.get("suspend") else running
+    else:
+        scale = await kube.get_scale(kind, namespace, name)
+        entry["previous"] = int((scale.get("spec") or {}).get("replicas") or 0)
+    return entry
+
+
+def _freed(entry: Mapping[str, Any], replicas: int) -> dict[str, int]:
+    per_pod = entry.get("gpus_per_pod") or {}
+    if entry["kind"] == "Job":
+        return _times(per_pod, int(entry.get("running_pods") or 0))
+    return _times(per_pod, max(0, int(entry["previous"]) - replicas))
+
+
+async def _apply(kube: KubeAdapter, entry: Mapping[str, Any], replicas: int) -> bool:
+    """Put the workload into its scaled-down state; False when it already is."""
+    kind, namespace, name = entry["kind"], entry["namespace"], entry["name"]
+    if kind == "Job":
+        job = await kube.get_job(namespace, name)
+        if (job.get("spec") or {}).get("suspend") is True:
+            return False
+        rv = job["metadata"]["resourceVersion"]
+        await kube.patch_job(namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"suspend": True}})
+        return True
+    scale = await kube.get_scale(kind, namespace, name)
+    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    if current <= replicas:
+        return False
+    rv = (scale.get("metadata") or {}).get("resourceVersion")
+    await kube.patch_scale(kind, namespace, name, replicas, resource_version=rv)
+    return True
+
+
+def _differs(entry: Mapping[str, Any]) -> bool:
+    if entry["kind"] == "Job":
+        return entry.get("previous") is not True
+    return int(entry["previous"]) > int(entry["set"])
+
+
+def _sum(maps: list[Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for resources in maps:
+        for name, amount in resources.items():
+            total[name] = total.get(name, 0) + int(amount)
+    return total
+
+
+class ScaleWorkload(Action):
+    """Scale the owners of the idle GPU pods to `replicas` (Jobs: suspend), recording what they were."""
+
+    name = "scale_workload"
+    Params = ScaleParams
+    default_revert = "restore_workload"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: ScaleParams = params
+        pods = idle_pods(ctx.context, ctx.target)
+        if not pods:
+            raise StepFailed(
+                f"no pod holding GPU {ctx.target.gpu_uuid or ctx.target.gpu_index or '?'} is known "
+                "(no pod labels on the alert and no sidecar mapping): nothing to scale"
+            )
+        if ctx.dry_run and ctx.kube is None:
+            names = ", ".join(f"{q.get('namespace')}/{q.get('name')}" for q in pods)
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would scale the owners of {names} to {p.replicas}",
+                output={"dry_run": True, "pods": [f"{q.get('namespace')}/{q.get('name')}" for q in pods]},
+            )
+        kube = require_kube(ctx)
+        prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
+        skipped: list[dict[str, str]] = []
+        order: list[str] = []
+        for pod in pods:
+            namespace = str(pod.get("namespace"))
+            found = _scalable(await _owners_of(kube, pod))
+            if isinstance(found, str):
+                skipped.append({"pod": f"{namespace}/{pod.get('name')}", "reason": found})
+                continue
+            kind, name = found
+            key = _key(kind, namespace, name)
+            if key not in order:
+                order.append(key)
+            if key not in prior:
+                try:
+                    prior[key] = await _observe(kube, kind, namespace, name, pod)
+                except NotFound:
+                    skipped.append({"pod": f"{namespace}/{pod.get('name')}", "reason": f"{kind}/{name} is gone"})
+                    order.remove(key)
+                    continue
+                prior[key]["set"] = True if kind == "Job" else p.replicas
+                prior[key]["freed"] = _freed(prior[key], p.replicas)
+                ctx.progress["prior"] = prior
+                await ctx.checkpoint(dict(ctx.progress))
+        if not order:
+            reasons = "; ".join(f"{s['pod']}: {s['reason']}" for s in skipped)
+            raise StepFailed(f"no idle pod has a workload that can be scaled ({reasons})")
+        workloads: list[dict[str, Any]] = []
+        for key in order:
+            entry = dict(prior[key])
+            entry["changed"] = False if ctx.dry_run else await _apply(kube, entry, p.replicas)
+            # the step's effect, whichever attempt wrote it: what the revert undoes and the report counts
+            entry["scaled"] = not ctx.dry_run and _differs(entry)
+            workloads.append(entry)
+        freed = _sum([w["freed"] for w in workloads])
+        namespaces = {w["namespace"] for w in workloads}
+        output = {
+            "namespace": namespaces.pop() if len(namespaces) == 1 else None,
+            "replicas": p.replicas,
+            "workloads": workloads,
+            "freed": freed,
+            "gpus_freed": whole_gpus(freed),
+            "skipped": skipped,
+        }
+        changed = any(w["changed"] for w in workloads)
+        described = ", ".join(_describe(w) for w in workloads)
+        prefix = "dry run: would scale" if ctx.dry_run else "scaled"
+        if ctx.dry_run:
+            output["dry_run"] = True
+        return ActionResult(changed=changed, message=f"{prefix} {described}", output=output)
+
+    def describe(self, target: Target, params: Any) -> str:
+        return f"scale the workloads of the idle pods on {target.key} to {params.replicas} (Jobs: suspend)"
+
+
+def _describe(entry: Mapping[str, Any]) -> str:
+    what = f"{entry['kind']}/{entry['namespace']}/{entry['name']}"
+    if entry["kind"] == "Job":
+        return f"{what} suspended"
+    return f"{what} {entry['previous']} -> {entry['set']}"
+
+
+# ---------------------------------------------------------------------------------------- restore_workload
+
+
+async def _restore(kube: KubeAdapter, entry: Mapping[str, Any]) -> str:
+    """Undo one workload's change; returns what happened (restored, unchanged, left, gone)."""
+    kind, namespace, name = str(entry["kind"]), str(entry["namespace"]), str(entry["name"])
+    try:
+        if kind == "Job":
+            job = await kube.get_job(namespace, name)
+            current = (job.get("spec") or {}).get("suspend")
+            if current is not True:
+                return "left: resumed by someone else"
+            if entry.get("previous") is True:
+                return "unchanged: it was suspended before"
+            rv = job["metadata"]["resourceVersion"]
+            patch = {"metadata": {"resourceVersion": rv}, "spec": {"suspend": entry.get("previous")}}
+            await kube.patch_job(namespace, name, patch)
+            return "restored"
+        scale = await kube.get_scale(kind, namespace, name)
+    except NotFound:
+        return "gone"
+    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    previous = int(entry["previous"])
+    if current == previous:
+        return "unchanged"
+    if current != int(entry["set"]):
+        return f"left: rescaled to {current} by someone else"
+    rv = (scale.get("metadata") or {}).get("resourceVersion")
+    await kube.patch_scale(kind, namespace, name, previous, resource_version=rv)
+    return "restored"
+
+
+class RestoreWorkload(Action):
+    """Put back the replicas (or the Job's suspend flag) that `scale_workload` recorded."""
+
+    name = "restore_workload"
+    Params = NoParams
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        prior = ctx.prior_output
+        if prior is None:
+            raise Invalid(f"{self.name}: no scale_workload output to undo")
+        entries = [w for w in prior.get("workloads") or [] if isinstance(w, Mapping) and w.get("scaled")]
+        if ctx.dry_run:
+            return ActionResult(
+                changed=False,
+                message=f"dry run: would restore {len(entries)} workload(s)",
+                output={"dry_run": True, "workloads": []},
+            )
+        kube = require_kube(ctx)
+        results: list[dict[str, Any]] = []
+        for entry in entries:
+            outcome = await _restore(kube, entry)
+            results.append(
+                {
+                    "kind": entry["kind"],
+                    "namespace": entry["namespace"],
+                    "name": entry["name"],
+                    "previous": entry.get("previous"),
+                    "outcome": outcome,
+                    "freed": entry.get("freed") or {},
+                }
+            )
+        restored = [r for r in results if r["outcome"] == "restored"]
+        message = ", ".join(f"{r['kind']}/{r['namespace']}/{r['name']}: {r['outcome']}" for r in results)
+        return ActionResult(
+            changed=bool(restored),
+            message=message or "nothing was scaled: nothing to restore",
+            output={"workloads": results, "returned": _sum([r["freed"] for r in results])},
+        )
+
+
+def scalable_owner(owners: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """(kind, name) of the workload `scale_workload` would act on, for display; None when there is none."""
+    found = _scalable(owners)
+    return None if isinstance(found, str) else found
+

@@ -1,0 +1,81 @@
+"""A hot GPU: alert -> controller -> node sidecar over HTTP -> fake NVML holds the lower limit; resolve restores it."""
+
+from __future__ import annotations
+
+from tests.engine.conftest import Cluster
+from tests.gpu_e2e.conftest import GpuNode, MakeGpuCluster, gpu_alert_labels
+from tests.helpers import am_alert, am_payload
+from tests.sidecar.fakenvml import gpu_uuid
+
+DEFAULT_MW = 700_000
+
+
+async def test_hot_gpu_is_capped_and_the_old_limit_returns_when_the_alert_resolves(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    cluster: Cluster = await gpu_cluster()
+    gpu_node.sidecar.nvml.set("gpu.0.temp", 91)
+    labels = gpu_alert_labels("GPUTemperatureHigh", 0)
+    await cluster.post(am_payload(am_alert(labels, annotations={"summary": "GPU 0 at 91 C"})))
+    await cluster.settle()
+
+    assert gpu_node.power_limit_mw(0) == 560_000  # 80 % of the 700 W default
+    assert gpu_node.power_limit_mw(1) == DEFAULT_MW
+    rem = await cluster.only_remediation()
+    assert (rem["rule"], rem["playbook"], rem["state"]) == ("thermal-high", "power-cap-gpu", "succeeded")
+    assert rem["gpu_uuid"] == gpu_uuid(0)
+    [cap] = [s for s in rem["steps"] if s["name"] == "cap"]
+    assert cap["output"]["previous_watts"] == 700.0 and cap["output"]["new_watts"] == 560.0
+    assert not gpu_node.cordoned() and not gpu_node.taints() and not gpu_node.evicted()
+
+    await cluster.post(am_payload(am_alert(labels, status="resolved")))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "reverted"
+    assert gpu_node.power_limit_mw(0) == DEFAULT_MW
+    reverts = [(s["action"], s["status"]) for s in rem["steps"] if s["phase"] == "revert"]
+    assert reverts == [("restore_power_limit", "succeeded")]
+
+
+async def test_critical_heat_caps_harder_clamped_to_the_gpu_minimum(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    gpu_node.sidecar.nvml.set("gpu.1.min_limit", 500_000)  # 60 % of 700 W is below this GPU's floor
+    cluster: Cluster = await gpu_cluster()
+    await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUTemperatureCritical", 1))))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()
+    assert (rem["rule"], rem["state"]) == ("thermal-critical", "succeeded")
+    [cap] = [s for s in rem["steps"] if s["name"] == "cap"]
+    assert cap["output"]["requested_watts"] == 420.0 and cap["output"]["clamped"] is True
+    assert gpu_node.power_limit_mw(1) == 500_000
+    assert gpu_node.power_limit_mw(0) == DEFAULT_MW
+
+
+async def test_an_alert_naming_only_the_gpu_index_caps_that_gpu(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    cluster: Cluster = await gpu_cluster()
+    await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUTemperatureHigh", 1, with_uuid=False))))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded"
+    assert rem["context"]["gpu_uuid"] == gpu_uuid(1) and rem["context"]["pod_source"] == "sidecar"
+    assert gpu_node.power_limit_mw(1) == 560_000
+    assert gpu_node.power_limit_mw(0) == DEFAULT_MW
+
+
+async def test_the_limit_is_not_touched_when_the_sidecar_cannot_be_reached(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    cluster: Cluster = await gpu_cluster(reachable=False)
+    await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUTemperatureHigh", 0))))
+    await cluster.settle(60)
+
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "failed"
+    assert "unreachable" in rem["state_reason"]
+    assert rem["context"]["pod_source"] == "node" and "unreachable" in rem["context"]["sidecar_error"]
+    assert gpu_node.power_limit_mw(0) == DEFAULT_MW
