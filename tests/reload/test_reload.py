@@ -112,6 +112,8 @@ async def test_an_invalid_edit_keeps_the_old_set_and_reports_file_and_line(make_
     assert any(where in e["text"] for e in status["last_reload"]["errors"])
     page = await c.api.get("/definitions")
     assert page.status_code == 200 and where in page.text and "refused" in page.text
+    home = await c.api.get("/")
+    assert "Definitions reload refused" in home.text and where in home.text
     audit = (await c.api.get("/api/v1/audit")).json()
     assert any(e["kind"] == "definitions.reload_refused" for e in audit)
 

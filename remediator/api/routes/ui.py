@@ -33,6 +33,12 @@ router = APIRouter(tags=["ui"], include_in_schema=False)
 _DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
 
 
+def _definitions_status(rt: Runtime) -> dict[str, Any]:
+    """What `_definitions_banner.html` needs: a refused reload is shown on every page."""
+    last = rt.definitions.last_reload
+    return {"version": rt.definitions.current.version, "last_reload": last.as_dict() if last is not None else None}
+
+
 async def _banner(rt: Runtime) -> dict[str, Any]:
     try:
         return await guardrail_status(rt)
@@ -63,6 +69,7 @@ async def index(
             "counts": counts,
             "refresh": refresh,
             "banner": await _banner(rt),
+            "status": _definitions_status(rt),
             "unknown_state": unknown,
         },
     )
@@ -89,6 +96,7 @@ async def detail(rem_id: str, request: Request, rt: RuntimeDep, decided: str | N
         "view": view,
         "pods": pods_of(rem.context),
         "banner": await _banner(rt),
+        "status": _definitions_status(rt),
         "csrf": csrf.token(nonce, f"ui:{rem_id}"),
         "needs_name": not rt.settings.approver_header,
         "identity": (request.headers.get(rt.settings.approver_header or "") or None)
