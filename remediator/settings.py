@@ -20,11 +20,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from remediator.durations import parse_duration
 from remediator.errors import ConfigError
 
-__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "is_loopback", "load_settings", "parse_window"]
+__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "TcpPort", "is_loopback", "load_settings", "parse_window"]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
 CommaList = Annotated[list[str], NoDecode]
+TcpPort = Annotated[int, Field(ge=1, le=65535, description="a TCP port (1-65535)")]
 
 
 def _split(value: Any) -> Any:
@@ -88,7 +89,7 @@ class Settings(BaseSettings):
     approver_header: str | None = None
     approvers: CommaList = Field(default_factory=list)
     approval_ttl: timedelta = timedelta(minutes=30)
-    sidecar_port: int = 9410
+    sidecar_port: TcpPort = 9410
     sidecar_token: str | None = None
     sidecar_url_template: str = "http://{ip}:{port}"
     kubeconfig: str | None = None
@@ -153,13 +154,6 @@ class Settings(BaseSettings):
     def _windows(cls, value: list[str]) -> list[str]:
         for item in value:
             parse_window(item)
-        return value
-
-    @field_validator("sidecar_port")
-    @classmethod
-    def _port(cls, value: int) -> int:
-        if not 0 < value < 65536:
-            raise ValueError("must be a TCP port (1-65535)")
         return value
 
     @property

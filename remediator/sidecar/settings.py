@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from remediator.settings import TcpPort
+
 __all__ = ["SidecarSettings"]
 
 
@@ -22,7 +24,7 @@ class SidecarSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REMEDIATOR_", extra="ignore", validate_default=True)
 
     sidecar_token: str | None = None
-    sidecar_port: int = 9410
+    sidecar_port: TcpPort = 9410
     podresources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     # The kubelet device manager's checkpoint: ties PodResources allocations to pod UIDs.
     device_checkpoint: Path = Path("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
@@ -39,13 +41,6 @@ class SidecarSettings(BaseSettings):
     reset_timeout: float = 120.0
     # Seconds the post-reset check waits for the GPU to reappear.
     reset_settle_seconds: float = 10.0
-
-    @field_validator("sidecar_port")
-    @classmethod
-    def _port(cls, value: int) -> int:
-        if not 0 < value < 65536:
-            raise ValueError("must be a TCP port (1-65535)")
-        return value
 
     @field_validator("sidecar_token")
     @classmethod
