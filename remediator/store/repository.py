@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import case, func, insert, or_, select, text, update
+from sqlalchemy import Table, case, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -28,6 +28,9 @@ from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, 
 
 __all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
+# Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
+_BATCHES = cast(Table, AlertBatch.__table__)
+_ALERTS = cast(Table, AlertRow.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
 
@@ -190,7 +193,7 @@ class Repository:
                 }
                 for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
             ]
-            await session.execute(insert(AlertBatch), batch_rows)
+            await session.execute(insert(_BATCHES), batch_rows)
             alert_rows = [
                 {
                     "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
@@ -204,7 +207,7 @@ class Repository:
                 for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
             ]
             try:
-                await session.execute(insert(AlertRow), alert_rows)
+                await session.execute(insert(_ALERTS), alert_rows)
             except IntegrityError as exc:
                 raise StoreUnavailable("concurrent delivery of the same alert; retry") from exc
         return [
