@@ -108,7 +108,10 @@ async def main() -> None:
     print("| replicas | first webhook -> 20th quarantine s | webhook p50 ms | webhook p99 ms | max nodes tainted |")
     print("|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['replicas']} | {r['admitted_s']:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['max_tainted']} |")
+        print(
+            f"| {r['replicas']} | {r['admitted_s']:.2f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
+            f"| {r['max_tainted']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -212,10 +212,11 @@ def test_quarantine_taint_values(defs: DefinitionSet) -> None:
 
 
 def test_what_happens_when_the_alert_resolves(defs: DefinitionSet) -> None:
-    # A capped GPU gets its limit back; a GPU reset or a node reboot is not undone by a quiet counter.
+    # A capped GPU gets its limit back; a GPU reset is not undone by a quiet counter; a node lost until a
+    # reboot is returned to service when its alert resolves, which the shipped rule does after the reboot.
     assert defs.playbooks["power-cap-gpu"].on_resolved == "revert"
     assert defs.playbooks["reset-gpu"].on_resolved == "keep"
-    assert defs.playbooks["reboot-node"].on_resolved == "keep"
+    assert defs.playbooks["reboot-node"].on_resolved == "revert"
 
 
 def test_power_cap_is_a_percent_of_the_default_clamped_into_range(defs: DefinitionSet) -> None:

@@ -1,0 +1,164 @@
+"""From a GPU metric to the cluster, with the real Prometheus and Alertmanager and `remediator serve`.
+
+Each test adds its own node to the shared fake cluster and its own GPUs to the exporter, changes a metric
+and waits (with a deadline) for what the controller does on the fake API server or through the sidecar.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import SIDECAR_IP
+from tests.e2e.stack import Stack, eventually
+from tests.sidecar.fakenvml import gpu_uuid
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+TAINT_KEY = "remediator.io/gpu-unhealthy"
+XID = "DCGM_FI_DEV_XID_ERRORS"
+TEMP = "DCGM_FI_DEV_GPU_TEMP"
+DEFAULT_LIMIT_MW = 700_000
+
+
+def node_uuid(node: str, index: int) -> str:
+    return f"GPU-{zlib.crc32(node.encode()):08x}-0000-4000-8000-{index:012x}"
+
+
+def gpu_node(stack: Stack, name: str, ip: str, pods: int = 2, *, nvml_uuids: bool = False) -> None:
+    """A GPU node running `pods` GPU pods of one Deployment, a CPU pod and a DaemonSet pod; GPU i is pod i's.
+
+    With `nvml_uuids` the GPUs carry the fake NVML's UUIDs (the node whose sidecar runs on fake NVML).
+    """
+    fake = stack.fake
+    fake.add_node(name, ip=ip, labels={"nvidia.com/gpu.present": "true"})
+    deployment = fake.add_deployment(f"{name}-trainer", "ml")
+    rs = fake.add_replicaset(f"{name}-trainer-abc", "ml", replicas=pods, deployment=deployment)
+    for i in range(pods):
+        fake.add_pod(f"{name}-trainer-{i}", "ml", node=name, gpus=1, owner=rs)
+        uuid = gpu_uuid(i) if nvml_uuids else node_uuid(name, i)
+        stack.exporter.add_gpu(name, i, uuid, pod=f"{name}-trainer-{i}", namespace="ml", container="trainer")
+    fake.add_pod(f"{name}-web", "apps", node=name, gpus=0)
+    ds = fake.add_daemonset(f"{name}-dcgm-exporter", "monitoring")
+    fake.add_pod(f"{name}-dcgm-exporter-x", "monitoring", node=name, gpus=0, owner=ds)
+
+
+def quarantine_taint(reason: str) -> dict[str, Any]:
+    return {"key": TAINT_KEY, "value": reason, "effect": "NoSchedule"}
+
+
+def evictions(stack: Stack, node: str) -> list[str]:
+    return [c.name or "" for c in stack.fake.requests("evict") if c.ok and (c.name or "").startswith(f"{node}-")]
+
+
+async def test_xid79_taints_cordons_and_drains_and_the_reboot_returns_the_node(stack: Stack) -> None:
+    node = "gpu-xid"
+    gpu_node(stack, node, "127.0.0.10")
+    await stack.exporter.scraped(2)  # Prometheus holds the 0 the Xid rule's changes() compares with
+
+    stack.exporter.set(node, 0, XID, 79)
+    await eventually(lambda: quarantine_taint("xid-79") in stack.taints(node), timeout=30,
+                     what=f"the xid-79 taint on {node}")
+    rem = await stack.remediation_in(node, {"succeeded"})
+    assert stack.cordoned(node)
+    assert sorted(evictions(stack, node)) == [f"{node}-trainer-0", f"{node}-trainer-1"]
+    assert rem["alert_labels"]["alertname"] == "GPUXidError" and rem["alert_labels"]["xid"] == "79"
+    assert rem["alert_labels"]["UUID"] == node_uuid(node, 0) and rem["alert_labels"]["pod"] == f"{node}-trainer-0"
+
+    # Xid 79 (fallen off the bus): the alert stays firing while the gauge holds 79, long after the value
+    # stopped changing; the gauge resets when the node reboots, the alert resolves, the quarantine is lifted.
+    await stack.exporter.scraped(3)
+    assert not (await stack.remediation(rem["id"]))["alert_resolved"]
+    assert stack.cordoned(node)
+    stack.exporter.set(node, 0, XID, 0)
+    await eventually(lambda: _resolved(stack, rem["id"]), timeout=30, what="the resolved Xid alert to arrive")
+    await stack.remediation_in(node, {"reverted"})
+    assert not stack.cordoned(node)
+    assert not [t for t in stack.taints(node) if t["key"] == TAINT_KEY]
+
+
+async def _resolved(stack: Stack, rem_id: str) -> bool:
+    return bool((await stack.remediation(rem_id))["alert_resolved"])
+
+
+async def test_hot_gpu_is_power_capped_through_the_sidecar_and_restored_when_it_cools(stack: Stack) -> None:
+    sidecar = stack.sidecar
+    assert sidecar is not None
+    node = "gpu-hot"
+    gpu_node(stack, node, SIDECAR_IP, nvml_uuids=True)
+
+    def limit(gpu: int) -> int:
+        return int(sidecar.nvml.get(f"gpu.{gpu}.power_limit"))
+
+    stack.exporter.set(node, 0, TEMP, 91)
+    await eventually(lambda: limit(0) < DEFAULT_LIMIT_MW, timeout=30,
+                     what=f"a lower power limit on {node} GPU 0 (sidecar log: {sidecar.sidecar.log})")
+    assert limit(1) == DEFAULT_LIMIT_MW
+
+    async def capping() -> list[dict[str, Any]]:
+        found = []
+        for summary in await stack.remediations(node=node):
+            rem = await stack.remediation(summary["id"])
+            if any(s["action"] == "power_limit" and s["phase"] == "forward" for s in rem["steps"]):
+                found.append(rem)
+        return found
+
+    capped = await eventually(capping, timeout=10, what=f"the remediation that capped {node}")
+    assert len(capped) == 1 and capped[0]["gpu_uuid"] == gpu_uuid(0)
+    assert capped[0]["alert_labels"]["alertname"].startswith("GPUTemperature")
+
+    stack.exporter.set(node, 0, TEMP, 40)
+    await eventually(lambda: limit(0) == DEFAULT_LIMIT_MW, timeout=30, what=f"{node} GPU 0 back at 700 W")
+    rem = await eventually(
+        lambda: _in_state(stack, capped[0]["id"], "reverted"), timeout=30,
+        what=f"remediation {capped[0]['id']} reverted",
+    )
+    assert any(s["action"] == "restore_power_limit" and s["status"] == "succeeded" for s in rem["steps"])
+
+
+async def _in_state(stack: Stack, rem_id: str, state: str) -> dict[str, Any] | None:
+    rem = await stack.remediation(rem_id)
+    return rem if rem["state"] == state else None
+
+
+async def test_alertmanager_retry_after_503_delivers_once_the_store_is_back_and_is_processed_once(
+    stack: Stack,
+) -> None:
+    node = "gpu-store"
+    gpu_node(stack, node, "127.0.0.11", pods=1)
+    await stack.exporter.scraped(2)
+    refused = "remediator_webhook_duration_seconds_count"
+    refused_before = await stack.controller_metric(refused, code="503")
+
+    with stack.store_unavailable():
+        since = stack.exporter.set(node, 0, XID, 79)
+        await eventually(lambda: stack.bare.first(since=since, Hostname=node), timeout=30,
+                         what="Alertmanager to send the Xid alert")
+        # Alertmanager was answered 503 and tried again within its notify attempt.
+        await eventually(
+            lambda: _above(stack.controller_metric(refused, code="503"), refused_before + 1), timeout=20,
+            what="two 503 answers to Alertmanager while the store is down",
+        )
+        assert await stack.remediations(node=node) == []
+        assert quarantine_taint("xid-79") not in stack.taints(node)
+
+    rem = await stack.remediation_in(node, {"succeeded"})
+    assert [t for t in stack.taints(node) if t["key"] == TAINT_KEY] == [quarantine_taint("xid-79")]
+    assert evictions(stack, node) == [f"{node}-trainer-0"]
+
+    # Alertmanager keeps re-sending the firing alert; the repeats are stored and not processed again.
+    repeated = "remediator_alerts_repeated_total"
+    seen = await stack.controller_metric(repeated)
+    await eventually(lambda: _above(stack.controller_metric(repeated), seen), timeout=20,
+                     what="a repeated delivery of the alert")
+    rems = await stack.remediations(node=node)
+    assert [(r["id"], r["state"], r["linked_alerts"]) for r in rems] == [(rem["id"], "succeeded", 0)]
+    assert evictions(stack, node) == [f"{node}-trainer-0"]
+    taint_writes = [c for c in stack.fake.requests("patch", "nodes", name=node) if c.ok and TAINT_KEY in str(c.body)]
+    assert len(taint_writes) == 1
+
+
+async def _above(value: Any, floor: float) -> bool:
+    return bool(await value > floor)
