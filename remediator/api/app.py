@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import secrets
 import signal
@@ -58,6 +59,12 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
         hangup = _on_sighup(reloader) if run_worker else False
         if worker is not None:
             await worker.start()
+        if runtime is None:
+            # Everything built so far (definitions, ORM mappers, routes) lives as long as the process; keep it
+            # out of the cyclic collector, whose full passes over it otherwise stall requests by ~100 ms.
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(10_000, 20, 20)
         try:
             yield
         finally:
@@ -65,6 +72,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             await reloader.stop()
             await rt.intake.close()
+            if engine is not None:
+                await rt.repo.close()
             if worker is not None:
                 await worker.stop()
             if engine is not None:

@@ -95,6 +95,7 @@ class Executor:
         next_run: timedelta | None = None
         try:
             while True:
+                await self.rt.repo.intake_idle.wait()
                 rem = await self.rt.repo.get(rem_id)
                 if rem is None or rem.lease_owner != self.rt.owner:
                     return

@@ -151,6 +151,7 @@ class Worker:
 
     async def run_once(self) -> bool:
         """Process claimed alerts, expire approvals, dispatch remediations. True if there was work."""
+        await self.rt.repo.intake_idle.wait()  # a webhook burst is stored first, processed right after
         processed = await self.process_alerts()
         await self.expire_approvals()
         dispatched = await self.dispatch()

@@ -25,6 +25,7 @@ from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import GENESIS, canonical, event_hash
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
+from remediator.store.sqlite_intake import SqliteIntake
 
 __all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
@@ -91,6 +92,10 @@ class Repository:
         bind = sessions.kw.get("bind")
         self.dialect = bind.dialect.name if bind is not None else "sqlite"
         self._sqlite_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        database = bind.url.database if bind is not None else None
+        self._sqlite_intake = (
+            SqliteIntake(database) if self.dialect == "sqlite" and database and database != ":memory:" else None
+        )
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -169,6 +174,14 @@ class Repository:
         now = self._clock()
         keyed = [[f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in p.alerts] for p in payloads]
         all_keys = sorted({k for keys in keyed for k in keys})
+
+        def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+            return _intake_rows(payloads, keyed, existing, now)
+
+        if self._sqlite_intake is not None:
+            async with self._writer_gate():
+                result: list[StoredBatch] = await self._sqlite_intake.existing_and_insert(all_keys, build)
+            return result
         async with self.transaction(intake=True) as session:
             existing: dict[str, int] = {}
             for i in range(0, len(all_keys), 500):
@@ -176,44 +189,17 @@ class Repository:
                     select(AlertRow.dedup_key, AlertRow.id).where(AlertRow.dedup_key.in_(all_keys[i : i + 500]))
                 )
                 existing.update({str(key): int(alert_id) for key, alert_id in found.all()})
-            seen: set[str] = set()
-            repeats: list[list[bool]] = []
-            for keys in keyed:
-                flags = []
-                for key in keys:
-                    flags.append(key in existing or key in seen)
-                    seen.add(key)
-                repeats.append(flags)
-            ids = [uuid.uuid4().hex for _ in payloads]
-            batch_rows = [
-                {
-                    "id": batch_id, "received_at": now, "receiver": p.receiver, "status": p.status,
-                    "group_key": p.group_key, "external_url": p.external_url,
-                    "truncated_alerts": p.truncated_alerts, "alert_count": len(p.alerts), "repeat_count": sum(flags),
-                }
-                for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
-            ]
+            batch_rows, alert_rows, stored = build(existing)
             await session.execute(insert(_BATCHES), batch_rows)
-            alert_rows = [
-                {
-                    "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
-                    "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),
-                    "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": now,
-                    "dedup_key": None if repeat else key, "repeat_of": existing.get(key),
-                    "state": "repeat" if repeat else "new", "claimed_by": None, "claim_expires": None,
-                    "processed_at": None, "outcome": None, "remediation_id": None, "note": None,
-                }
-                for p, keys, flags, batch_id in zip(payloads, keyed, repeats, ids, strict=True)
-                for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
-            ]
             try:
                 await session.execute(insert(_ALERTS), alert_rows)
             except IntegrityError as exc:
                 raise StoreUnavailable("concurrent delivery of the same alert; retry") from exc
-        return [
-            StoredBatch(batch_id, len(p.alerts), sum(flags))
-            for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
-        ]
+        return stored
+
+    async def close(self) -> None:
+        if self._sqlite_intake is not None:
+            await self._sqlite_intake.close()
 
     async def claim_alerts(self, owner: str, limit: int, lease: timedelta) -> list[AlertRow]:
         """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again)."""
@@ -966,6 +952,45 @@ class Repository:
 
 class _NotDecided(Exception):
     """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
+
+
+def _intake_rows(
+    payloads: Sequence[AlertmanagerPayload], keyed: list[list[str]], existing: dict[str, int], now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+    """Rows for alert_batches and alerts, marking repeats (seen before, or earlier in this group)."""
+    seen: set[str] = set()
+    repeats: list[list[bool]] = []
+    for keys in keyed:
+        flags = []
+        for key in keys:
+            flags.append(key in existing or key in seen)
+            seen.add(key)
+        repeats.append(flags)
+    ids = [uuid.uuid4().hex for _ in payloads]
+    batch_rows = [
+        {
+            "id": batch_id, "received_at": now, "receiver": p.receiver, "status": p.status,
+            "group_key": p.group_key, "external_url": p.external_url,
+            "truncated_alerts": p.truncated_alerts, "alert_count": len(p.alerts), "repeat_count": sum(flags),
+        }
+        for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+    ]
+    alert_rows = [
+        {
+            "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
+            "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),
+            "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": now,
+            "dedup_key": None if repeat else key, "repeat_of": existing.get(key),
+            "state": "repeat" if repeat else "new",
+        }
+        for p, keys, flags, batch_id in zip(payloads, keyed, repeats, ids, strict=True)
+        for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
+    ]
+    stored = [
+        StoredBatch(batch_id, len(p.alerts), sum(flags))
+        for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+    ]
+    return batch_rows, alert_rows, stored
 
 
 def is_database_error(exc: BaseException) -> bool:

@@ -79,20 +79,27 @@ async def test_not_json_is_422(controller: Controller) -> None:
     assert await _counts(controller.rt.repo) == (0, 0)
 
 
-async def test_store_unavailable_is_503(controller: Controller, tmp_path: object) -> None:
+async def test_store_unavailable_is_503(controller: Controller) -> None:
     from remediator.store.db import make_engine, make_sessionmaker
+    from remediator.store.intake_writer import IntakeWriter
+    from remediator.store.repository import Repository
 
     broken = make_engine("sqlite+aiosqlite:////nonexistent-dir/x.db")
-    original = controller.rt.repo._sessions
-    controller.rt.repo._sessions = make_sessionmaker(broken)
+    rt = controller.rt
+    original_repo, original_intake = rt.repo, rt.intake
+    rt.repo = Repository(make_sessionmaker(broken))
+    rt.intake = IntakeWriter(rt.repo)
     try:
         r = await controller.client.post("/api/v1/alerts", json=am_payload(am_alert(xid_labels("n", 79))))
         ready = await controller.client.get("/readyz")
     finally:
-        controller.rt.repo._sessions = original
+        await rt.intake.close()
+        await rt.repo.close()
+        rt.repo, rt.intake = original_repo, original_intake
         await broken.dispose()
-    assert r.status_code == 503
+    assert r.status_code == 503 and r.headers["Retry-After"] == "1"
     assert ready.status_code == 503
+    assert await _counts(controller.rt.repo) == (0, 0)
 
 
 async def test_same_payload_twice_starts_one_remediation(controller: Controller) -> None:
