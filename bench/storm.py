@@ -31,12 +31,18 @@ TOKEN = "storm-token"
 TAINT = "remediator.io/gpu-unhealthy"
 
 
-async def _database() -> str:
-    name = f"storm_{uuid.uuid4().hex[:10]}"
+async def _admin(statement: str) -> None:
     admin = await asyncpg.connect(host="127.0.0.1", user="postgres", database="test")
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    return f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+    try:
+        await admin.execute(statement)
+    finally:
+        await admin.close()
+
+
+async def _database() -> tuple[str, str]:
+    name = f"storm_{uuid.uuid4().hex[:10]}"
+    await _admin(f'CREATE DATABASE "{name}"')
+    return name, f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
 
 
 def _tainted(fake: FakeKube) -> int:
@@ -46,7 +52,14 @@ def _tainted(fake: FakeKube) -> int:
 
 
 async def storm(replicas: int) -> dict[str, Any]:
-    url = await _database()
+    name, url = await _database()
+    try:
+        return await _storm(replicas, url)
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _storm(replicas: int, url: str) -> dict[str, Any]:
     async with FakeKube() as fake:
         fake.add_namespace("ml")
         for i in range(200):
