@@ -125,10 +125,29 @@ def _grace(requested: int | None, pod: Mapping[str, Any]) -> int | None:
     return requested if own is None else min(requested, int(own))
 
 
-def plan_drain(pods: list[KubeObject], params: DrainParams, ctx: ActionContext, done: set[str]) -> DrainPlan:
+OPT_OUT = "remediator.io/exclude"
+
+
+async def opted_out_namespaces(kube: KubeAdapter, pods: list[KubeObject]) -> set[str]:
+    """Namespaces of these pods that carry the opt-out label or annotation remediator.io/exclude=true."""
+    out: set[str] = set()
+    for namespace in sorted({PodRef.of(pod).namespace for pod in pods}):
+        try:
+            meta = (await kube.get_namespace(namespace)).get("metadata") or {}
+        except NotFound:
+            continue
+        marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+        if marks.get(OPT_OUT) == "true":
+            out.add(namespace)
+    return out
+
+
+def plan_drain(
+    pods: list[KubeObject], params: DrainParams, ctx: ActionContext, done: set[str], opted_out: set[str]
+) -> DrainPlan:
     """Sort the node's pods into: evict (with grace), wait for (terminating or evicted before), skipped."""
     settings = ctx.settings
-    excluded = {*settings.excluded_namespaces, *params.skip_namespaces}
+    excluded = {*settings.excluded_namespaces, *params.skip_namespaces, *opted_out}
     if settings.own_namespace:
         excluded.add(settings.own_namespace)
     gpu_pods, note = _gpu_selection(params.pods, ctx.context)
@@ -225,7 +244,8 @@ class Drain(Action):
         deadline = asyncio.get_running_loop().time() + parse_duration(p.timeout).total_seconds()
         cordon_output, cordoned = await cordon_node(ctx, kube, node)
         evictor = _Evictor(kube, ctx, deadline, self)
-        plan = plan_drain(await kube.list_pods_on_node(node), p, ctx, set(evictor.evicted))
+        pods = await kube.list_pods_on_node(node)
+        plan = plan_drain(pods, p, ctx, set(evictor.evicted), await opted_out_namespaces(kube, pods))
         await evictor.evict_all(plan.evict)
         if evictor.failures:
             raise evictor.failures[0]
@@ -274,7 +294,8 @@ class Drain(Action):
                 message=f"dry run: would cordon and drain node {node} ({p.pods} pods)",
                 output={"node": node, "selection": p.pods, "dry_run": True},
             )
-        plan = plan_drain(await ctx.kube.list_pods_on_node(node), p, ctx, set())
+        pods = await ctx.kube.list_pods_on_node(node)
+        plan = plan_drain(pods, p, ctx, set(), await opted_out_namespaces(ctx.kube, pods))
         would = [ref.as_dict() for ref, _ in plan.evict]
         output = {
             "node": node,

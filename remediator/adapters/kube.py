@@ -12,7 +12,6 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from kubernetes.aio import client, config
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
 
+from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import (
     ActionError,
     ConfigError,
@@ -111,20 +111,6 @@ def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> flo
         return None
     return seconds if seconds is not None and seconds > 0 else None
 
-
-@dataclass(frozen=True)
-class Mutation:
-    """One write the controller made to the Kubernetes API, for the audit log."""
-
-    verb: str
-    resource: str
-    namespace: str | None
-    name: str
-    status: int
-    error: str | None = None
-
-
-MutationRecorder = Callable[[Mutation], Awaitable[None]]
 _WRITE_VERBS = ("patch", "create", "delete", "replace")
 
 

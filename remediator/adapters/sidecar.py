@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import ActionError, ServiceUnavailable, error_for_status
 from remediator.settings import Settings
 
@@ -53,6 +54,7 @@ class SidecarClient:
     ) -> None:
         self._settings = settings
         self._http = http
+        self.recorder: MutationRecorder | None = None
         self._attempts = attempts
         self._backoff = backoff_seconds
 
@@ -108,6 +110,31 @@ class SidecarClient:
         attempts: int | None = None,
     ) -> dict[str, Any]:
         url = self.base_url(ip) + path
+        try:
+            result = await self._with_retries(method, url, body, limits, idempotent, attempts)
+        except ActionError as exc:
+            await self._report(method, ip, path, body, exc.status or 0, exc.message)
+            raise
+        await self._report(method, ip, path, body, 200, None)
+        return result
+
+    async def _report(
+        self, method: str, ip: str, path: str, body: dict[str, Any] | None, status: int, error: str | None
+    ) -> None:
+        """Tell the recorder about a write (not reads, not dry runs)."""
+        if self.recorder is None or method == "GET" or (body or {}).get("dry_run"):
+            return
+        await self.recorder(Mutation(method.lower(), f"sidecar{path}", None, ip, status, error))
+
+    async def _with_retries(
+        self,
+        method: str,
+        url: str,
+        body: dict[str, Any] | None,
+        limits: httpx.Timeout,
+        idempotent: bool,
+        attempts: int | None,
+    ) -> dict[str, Any]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(attempts or self._attempts),
             wait=wait_exponential(multiplier=self._backoff, max=10.0),

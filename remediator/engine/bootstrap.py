@@ -64,6 +64,7 @@ async def build_runtime(
     )
     if kube is not None:  # sidecars are found through Node InternalIPs, so only with a cluster
         rt.sidecar = SidecarClient.for_settings(settings)
+        rt.sidecar.recorder = audit_recorder(repo)
     if kube is not None:
         kube.recorder = audit_recorder(repo)
     channels, close_channels = open_channels(

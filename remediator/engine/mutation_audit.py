@@ -1,14 +1,15 @@
-"""Every write the controller makes to the Kubernetes API becomes an audit event (verb, object, outcome).
+"""Every write the controller makes (Kubernetes API, node sidecar) becomes an audit event (verb, object,
+outcome).
 
-The executor marks which remediation is acting through a context variable; the kube adapter reports each
-write to the recorder built here, which appends `kube.<verb>` to the hash-chained log.
+The executor marks which remediation is acting through a context variable; the adapters report each write
+to the recorder built here, which appends `kube.<verb>` (or `sidecar.<verb>`) to the hash-chained log.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 
-from remediator.adapters.kube import Mutation, MutationRecorder
+from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.store.repository import Repository
 
 __all__ = ["acting_remediation", "audit_recorder"]
@@ -21,7 +22,7 @@ def audit_recorder(repo: Repository) -> MutationRecorder:
         async with repo.transaction() as session:
             await repo.audit(
                 session,
-                f"kube.{mutation.verb}",
+                f"{'sidecar' if mutation.resource.startswith('sidecar/') else 'kube'}.{mutation.verb}",
                 remediation_id=acting_remediation.get(),
                 data={
                     "resource": mutation.resource,

@@ -35,6 +35,12 @@ async def test_hot_gpu_is_capped_and_the_old_limit_returns_when_the_alert_resolv
     assert gpu_node.power_limit_mw(0) == DEFAULT_MW
     reverts = [(s["action"], s["status"]) for s in rem["steps"] if s["phase"] == "revert"]
     assert reverts == [("restore_power_limit", "succeeded")]
+    audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    writes = [
+        (e["kind"], e["data"]["resource"], e["data"]["outcome"]) for e in audit if e["kind"].startswith("sidecar.")
+    ]
+    assert [w[1].rsplit("/", 1)[-1] for w in writes] == ["power-limit", "restore"]
+    assert all(kind == "sidecar.post" and outcome == "ok" for kind, _, outcome in writes)
 
 
 async def test_critical_heat_caps_harder_clamped_to_the_gpu_minimum(
