@@ -8,21 +8,15 @@ is a local receiver; Playwright drives Debian's Chromium (never a downloaded bro
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from remediator.adapters.kube import KubeAdapter
-from remediator.api.app import create_app
-from remediator.engine.bootstrap import build_runtime
 from remediator.engine.runtime import Runtime
 from remediator.settings import Settings
 from tests.helpers import am_alert, am_payload
@@ -30,48 +24,29 @@ from tests.idle.conftest import idle_labels
 from tests.idle.fakescale import ScalingFakeKube
 from tests.idle.scene import NS, OWNER, QUOTA, build_scene, definitions, quota_hard, replicas
 from tests.notify.receiver import Receiver, receiver
-from tests.ui.test_browser import CHROMIUM, CHROMIUM_ARGS, approval_url
+from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
+from tests.ui.test_browser import approval_url
 
 TOKEN = "idle-token"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser]
 
 
-@asynccontextmanager
-async def serve(tmp_path: Path, slack_url: str, kube: KubeAdapter) -> AsyncIterator[tuple[str, Runtime]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+def serve(tmp_path: Path, slack_url: str, kube: KubeAdapter) -> AbstractAsyncContextManager[tuple[str, Runtime]]:
     rules, playbooks = definitions(tmp_path, wait="200ms", poll="50ms")
-    settings = Settings(
-        database_url=f"sqlite+aiosqlite:///{tmp_path / 'c.db'}",
-        rules_dir=rules,
-        playbooks_dir=playbooks,
-        webhook_token=[TOKEN],
-        public_url=base,
-        slack_webhook_url=slack_url,
-        secret_key="idle-secret",
-        worker_poll_interval=0.05,
+    return live_controller(
+        lambda base: Settings(
+            database_url=f"sqlite+aiosqlite:///{tmp_path / 'c.db'}",
+            rules_dir=rules,
+            playbooks_dir=playbooks,
+            webhook_token=[TOKEN],
+            public_url=base,
+            slack_webhook_url=slack_url,
+            secret_key="idle-secret",
+            worker_poll_interval=0.05,  # type: ignore[arg-type]
+        ),
+        kube,
     )
-    rt, engine = await build_runtime(settings, kube=kube)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, runtime=rt), log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        yield base, rt
-    finally:
-        server.should_exit = True
-        await task
-        assert rt.notifier is not None
-        await rt.notifier.aclose()
-        await engine.dispose()
-        sock.close()
 
 
 async def wait_for_state(rt: Runtime, rem_id: str, state: str) -> None:

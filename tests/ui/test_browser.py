@@ -7,65 +7,26 @@ Playwright drives Debian's Chromium (never a downloaded browser).
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from remediator.api.app import create_app
-from remediator.engine.bootstrap import build_runtime
 from remediator.engine.runtime import Runtime
 from tests.approvals.harness import TOKEN, settings_for
 from tests.helpers import am_alert, am_payload, xid_labels
 from tests.notify.receiver import Receiver, receiver
+from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SLACKBOT = "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)"
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
-]
+pytestmark = [pytest.mark.browser]
 
 
-@asynccontextmanager
-async def serve(tmp_path: Path, slack_url: str) -> AsyncIterator[tuple[str, Runtime]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    settings = settings_for(tmp_path, public_url=base, slack_webhook_url=slack_url)
-    rt, engine = await build_runtime(settings, connect_kube=False)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings, runtime=rt), log_level="warning", lifespan="on")
-    )
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        yield base, rt
-    finally:
-        server.should_exit = True
-        await task
-        assert rt.notifier is not None
-        await rt.notifier.aclose()
-        await engine.dispose()
-        sock.close()
+def serve(tmp_path: Path, slack_url: str) -> AbstractAsyncContextManager[tuple[str, Runtime]]:
+    return live_controller(lambda base: settings_for(tmp_path, public_url=base, slack_webhook_url=slack_url))
 
 
 def approval_url(slack: Receiver) -> str:
