@@ -40,7 +40,7 @@ def sqlite_time(value: datetime | None) -> str | None:
         return None
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
-    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.isoformat(" ", "microseconds")
 
 
 def _insert(table: str, columns: Sequence[str]) -> str:

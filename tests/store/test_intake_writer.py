@@ -47,3 +47,15 @@ async def test_other_transactions_wait_while_intake_is_pending(repo: Repository)
         assert repo.intake_idle.is_set()
     finally:
         await writer.close()
+
+
+async def test_start_times_with_an_offset_are_stored_as_utc(repo: Repository) -> None:
+    from datetime import UTC, datetime
+
+    from remediator.store.sqlite_intake import sqlite_time
+
+    assert sqlite_time(None) is None
+    await repo.store_batch(payload(fingerprint="tz1", starts="2026-12-02T12:00:00+02:00"))
+    [alert] = await repo.list_alerts()
+    stored = alert.starts_at if alert.starts_at.tzinfo else alert.starts_at.replace(tzinfo=UTC)
+    assert stored == datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
