@@ -72,7 +72,7 @@ async def _storm(replicas: int, url: str) -> dict[str, Any]:
                 "REMEDIATOR_KUBECONFIG": str(write_kubeconfig(work / "kubeconfig", fake.url)),
                 "REMEDIATOR_MAX_QUARANTINED_NODES": "20", "REMEDIATOR_QUARANTINE_RATE": "100000",
                 "REMEDIATOR_WORKER_POLL_INTERVAL": "100ms", "REMEDIATOR_KUBE_QPS": "500",
-                "REMEDIATOR_LOG_LEVEL": "WARNING",
+                "REMEDIATOR_LOG_LEVEL": "WARNING", "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS": "true",
             }
             procs = [ControllerProcess(work, env, name=f"storm-{replicas}-{i}") for i in range(replicas)]
             for p in procs:

@@ -332,12 +332,6 @@ class KubeAdapter:
     async def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("Deployment", namespace, name, patch)
 
-    async def get_statefulset(self, namespace: str, name: str) -> KubeObject:
-        return await self.get_object("StatefulSet", namespace, name)
-
-    async def patch_statefulset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
-        return await self.patch_object("StatefulSet", namespace, name, patch)
-
     async def get_job(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("Job", namespace, name)
 
@@ -383,9 +377,6 @@ class KubeAdapter:
 
     async def patch_resource_quota(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("ResourceQuota", namespace, name, patch)
-
-    async def list_pod_disruption_budgets(self, namespace: str) -> list[KubeObject]:
-        return await self._list("policy", "list_namespaced_pod_disruption_budget", namespace)
 
     # ------------------------------------------------------------------ namespaces
 

@@ -51,10 +51,6 @@ class DefinitionSet:
     version: str
     sources: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def xid_catalog(self) -> XidCatalog:
-        return self.xid
-
 
 # -- pydantic errors -> document paths ---------------------------------------------------------------
 

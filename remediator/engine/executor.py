@@ -24,7 +24,8 @@ from remediator.actions.base import Action, ActionContext, ActionResult, Target
 from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
-from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
+from remediator.definitions.templates import render_params
+from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
@@ -140,16 +141,13 @@ class Executor:
         async def facts(session: AsyncSession) -> GuardrailFacts:
             return await self._facts(session, rem, quarantines)
 
-        def verdict_for(_rem: Remediation, facts: Any) -> Verdict:
-            return decide(facts)
-
-        state, reason = await self.rt.repo.admit(rem.id, self.rt.owner, verdict_for, facts)
+        state, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts)
         if state == "held":
-            guard = reason.split(":")[0] if reason else "held"
-            self.rt.metrics.guardrail_trips.labels(guardrail=guard).inc()
-            await self._notify(rem, "held", reason or "")
+            if changed:  # a new trip, not a re-check of one already counted and announced
+                self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()
+                await self._notify(rem, "held", verdict.reason)
             return False
-        await self._notify(rem, "started", reason or "")
+        await self._notify(rem, "started", verdict.reason)
         return True
 
     async def _gpu_context(self, rem: Remediation, context: dict[str, Any]) -> dict[str, Any]:
@@ -480,8 +478,6 @@ class Executor:
 
     @staticmethod
     def _render(params: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
-        from remediator.definitions.templates import render_params
-
         return render_params(params, variables)
 
     def _context(

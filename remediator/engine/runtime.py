@@ -77,14 +77,6 @@ class DefinitionsHolder:
         # Versions whose sources are known to be stored in the database.
         self.persisted: set[str] = set()
 
-    @property
-    def last_error(self) -> str | None:
-        """The errors of the last refused reload, one `file:line: message` per line; None after a success."""
-        last = self.last_reload
-        if last is None or last.ok:
-            return None
-        return "\n".join(e.render() for e in last.errors)
-
     def get(self, version: str) -> DefinitionSet | None:
         return self.history.get(version)
 

@@ -66,24 +66,36 @@ class Worker:
         ]
 
     async def register(self) -> None:
-        """Announce this replica; on SQLite refuse to run beside another live replica."""
-        settings = self.rt.settings
-        exclusive = settings.is_sqlite
-        other = await self.rt.repo.register_replica(self.rt.owner, settings.lease_duration, exclusive=exclusive)
-        if other is not None:
+        """Announce this replica; refuse to run beside another live one unless several are allowed.
+
+        SQLite supports one replica, always. On PostgreSQL several replicas need
+        REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true, so that a second controller started by mistake (a copied
+        manifest, a forgotten test instance) is refused instead of acting on the same fleet.
+        """
+        other = await self.rt.repo.register_replica(self.rt.owner, self.rt.settings.lease_duration,
+                                                    exclusive=self._exclusive)
+        if other is None:
+            return
+        if self.rt.settings.is_sqlite:
             raise ConfigError(
                 f"another controller replica ({other}) is running on this SQLite database; SQLite supports one "
                 "replica: use REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
             )
+        raise ConfigError(
+            f"another controller replica ({other}) is running on this database; set "
+            "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true on every replica to run several"
+        )
+
+    @property
+    def _exclusive(self) -> bool:
+        return self.rt.settings.is_sqlite or not self.rt.settings.allow_multiple_replicas
 
     async def _heartbeat_loop(self) -> None:
         settings = self.rt.settings
         while not self._stopping:
             await asyncio.sleep(settings.lease_duration.total_seconds() / 3)
             with contextlib.suppress(StoreUnavailable):
-                await self.rt.repo.register_replica(
-                    self.rt.owner, settings.lease_duration, exclusive=settings.is_sqlite
-                )
+                await self.rt.repo.register_replica(self.rt.owner, settings.lease_duration, exclusive=self._exclusive)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -95,7 +107,7 @@ class Worker:
         self._tasks.clear()
         self._running.clear()
         with contextlib.suppress(Exception):
-            await self.rt.repo.unregister_replica(self.rt.owner, exclusive=self.rt.settings.is_sqlite)
+            await self.rt.repo.unregister_replica(self.rt.owner, exclusive=self._exclusive)
 
     # -- loops ------------------------------------------------------------------------------------
 

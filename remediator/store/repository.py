@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, case, func, insert, or_, select, text, update
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
@@ -475,19 +475,19 @@ class Repository:
                              data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
     async def admit(
-        self, rem_id: str, owner: str, decide: Callable[[Remediation, dict[str, Any]], Any],
-        facts: Callable[[AsyncSession], Any],
-    ) -> tuple[str, str | None]:
+        self, rem_id: str, owner: str, decide: Callable[[Any], Any], facts: Callable[[AsyncSession], Any]
+    ) -> tuple[str, Any, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
-        `facts(session)` reads what the decision needs in this transaction; `decide(rem, facts)` returns a
-        verdict with `.allow`, `.reason`, `.quarantines`. Returns (new state, reason).
+        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` returns a
+        verdict with `.allow`, `.name`, `.reason`, `.quarantines`. Returns (new state, verdict, changed):
+        `changed` is False when a held remediation is still held for the same reason.
         """
         async with self.transaction() as session:
             await self._lock(session, _ADMIT_LOCK)
             rem = await self._get_for_update(session, rem_id, owner)
             gathered = await facts(session)
-            verdict = decide(rem, gathered)
+            verdict = decide(gathered)
             if verdict.allow:
                 if rem.state == "held":
                     await self._transition(session, rem, "release", reason="guardrails allow")
@@ -495,11 +495,11 @@ class Repository:
                 rem.quarantined = bool(verdict.quarantines)
                 if rem.quarantined:
                     await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
-                return rem.state, verdict.reason
+                return rem.state, verdict, True
             if rem.state == "held" and rem.state_reason == verdict.reason:
-                return rem.state, verdict.reason
+                return rem.state, verdict, False
             await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
-            return rem.state, verdict.reason
+            return rem.state, verdict, True
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -991,7 +991,3 @@ def _intake_rows(
         for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
     ]
     return batch_rows, alert_rows, stored
-
-
-def is_database_error(exc: BaseException) -> bool:
-    return isinstance(exc, SQLAlchemyError | StoreUnavailable)

@@ -59,6 +59,7 @@ async def replicas(
             "REMEDIATOR_WORKER_POLL_INTERVAL": "100ms",
             "REMEDIATOR_QUARANTINE_RATE": "100000",
             "REMEDIATOR_KUBE_QPS": "500",
+            "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS": "true",
             **env,
         }
         procs = [ControllerProcess(tmp_path, base, name=f"replica-{i}-{len(started)}") for i in range(n)]
@@ -193,6 +194,19 @@ async def test_second_replica_on_sqlite_is_refused(tmp_path: Path) -> None:
     await first.start()
     try:
         with pytest.raises(RuntimeError, match="SQLite supports one replica"):
+            await second.start(timeout=30)
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_second_replica_on_postgres_needs_the_explicit_setting(tmp_path: Path, pg_url: str) -> None:
+    env = {"REMEDIATOR_DATABASE_URL": pg_url}
+    first = ControllerProcess(tmp_path, env, name="pg-a")
+    second = ControllerProcess(tmp_path, env, name="pg-b")
+    await first.start()
+    try:
+        with pytest.raises(RuntimeError, match="REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true"):
             await second.start(timeout=30)
     finally:
         await first.stop()
