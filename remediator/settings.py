@@ -115,6 +115,11 @@ class Settings(BaseSettings):
     worker_concurrency: int = 16
     lease_duration: timedelta = timedelta(seconds=30)
     held_recheck_interval: timedelta = timedelta(seconds=10)
+    # Crash backoff: a remediation whose driver fails unexpectedly is claimed again only after
+    # crash_backoff * 2**(crashes-1) (at most crash_backoff_max); after max_crashes in a row it is `failed`.
+    max_crashes: int = Field(default=5, ge=1, le=1000)
+    crash_backoff: timedelta = timedelta(seconds=2)
+    crash_backoff_max: timedelta = timedelta(minutes=5)
     eviction_qps: float = 20.0
     kube_qps: float = 50.0
     replica_id: str | None = None
@@ -135,6 +140,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "approval_ttl", "worker_poll_interval", "lease_duration", "held_recheck_interval",
+        "crash_backoff", "crash_backoff_max",
         "quarantine_rate_window", "flap_window",
         "node_repeat_window", "escalation_window", "notify_backoff", "definitions_watch_interval",
         mode="before",

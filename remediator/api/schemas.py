@@ -31,6 +31,9 @@ class RemediationOut(BaseModel):
     phase: str
     linked_alerts: int
     definitions_version: str
+    # Unexpected failures of the driver in a row (reset by progress) and the last one's error line.
+    crashes: int = 0
+    error: str | None = None
 
 
 class StepOut(BaseModel):
@@ -80,6 +83,7 @@ def summary_out(rem: Remediation) -> RemediationOut:
         namespace=rem.namespace, alertname=rem.alertname, created_at=rem.created_at, updated_at=rem.updated_at,
         finished_at=rem.finished_at, current_step=rem.current_step, phase=rem.phase,
         linked_alerts=rem.linked_alerts, definitions_version=rem.definitions_version,
+        crashes=rem.crashes or 0, error=rem.error,
     )
 
 

@@ -4,6 +4,16 @@ Each loop iteration re-reads the remediation from the store, does exactly one th
 revert step, or a final transition) and records it with its audit event before the next. A crash anywhere
 leaves the cursor at the step in flight; on resume that step runs again, which is safe because every
 action is idempotent and long actions (drain) checkpoint their progress.
+
+Error boundary: whatever goes wrong inside a step, forward or revert (its condition, its templates, its
+parameters, the action, a peer's answer), becomes that step's failure with the reason; only the store
+(lease lost, database unavailable) and the engine's own signals pass through. Anything that still escapes
+`drive` is a crash: recorded on the remediation, backed off exponentially (persisted, so a restart keeps
+it), and after MAX_CRASHES in a row the remediation is `failed` with the error's last line.
+
+Templates are rendered once: a step's parameters come from the playbook, and alert text enters them only
+as variables. What was rendered (stored step params, outputs) is data and never rendered again; an undo
+without an explicit `revert:` reuses the stored rendered parameters verbatim.
 """
 
 from __future__ import annotations
@@ -11,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
@@ -29,17 +39,52 @@ from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, deci
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
-from remediator.errors import ActionError, StepFailed, TemporaryError
+from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
 from remediator.intake.normalize import GpuAlert
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
-__all__ = ["Executor", "run_with_retries"]
+__all__ = ["Executor", "RevertStep", "failure_reason", "last_line", "run_with_retries"]
 
 log = logging.getLogger(__name__)
 PAUSE_KEY = "pause"
 QUARANTINE_TAINT = "remediator.io/gpu-unhealthy"
 REMEDIATION_ANNOTATION = "remediator.io/remediation"
+REVERT_PAUSED = "controller is paused: the undo waits before its next step"
+REVERT_RESUMED = "controller resumed: the undo goes on"
+# Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
+_PASS_THROUGH: tuple[type[BaseException], ...] = (ResumeLater, CancelRemediation, LeaseLost, StoreUnavailable)
+_MAX_REASON = 2000
+
+
+def last_line(exc: BaseException) -> str:
+    """The last line of the exception's traceback (`UndefinedError: 'x' is undefined`), bounded."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    line = text[-1] if text else type(exc).__name__
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 1] + "…"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A step failure's reason: the error's type and message, on one bounded line."""
+    if isinstance(exc, ActionError):
+        text = f"{type(exc).__name__}: {exc.message}"
+        return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+    return last_line(exc)
+
+
+@dataclass(frozen=True)
+class RevertStep:
+    """One undo: the forward step it undoes, the action, and its parameters.
+
+    `templated` is True only for an explicit `revert:` of the playbook, whose parameters are templates
+    rendered once before the undo runs; a default undo's parameters are the forward step's stored
+    rendered parameters, used verbatim.
+    """
+
+    forward: StepRow
+    action: str
+    params: dict[str, Any]
+    templated: bool
 
 
 def _wait(state: RetryCallState) -> float:
@@ -110,14 +155,42 @@ class Executor:
                         next_run = later
                         return
                 elif rem.state == "reverting":
-                    await self._revert(rem)
+                    later = await self._revert(rem)
+                    if later is not None:  # paused before a mutating undo step
+                        next_run = later
+                        return
                 else:
                     return
         except LeaseLost:
             log.warning("lease on remediation %s lost; another replica continues it", rem_id)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            await self._crashed(rem_id, exc)
         finally:
             renewer.cancel()
             await self.rt.repo.release_lease(rem_id, self.rt.owner, next_run_in=next_run)
+
+    async def _crashed(self, rem_id: str, exc: Exception) -> None:
+        """Record a crash with its backoff (or end the remediation `failed`); one log line per crash."""
+        settings = self.rt.settings
+        error = last_line(exc)
+        try:
+            crashes, not_before = await self.rt.repo.record_crash(
+                rem_id, self.rt.owner, error=error, backoff=settings.crash_backoff,
+                backoff_max=settings.crash_backoff_max, max_crashes=settings.max_crashes,
+            )
+        except LeaseLost:
+            log.error("remediation %s crashed after losing its lease: %s", rem_id, error, exc_info=exc)
+            return
+        if not_before is not None:
+            log.error("remediation %s crashed (%d of %d); not retried before %s", rem_id, crashes,
+                      settings.max_crashes, not_before.isoformat(), exc_info=exc)
+            return
+        log.error("remediation %s crashed %d times in a row; now failed: %s", rem_id, crashes, error, exc_info=exc)
+        rem = await self.rt.repo.get(rem_id)
+        self.rt.metrics.remediations.labels(playbook=rem.playbook if rem else "", outcome="failed").inc()
+        await self._notify(rem_id, "failed", f"crashed {crashes} times: {error}")
 
     # -- leases -----------------------------------------------------------------------------------
 
@@ -253,51 +326,54 @@ class Executor:
             await self._finish(rem, playbook)
             return None
         step = playbook.steps[idx]
-        action = self.rt.actions[step.action]
-        if action.mutating and await self._paused():
+        action = self.rt.actions.get(step.action)
+        if action is not None and action.mutating and await self._paused():
             await self.rt.repo.transition(
                 rem.id, "hold", reason="controller is paused", owner=self.rt.owner, data={"guardrail": "paused"}
             )
             return None
-        rows = await self.rt.repo.steps(rem.id)
-        variables = self._variables(rem, rows)
+        # The step error boundary: `stage` names what was being done when something failed.
+        stage, rendered = "condition", {}
         try:
-            applies = step_applies(step, variables)
-        except Exception as exc:
-            await self._step_failed(rem, step, idx, f"condition error: {exc}", {})
-            return None
-        if not applies:
-            await self.rt.repo.finish_step(
-                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                status="skipped", output={"reason": f"when: {step.when} is false"},
-            )
-            return None
-        if self._needs_approval(rem, step, idx):
-            await self._request_approval(rem, step, idx)
-            return None
-        try:
+            variables = self._variables(rem, await self.rt.repo.steps(rem.id))
+            if not step_applies(step, variables):
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+                    status="skipped", output={"reason": f"when: {step.when} is false"},
+                )
+                return None
+            if self._needs_approval(rem, step, idx):
+                await self._request_approval(rem, step, idx)
+                return None
+            stage = "template"
             rendered = self._render(step.params, variables)
+            stage = "parameters"
+            if action is None:
+                raise LookupError(f"unknown action {step.action!r}")
             params = action.parse(rendered)
-        except (ValidationError, ValueError, TypeError, LookupError) as exc:
-            await self._step_failed(rem, step, idx, f"invalid parameters: {exc}", {})
-            return None
-        row = await self.rt.repo.begin_step(
-            rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action, params=rendered
-        )
-        ctx = self._context(rem, step.name, step.timeout.total_seconds(), "forward", idx, row.progress, None)
-        try:
+            stage = "action"
+            row = await self.rt.repo.begin_step(
+                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action, params=rendered
+            )
+            ctx = self._context(rem, step.name, step.timeout.total_seconds(), "forward", idx, row.progress, None)
             outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
+            if isinstance(outcome, ActionResult):
+                stage = "output"
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
+                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+                )
+                return None
         except ResumeLater as later:
             return timedelta(seconds=later.delay)
         except CancelRemediation as cancel:
             await self._step_cancelled(rem, step, idx, cancel)
             return None
-        if isinstance(outcome, ActionResult):
-            await self.rt.repo.finish_step(
-                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
-                output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
-            )
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            await self._step_failed(rem, step, idx, f"{stage} error: {failure_reason(exc)}", rendered)
             return None
         await self._step_failed(rem, step, idx, outcome, rendered)
         return None
@@ -314,7 +390,10 @@ class Executor:
         if cancel.revert and self.revert_plan(playbook_of(rem), await self.rt.repo.steps(rem.id)):
             await self.rt.repo.start_revert(rem.id, cancel.reason)
 
-    async def _run(self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float) -> Any:
+    async def _run(
+        self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
+    ) -> ActionResult | str:
+        """The action's result, or why it failed (any error but the engine's and the store's signals)."""
         started = time.perf_counter()
         if ctx.dry_run and self.rt.kube is None:
             result = ActionResult(
@@ -325,11 +404,16 @@ class Executor:
             return result
         try:
             result = await run_with_retries(action, ctx, params, retries=retries, timeout=timeout)
-        except ActionError as exc:
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:  # an ActionError, or an unexpected error (e.g. a peer's malformed answer)
             self.rt.metrics.step_duration.labels(action=action.name, outcome="failed").observe(
                 time.perf_counter() - started
             )
-            return f"{type(exc).__name__}: {exc.message}"
+            if not isinstance(exc, ActionError):
+                log.warning("step %s of remediation %s failed unexpectedly", ctx.step_name, ctx.remediation_id,
+                            exc_info=True)
+            return failure_reason(exc)
         self.rt.metrics.step_duration.labels(action=action.name, outcome="succeeded").observe(
             time.perf_counter() - started
         )
@@ -399,28 +483,33 @@ class Executor:
 
     # -- reverts ----------------------------------------------------------------------------------
 
-    def revert_plan(self, playbook: Playbook, rows: list[StepRow]) -> list[tuple[StepRow, str, dict[str, Any]]]:
-        """(forward step, revert action, params) for every forward step that changed something, newest first."""
+    def revert_plan(self, playbook: Playbook, rows: list[StepRow]) -> list[RevertStep]:
+        """The undo of every forward step that changed something, newest first.
+
+        A default undo takes the forward step's stored, already rendered parameters as they are (only the
+        keys the undo action accepts); they are data and are never rendered again. An explicit `revert:`
+        keeps its playbook templates, rendered once when the undo runs.
+        """
         by_name = {s.name: s for s in playbook.steps}
-        plan: list[tuple[StepRow, str, dict[str, Any]]] = []
+        plan: list[RevertStep] = []
         done = [r for r in rows if r.phase == "forward" and r.status in ("succeeded", "running")]
         for row in sorted(done, reverse=True, key=lambda r: r.idx):
             step = by_name.get(row.name)
             if step is None or step.revert is False:
                 continue
             if step.revert is not None:
-                plan.append((row, step.revert.action, dict(step.revert.params)))
+                plan.append(RevertStep(row, step.revert.action, dict(step.revert.params), templated=True))
                 continue
             action = self.rt.actions.get(row.action)
-            if action is None or action.default_revert is None:
+            revert_action = self.rt.actions.get(action.default_revert) if action and action.default_revert else None
+            if action is None or action.default_revert is None or revert_action is None:
                 continue
-            revert_action = self.rt.actions[action.default_revert]
             fields = revert_action.Params.model_fields
             params = {k: v for k, v in row.params.items() if k in fields}
-            plan.append((row, action.default_revert, params))
+            plan.append(RevertStep(row, action.default_revert, params, templated=False))
         return plan
 
-    async def _revert(self, rem: Remediation) -> None:
+    async def _revert(self, rem: Remediation) -> timedelta | None:
         playbook = playbook_of(rem)
         rows = await self.rt.repo.steps(rem.id)
         plan = self.revert_plan(playbook, rows)
@@ -432,30 +521,51 @@ class Executor:
             self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="reverted").inc()
             await self.rt.repo.wake_held()  # quarantine room may have freed
             await self._notify(rem, "reverted", "prior state restored")
-            return
-        forward, action_name, raw = plan[idx]
-        action = self.rt.actions[action_name]
-        variables = self._variables(rem, rows)
-        try:
-            rendered = self._render(raw, variables)
-            params = action.parse(rendered)
-        except (ValidationError, ValueError, TypeError, LookupError) as exc:
-            await self._revert_failed(rem, forward, idx, action_name, f"invalid parameters: {exc}")
-            return
+            return None
+        undo = plan[idx]
+        forward, action_name = undo.forward, undo.action
+        action = self.rt.actions.get(action_name)
+        if action is None or action.mutating:
+            if await self._paused():  # the kill switch stops an undo too, before its next mutating step
+                if rem.state_reason != REVERT_PAUSED:
+                    await self.rt.repo.note_revert_pause(rem.id, self.rt.owner, paused=True, reason=REVERT_PAUSED)
+                return self.rt.settings.held_recheck_interval
+            if rem.state_reason == REVERT_PAUSED:
+                await self.rt.repo.note_revert_pause(rem.id, self.rt.owner, paused=False, reason=REVERT_RESUMED)
         name = f"revert:{forward.name}"
-        row = await self.rt.repo.begin_step(
-            rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name, params=rendered
-        )
-        ctx = self._context(rem, name, 600.0, "revert", idx, row.progress, forward.output)
-        outcome = await self._run(action, ctx, params, 5, 600.0)
-        if isinstance(outcome, ActionResult):
-            await self.rt.repo.finish_step(
-                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name,
-                status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
-                output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+        # The step error boundary, as for forward steps.
+        stage, rendered = "template", dict(undo.params)
+        try:
+            if undo.templated:
+                rendered = self._render(undo.params, self._variables(rem, rows))
+            stage = "parameters"
+            if action is None:
+                raise LookupError(f"unknown action {action_name!r}")
+            params = action.parse(rendered)
+            stage = "action"
+            row = await self.rt.repo.begin_step(
+                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name, params=rendered
             )
-            return
+            ctx = self._context(rem, name, 600.0, "revert", idx, row.progress, forward.output)
+            outcome = await self._run(action, ctx, params, 5, 600.0)
+            if isinstance(outcome, ActionResult):
+                stage = "output"
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name,
+                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+                )
+                return None
+        except ResumeLater as later:  # e.g. a `wait` named in `revert:`
+            return timedelta(seconds=later.delay)
+        except CancelRemediation as cancel:
+            outcome = f"an undo cannot cancel its remediation: {cancel.reason}"
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            outcome = f"{stage} error: {failure_reason(exc)}"
         await self._revert_failed(rem, forward, idx, action_name, outcome)
+        return None
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
         await self.rt.repo.finish_step(
@@ -506,10 +616,11 @@ class Executor:
         flag = await self.rt.repo.get_flag(PAUSE_KEY)
         return bool(flag and flag.get("paused"))
 
-    async def _notify(self, rem: Remediation, event: str, detail: str) -> None:
+    async def _notify(self, rem: Remediation | str, event: str, detail: str) -> None:
         if self.rt.notifier is None:
             return
+        rem_id = rem if isinstance(rem, str) else rem.id
         try:
-            await self.rt.notifier.remediation_event(rem.id, event, detail)
+            await self.rt.notifier.remediation_event(rem_id, event, detail)
         except Exception:  # a failed notification never blocks or fails a remediation
-            log.exception("notification for %s (%s) failed", rem.id, event)
+            log.exception("notification for %s (%s) failed", rem_id, event)

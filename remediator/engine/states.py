@@ -6,7 +6,11 @@
        │    ╲            │                          ├──reject──> rejected
        │     held <─hold─┘                          └──expire──> expired
        │      └─release──> pending
-       └──cancel (also from held, awaiting_approval, running)──> cancelled
+       └──cancel (also from held, awaiting_approval, running, reverting)──> cancelled
+    crash (from pending, held, running, reverting: the driver failed unexpectedly MAX_CRASHES times)──> failed
+
+Cancelling an undo (`reverting` --cancel--> `cancelled`) stops it before its next step and leaves the target
+as it is at that moment; a revert can be requested again later (`cancelled` --revert--> `reverting`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,11 @@ TRANSITIONS: Final[dict[tuple[str, str], str]] = {
     ("expired", "revert"): "reverting",
     ("reverting", "reverted"): "reverted",
     ("reverting", "revert_failed"): "failed",
+    ("reverting", "cancel"): "cancelled",
+    ("pending", "crash"): "failed",
+    ("held", "crash"): "failed",
+    ("running", "crash"): "failed",
+    ("reverting", "crash"): "failed",
 }
 
 EVENTS: Final = tuple(sorted({event for _, event in TRANSITIONS}))

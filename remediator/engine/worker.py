@@ -277,12 +277,14 @@ class Worker:
         return len(ids)
 
     async def _drive(self, rem_id: str) -> None:
+        """Drive one remediation. A crash inside `drive` is recorded and backed off there (one log line per
+        crash); what escapes here is the store failing, or the crash record itself failing."""
         try:
             await self.executor.drive(rem_id)
         except StoreUnavailable as exc:
             log.warning("remediation %s paused by store error: %s", rem_id, exc)
         except Exception:
-            log.exception("remediation %s crashed", rem_id)
+            log.exception("remediation %s crashed and its crash could not be recorded", rem_id)
         finally:
             self.wake()
 

@@ -113,6 +113,11 @@ class Remediation(Base):
     decided_by: Mapped[str | None] = mapped_column(String(256))
     decided_at: Mapped[datetime | None]
     decision: Mapped[str | None] = mapped_column(String(16))
+    # Crash backoff: consecutive unexpected failures of the driver, the time before which no worker claims
+    # the remediation again, and the last such error (also set when the crashes end it in `failed`).
+    crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    not_before: Mapped[datetime | None]
+    error: Mapped[str | None] = mapped_column(Text)
 
 
 class StepRow(Base):

@@ -19,7 +19,7 @@ from sqlalchemy import Table, case, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
+from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import GENESIS, canonical, event_hash
@@ -391,6 +391,7 @@ class Repository:
         rem.phase = "revert"
         rem.current_step = 0
         rem.next_run_at = self._clock()
+        rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
 
     async def transition(
         self, rem_id: str, event: str, *, reason: str | None = None, actor: str = "controller",
@@ -412,6 +413,7 @@ class Repository:
             rem.phase = "revert"
             rem.current_step = 0
             rem.next_run_at = self._clock()
+            rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
             return rem
 
     async def _get_for_update(self, session: AsyncSession, rem_id: str, owner: str | None) -> Remediation:
@@ -437,6 +439,7 @@ class Repository:
                     Remediation.state.in_(("pending", "running", "reverting", "held")),
                     or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
                     or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
+                    or_(Remediation.not_before.is_(None), Remediation.not_before <= now),  # crash backoff
                 )
                 .order_by(case((Remediation.state == "held", 1), else_=0), Remediation.created_at)
                 .limit(limit)
@@ -466,6 +469,45 @@ class Repository:
             await session.execute(
                 update(Remediation).where(Remediation.id == rem_id, Remediation.lease_owner == owner).values(**values)
             )
+
+    async def record_crash(
+        self, rem_id: str, owner: str, *, error: str, backoff: timedelta, backoff_max: timedelta, max_crashes: int
+    ) -> tuple[int, datetime | None]:
+        """Count an unexpected failure of the driver: back off, and end the remediation after `max_crashes`.
+
+        `backoff` is the wait after the first crash; each further crash in a row doubles it, up to
+        `backoff_max`. Returns (crashes in a row, not-before time; None when the remediation is now `failed`).
+        The count starts over whenever a step result is recorded (`finish_step`).
+        """
+        now = self._clock()
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.crashes = (rem.crashes or 0) + 1
+            rem.error = error
+            rem.updated_at = now
+            not_before: datetime | None = now + min(backoff * 2 ** min(rem.crashes - 1, 30), backoff_max)
+            await self.audit(
+                session, "remediation.crashed", remediation_id=rem_id,
+                data={"crashes": rem.crashes, "max_crashes": max_crashes, "error": error, "state": rem.state,
+                      "not_before": not_before.isoformat() if not_before else None},
+            )
+            if rem.crashes >= max_crashes and (rem.state, "crash") in TRANSITIONS:
+                await self._transition(
+                    session, rem, "crash", reason=f"crashed {rem.crashes} times in a row; last error: {error}",
+                    data={"crashes": rem.crashes, "error": error},
+                )
+                not_before = None
+            rem.not_before = not_before
+            return rem.crashes, not_before
+
+    async def note_revert_pause(self, rem_id: str, owner: str, *, paused: bool, reason: str) -> None:
+        """Record that an undo stopped for the pause switch (`revert.paused`) or goes on (`revert.resumed`)."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.state_reason = reason
+            rem.updated_at = self._clock()
+            await self.audit(session, "revert.paused" if paused else "revert.resumed", remediation_id=rem_id,
+                             data={"reason": reason, "step": rem.current_step})
 
     async def set_context(self, rem_id: str, owner: str, context: dict[str, Any]) -> None:
         async with self.transaction() as session:
@@ -566,6 +608,7 @@ class Repository:
             if advance:
                 rem.current_step = idx + 1
             rem.updated_at = now
+            rem.crashes = 0  # a recorded step result is progress: crash backoff starts over
             await self.audit(
                 session, f"step.{status}", remediation_id=rem_id,
                 data={"phase": phase, "step": name, "action": action, "index": idx, "error": error,
@@ -716,10 +759,13 @@ class Repository:
                 await session.delete(row)
 
     async def wake_held(self) -> int:
-        """Make every held remediation due now (after resume, or when quarantine room frees)."""
+        """Make every held remediation, and every undo waiting out a pause, due now (after resume, or when
+        quarantine room frees). A crash backoff (`not_before`) still applies."""
         async with self.transaction() as session:
             result = await session.execute(
-                update(Remediation).where(Remediation.state == "held").values(next_run_at=self._clock())
+                update(Remediation)
+                .where(Remediation.state.in_(("held", "reverting")))
+                .values(next_run_at=self._clock())
             )
             return int(result.rowcount)  # type: ignore[attr-defined]
 
