@@ -66,10 +66,10 @@ def last_line(exc: BaseException) -> str:
 
 def failure_reason(exc: BaseException) -> str:
     """A step failure's reason: the error's type and message, on one bounded line."""
-    if isinstance(exc, ActionError):
-        text = f"{type(exc).__name__}: {exc.message}"
-        return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
-    return last_line(exc)
+    message = exc.message if isinstance(exc, ActionError) else str(exc)
+    lines = message.strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
 
 
 @dataclass(frozen=True)

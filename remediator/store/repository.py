@@ -485,18 +485,20 @@ class Repository:
             rem.crashes = (rem.crashes or 0) + 1
             rem.error = error
             rem.updated_at = now
-            not_before: datetime | None = now + min(backoff * 2 ** min(rem.crashes - 1, 30), backoff_max)
+            ends = rem.crashes >= max_crashes and (rem.state, "crash") in TRANSITIONS
+            wait = None if ends else min(backoff * 2 ** min(rem.crashes - 1, 30), backoff_max)
+            not_before = None if wait is None else now + wait
             await self.audit(
                 session, "remediation.crashed", remediation_id=rem_id,
                 data={"crashes": rem.crashes, "max_crashes": max_crashes, "error": error, "state": rem.state,
-                      "not_before": not_before.isoformat() if not_before else None},
+                      "backoff_seconds": None if wait is None else wait.total_seconds(),
+                      "not_before": None if not_before is None else not_before.isoformat()},
             )
-            if rem.crashes >= max_crashes and (rem.state, "crash") in TRANSITIONS:
+            if ends:
                 await self._transition(
                     session, rem, "crash", reason=f"crashed {rem.crashes} times in a row; last error: {error}",
                     data={"crashes": rem.crashes, "error": error},
                 )
-                not_before = None
             rem.not_before = not_before
             return rem.crashes, not_before
 

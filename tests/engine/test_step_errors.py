@@ -164,6 +164,8 @@ async def test_a_crashing_remediation_backs_off_and_fails_after_max_crashes(
     assert len(crash_lines(caplog)) == 4  # one line per crash, no more
     api = (await cluster.api.get(f"/api/v1/remediations/{rem_id}")).json()
     assert api["error"] == rem.error and api["crashes"] == 4
+    page = (await cluster.api.get(f"/remediations/{rem_id}")).text
+    assert "crashed 4 time(s) in a row: RuntimeError: injected failure number 4" in page
 
     # Failed is final: nothing claims it again.
     await cluster.settle(5)
