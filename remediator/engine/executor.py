@@ -67,8 +67,8 @@ def last_line(exc: BaseException) -> str:
 def failure_reason(exc: BaseException) -> str:
     """A step failure's reason: the error's type and message, on one bounded line."""
     message = exc.message if isinstance(exc, ActionError) else str(exc)
-    lines = message.strip().splitlines()
-    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]  # e.g. pydantic's field lines
+    text = f"{type(exc).__name__}: {'; '.join(lines)}".rstrip(": ")
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
 
 
@@ -342,6 +342,7 @@ class Executor:
                     status="skipped", output={"reason": f"when: {step.when} is false"},
                 )
                 return None
+            stage = "approval"
             if self._needs_approval(rem, step, idx):
                 await self._request_approval(rem, step, idx)
                 return None
