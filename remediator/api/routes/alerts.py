@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import check_bearer
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
@@ -63,20 +64,6 @@ def _invalid(exc: ValidationError) -> JSONResponse:
     )
 
 
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 @router.post(
     "/api/v1/alerts",
     responses={401: {}, 413: {}, 422: {}, 503: {}},
@@ -98,8 +85,9 @@ async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Respo
         return JSONResponse(
             {"error": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
         )
-    body = await _read_limited(request, rt.settings.max_body_bytes)
-    if body is None:
+    try:
+        body = await read_body(request, rt.settings.max_body_bytes)
+    except BodyTooLarge:
         return JSONResponse({"error": f"body larger than {rt.settings.max_body_bytes} bytes"}, status_code=413)
     try:
         payload = AlertmanagerPayload.model_validate_json(body)
