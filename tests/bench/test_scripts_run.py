@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_") and p.name != "bare_app.py")
+SCRIPTS = sorted(
+    p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_") and p.name != "bare_app.py"
+)
 
 
 def test_every_script_is_listed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -16,8 +17,9 @@ from remediator.engine.worker import Worker
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 
-__all__ = ["router"]
+__all__ = ["router", "unavailable_reason"]
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -45,6 +47,22 @@ _BODY = {
         "content": {"application/json": {"schema": _inline_refs(AlertmanagerPayload.model_json_schema(by_alias=True))}},
     }
 }
+
+
+def unavailable_reason(exc: StoreUnavailable) -> str:
+    """A short, bounded label for why the store refused a webhook (the metric's `reason`)."""
+    text = str(exc).lower()
+    for needle, reason in (
+        ("locked", "locked"),
+        ("timeout", "timeout"),
+        ("timed out", "timeout"),
+        ("unable to open", "unreachable"),
+        ("connect", "unreachable"),
+        ("concurrent", "conflict"),
+    ):
+        if needle in text:
+            return reason
+    return "database_error"
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -96,6 +114,9 @@ async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Respo
     try:
         stored = await rt.intake.submit(payload)
     except StoreUnavailable as exc:
+        reason = unavailable_reason(exc)
+        log.warning("webhook answered 503 (%s): store unavailable: %s", reason, exc)
+        rt.metrics.webhook_unavailable.labels(reason=reason).inc()
         return JSONResponse({"error": f"store unavailable: {exc}"}, status_code=503, headers={"Retry-After": "1"})
     for alert in payload.alerts:
         rt.metrics.alerts_received.labels(status=alert.status).inc()
