@@ -41,6 +41,40 @@ def wrk(url: str, seconds: int, connections: int) -> dict[str, float]:
             "requests": requests}
 
 
+def commit_latency(work: Path, synchronous: str, commits: int = 500) -> dict[str, float]:
+    """Sequential one-alert webhook commits through the SQLite intake: what one fsync adds to a commit."""
+    import asyncio
+    import statistics
+    import time
+
+    import remediator.store.sqlite_intake as sqlite_intake
+    from remediator.store.db import make_engine, make_sessionmaker, upgrade_sync
+    from remediator.store.repository import Repository
+    from tests.store.test_intake_store import payload
+
+    url = f"sqlite+aiosqlite:///{work / f'commit-{synchronous}.db'}"
+    upgrade_sync(url)
+
+    async def run() -> list[float]:
+        sqlite_intake.INTAKE_SYNCHRONOUS = synchronous
+        engine = make_engine(url)
+        repo = Repository(make_sessionmaker(engine))
+        samples = []
+        try:
+            for i in range(commits):
+                started = time.perf_counter()
+                await repo.store_batch(payload(fingerprint=f"c{i}"))
+                samples.append(time.perf_counter() - started)
+        finally:
+            await repo.close()
+            await engine.dispose()
+            sqlite_intake.INTAKE_SYNCHRONOUS = "FULL"
+        return sorted(samples)
+
+    samples = asyncio.run(run())
+    return {"p50_ms": statistics.median(samples) * 1000, "p99_ms": samples[int(len(samples) * 0.99) - 1] * 1000}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
@@ -66,6 +100,7 @@ def main() -> None:
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
             finally:
                 stop(proc)
+        commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
     ratio = results["controller"]["rps"] / results["bare"]["rps"]
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
           f"({platform.machine()}, {platform.processor() or 'cpu'}); wrk -t2 -c{args.connections} -d{args.seconds}s")
@@ -78,6 +113,9 @@ def main() -> None:
             continue
         r = results[name]
         print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    for mode, c in commits.items():
+        print(f"one-alert commit through the intake, synchronous={mode}: p50 {c['p50_ms']:.2f} ms, "
+              f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")
     print(f"throughput ratio controller/bare: {ratio:.2f} (target >= 0.6); controller p99 "
           f"{results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
 
