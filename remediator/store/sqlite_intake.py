@@ -116,7 +116,7 @@ class SqliteIntake:
         try:
             return fn(self._connection())
         except sqlite3.IntegrityError as exc:
-            raise StoreUnavailable(f"concurrent delivery of the same alert; retry ({exc})") from exc
+            raise StoreUnavailable(f"the batch could not be stored: {exc}") from exc
         except sqlite3.Error as exc:
             self._reset()
             raise StoreUnavailable(str(exc)) from exc
