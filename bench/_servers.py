@@ -38,10 +38,19 @@ def start(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Pope
         return subprocess.Popen(args, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
 
 
-def controller(port: int, workdir: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+def controller(
+    port: int, workdir: Path, env: Mapping[str, str], *, intake_synchronous: str | None = None
+) -> subprocess.Popen[bytes]:
+    """`remediator serve` on a fresh SQLite file; `intake_synchronous` overrides the intake's fsync mode."""
+    if intake_synchronous is None:
+        command = [sys.executable, "-m", "remediator.cli"]
+    else:
+        prelude = ("import sys, remediator.store.sqlite_intake as s; s.INTAKE_SYNCHRONOUS = sys.argv.pop(1); "
+                   "from remediator.cli import main; main()")
+        command = [sys.executable, "-c", prelude, intake_synchronous]
     return start(
-        [sys.executable, "-m", "remediator.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'bench.db'}", **env},
+        [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / f'bench-{port}.db'}", **env},
         workdir / f"controller-{port}.log",
     )
 

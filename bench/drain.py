@@ -12,8 +12,13 @@ import argparse
 import asyncio
 import platform
 import statistics
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/drain.py`: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.drain import Drain, DrainParams

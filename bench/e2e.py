@@ -23,10 +23,14 @@ import math
 import os
 import platform
 import random
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/e2e.py`: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e.stack import Stack, eventually
 from tests.fakekube.server import Call

@@ -1,8 +1,10 @@
 """bench/ingest: webhook throughput with durable commit vs. a bare FastAPI endpoint that only parses.
 
 Runs both servers on 127.0.0.1 in the same run, drives each with wrk (2 threads, 32 connections, ~2 KB
-payloads with a fresh fingerprint per request) and prints requests/s, p50 and p99 side by side.
-Usage: python bench/ingest.py [--seconds 10] [--connections 32]
+payloads with a fresh fingerprint per request) and prints requests/s, p50 and p99 side by side. With
+--compare-fsync it also runs the controller with the intake at SQLite `synchronous=NORMAL` (no fsync per
+commit, what "stored" meant before acknowledged batches had to survive a power cut), to show the fsync's cost.
+Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync]
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/ingest.py`: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._servers import bare, controller, free_port, stop, wait_http
 
@@ -35,36 +41,81 @@ def wrk(url: str, seconds: int, connections: int) -> dict[str, float]:
             "requests": requests}
 
 
+def commit_latency(work: Path, synchronous: str, commits: int = 500) -> dict[str, float]:
+    """Sequential one-alert webhook commits through the SQLite intake: what one fsync adds to a commit."""
+    import asyncio
+    import statistics
+    import time
+
+    import remediator.store.sqlite_intake as sqlite_intake
+    from remediator.store.db import make_engine, make_sessionmaker, upgrade_sync
+    from remediator.store.repository import Repository
+    from tests.store.test_intake_store import payload
+
+    url = f"sqlite+aiosqlite:///{work / f'commit-{synchronous}.db'}"
+    upgrade_sync(url)
+
+    async def run() -> list[float]:
+        sqlite_intake.INTAKE_SYNCHRONOUS = synchronous
+        engine = make_engine(url)
+        repo = Repository(make_sessionmaker(engine))
+        samples = []
+        try:
+            for i in range(commits):
+                started = time.perf_counter()
+                await repo.store_batch(payload(fingerprint=f"c{i}"))
+                samples.append(time.perf_counter() - started)
+        finally:
+            await repo.close()
+            await engine.dispose()
+            sqlite_intake.INTAKE_SYNCHRONOUS = "FULL"
+        return sorted(samples)
+
+    samples = asyncio.run(run())
+    return {"p50_ms": statistics.median(samples) * 1000, "p99_ms": samples[int(len(samples) * 0.99) - 1] * 1000}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--compare-fsync", action="store_true",
+                        help="also run the controller with the intake at synchronous=NORMAL")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         results = {}
-        for name in ("bare", "controller"):
+        env = {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
+        for name in ("bare", "controller", *(("normal",) if args.compare_fsync else ())):
             port = free_port()
-            proc = bare(port, work) if name == "bare" else controller(
-                port, work, {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
-            )
+            if name == "bare":
+                proc = bare(port, work)
+            else:
+                proc = controller(port, work, env, intake_synchronous="NORMAL" if name == "normal" else None)
             try:
                 wait_http(f"http://127.0.0.1:{port}/docs")
                 wrk(f"http://127.0.0.1:{port}", 2, args.connections)  # warm-up
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
             finally:
                 stop(proc)
+        commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
     ratio = results["controller"]["rps"] / results["bare"]["rps"]
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
           f"({platform.machine()}, {platform.processor() or 'cpu'}); wrk -t2 -c{args.connections} -d{args.seconds}s")
     print("| endpoint | req/s | p50 ms | p99 ms | non-2xx |")
     print("|---|---|---|---|---|")
     for name, label in (("bare", "bare FastAPI parse only (baseline)"),
-                        ("controller", "POST /api/v1/alerts, durable commit")):
+                        ("controller", "POST /api/v1/alerts, durable commit (synchronous=FULL)"),
+                        ("normal", "POST /api/v1/alerts, intake synchronous=NORMAL (no fsync)")):
+        if name not in results:
+            continue
         r = results[name]
         print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    for mode, c in commits.items():
+        print(f"one-alert commit through the intake, synchronous={mode}: p50 {c['p50_ms']:.2f} ms, "
+              f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")
     print(f"throughput ratio controller/bare: {ratio:.2f} (target >= 0.6); controller p99 "
           f"{results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
 

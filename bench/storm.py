@@ -3,21 +3,26 @@
 500 alerts for 200 GPU nodes, MAX_QUARANTINED_NODES=20, posted as 50 webhooks of 10 alerts spread over the
 replicas with 16 concurrent senders. Reports the time from the first webhook to the last admitted
 quarantine (the 20th node tainted on the fake API server) and the webhook latency during the storm.
-Needs the PostgreSQL server at 127.0.0.1:5432 (trust auth). Usage: PYTHONPATH=. python bench/storm.py
+Needs the PostgreSQL server at 127.0.0.1:5432 (trust auth). Usage: python bench/storm.py
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as `python bench/storm.py`: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import asyncpg
 import httpx
@@ -128,4 +133,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()
     asyncio.run(main())

@@ -22,6 +22,10 @@ class Metrics:
         self.alerts_repeated = Counter(
             "remediator_alerts_repeated", "Repeated deliveries recorded and not processed again", registry=r
         )
+        self.webhook_unavailable = Counter(
+            "remediator_webhook_unavailable", "Webhooks answered 503 (store unavailable), by reason", ["reason"],
+            registry=r,
+        )
         self.webhook_duration = Histogram(
             "remediator_webhook_duration_seconds", "Webhook handling time including the durable commit",
             ["code"], registry=r,

@@ -129,6 +129,10 @@ class Settings(BaseSettings):
     # POST /api/v1/definitions/reload still work). Definition sets kept in memory for GET /definitions/{v}.
     definitions_watch_interval: timedelta = timedelta(seconds=2)
     definitions_history: int = Field(default=20, ge=1, le=1000)
+    # A definition file larger than this is refused unread; a load (start-up or reload) that takes longer
+    # than definitions_load_timeout is refused and the set in force stays.
+    definition_max_file_bytes: int = Field(default=1024 * 1024, ge=1024)
+    definitions_load_timeout: timedelta = timedelta(seconds=30)
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
@@ -143,7 +147,7 @@ class Settings(BaseSettings):
         "crash_backoff", "crash_backoff_max",
         "quarantine_rate_window", "flap_window",
         "node_repeat_window", "escalation_window", "notify_backoff", "definitions_watch_interval",
-        mode="before",
+        "definitions_load_timeout", mode="before",
     )
     @classmethod
     def _durations(cls, value: Any) -> timedelta:

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from remediator import __version__
+from remediator.api.body_limit import BodyLimit
 from remediator.api.csrf import Csrf
 from remediator.api.routes import (
     alerts,
@@ -108,6 +109,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
     app.include_router(definitions.ui_router)
     app.include_router(reports.api_router)
     _add_ui(app, settings)
+    # Every body is bounded while it streams in, before routing, parsing and authentication.
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/slack/interactions": slack.MAX_BODY})
     return app
 
 

@@ -2,12 +2,16 @@
 
 Expressions are compiled at load time, so syntax errors and unknown top-level names are definition errors
 with file:line; at run time they are evaluated over the same variables as templates and must yield a bool.
-Expression size and nesting are bounded so a hostile definition cannot exhaust the parser.
+Expression size and nesting are bounded so a hostile definition cannot exhaust the parser, and every
+evaluation runs under a budget of interpreter steps and a deadline (`MAX_STEPS`, `MAX_SECONDS`): nested
+macros over large lists fail with a ConditionError instead of pinning the event loop.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -17,7 +21,7 @@ import celpy
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, Evaluator
 
 from remediator.definitions.variables import TEMPLATE_VARIABLES
 
@@ -25,6 +29,8 @@ __all__ = ["Condition", "ConditionError", "compile_condition", "to_cel"]
 
 MAX_EXPRESSION_LENGTH = 4096
 MAX_NESTING = 64
+MAX_STEPS = 100_000  # interpreter steps (tree nodes visited, macro bodies included) per evaluation
+MAX_SECONDS = 1.0  # wall clock per evaluation
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _FUNCTIONS = frozenset(
     {
@@ -77,9 +83,50 @@ class ConditionError(ValueError):
         super().__init__(message)
 
 
+class _OutOfBudget(BaseException):
+    """Raised inside the interpreter; a BaseException so cel-python's error handling cannot swallow it."""
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.steps = MAX_STEPS
+        self.deadline = time.monotonic() + MAX_SECONDS
+        self.exceeded = ""
+
+    def spend(self) -> None:
+        self.steps -= 1
+        if self.steps < 0:
+            self.exceeded = f"more than {MAX_STEPS} evaluation steps"
+        elif self.steps % 64 == 0 and time.monotonic() > self.deadline:
+            self.exceeded = f"longer than {MAX_SECONDS:g}s"
+        if self.exceeded:
+            raise _OutOfBudget(self.exceeded)
+
+
+_BUDGET: ContextVar[_Budget | None] = ContextVar("remediator_condition_budget", default=None)
+
+
+class _BudgetedEvaluator(Evaluator):
+    """cel-python's interpreter, counting every subtree it evaluates against the current budget."""
+
+    def visit_children(self, tree: lark.Tree[Any]) -> list[Any]:
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.spend()
+        return super().visit_children(tree)
+
+    def sub_evaluator(self, ast: lark.Tree[Any]) -> Evaluator:
+        return _BudgetedEvaluator(ast, activation=self.activation)
+
+
+class _BudgetedRunner(celpy.InterpretedRunner):
+    def evaluate(self, context: Any) -> Any:
+        return _BudgetedEvaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 @lru_cache(maxsize=1)
 def _environment() -> celpy.Environment:
-    return celpy.Environment(runner_class=celpy.InterpretedRunner)
+    return celpy.Environment(runner_class=_BudgetedRunner)
 
 
 def _nesting(text: str) -> int:
@@ -166,12 +213,18 @@ class Condition:
     def evaluate(self, variables: Mapping[str, Any]) -> bool:
         """True or False; raises ConditionError on an evaluation error or a non-bool result."""
         activation = {name: to_cel(value) for name, value in variables.items()}
+        budget = _Budget()
+        token = _BUDGET.set(budget)
         try:
             result = self.program.evaluate(activation)
+        except _OutOfBudget:
+            raise ConditionError(f"condition {self.source!r} refused: it took {budget.exceeded}") from None
         except CELEvalError as exc:
             raise ConditionError(f"condition {self.source!r} failed: {_reason(exc)}") from None
         except (RecursionError, ValueError, TypeError, ArithmeticError, LookupError) as exc:
             raise ConditionError(f"condition {self.source!r} failed: {type(exc).__name__}: {exc}") from None
+        finally:
+            _BUDGET.reset(token)
         if isinstance(result, CELEvalError):
             raise ConditionError(f"condition {self.source!r} failed: {_reason(result)}")
         if not isinstance(result, celtypes.BoolType | bool):

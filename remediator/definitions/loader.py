@@ -36,6 +36,7 @@ __all__ = ["BUNDLED_PLAYBOOKS", "BUNDLED_RULES", "DefinitionSet", "check_paths",
 BUNDLED_RULES = Path(__file__).resolve().parent.parent / "bundled" / "rules"
 BUNDLED_PLAYBOOKS = Path(__file__).resolve().parent.parent / "bundled" / "playbooks"
 _SUFFIXES = (".yaml", ".yml")
+MAX_FILE_BYTES = 1024 * 1024  # a definition file larger than this is refused unread (setting definition_max_file_bytes)
 Role = Literal["rules", "playbooks", "auto"]
 KnownActions = Mapping[str, type[BaseModel]]
 
@@ -137,8 +138,9 @@ class _RuleAt:
 class _Builder:
     """Accumulates files, their typed contents and every problem found."""
 
-    def __init__(self, known_actions: KnownActions) -> None:
+    def __init__(self, known_actions: KnownActions, max_file_bytes: int = MAX_FILE_BYTES) -> None:
         self.known_actions = known_actions
+        self.max_file_bytes = max_file_bytes
         self.problems = Problems()
         self.rules: list[_RuleAt] = []
         self.playbooks: dict[str, Playbook] = {}
@@ -153,6 +155,10 @@ class _Builder:
 
     def add_file(self, path: Path, display: str, role: Role, source_name: str) -> None:
         try:
+            size = path.stat().st_size
+            if size > self.max_file_bytes:
+                self.problems.add_at(display, 0, f"file is {size} bytes, larger than the {self.max_file_bytes} allowed")
+                return
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             self.problems.add_at(display, 0, f"cannot read file: {exc}")
@@ -385,11 +391,12 @@ def _with_bundled_data(builder: _Builder, rules_dir: Path) -> None:
 
 
 def load_definitions(
-    rules_dir: Path | str, playbooks_dir: Path | str, known_actions: KnownActions
+    rules_dir: Path | str, playbooks_dir: Path | str, known_actions: KnownActions,
+    *, max_file_bytes: int = MAX_FILE_BYTES,
 ) -> DefinitionSet:
     """Load and check everything; raise DefinitionSetError listing every problem found."""
     rules_path, playbooks_path = Path(rules_dir), Path(playbooks_dir)
-    builder = _Builder(known_actions)
+    builder = _Builder(known_actions, max_file_bytes)
     builder.add_dir(rules_path, str(rules_dir), "rules", "rules")
     builder.add_dir(playbooks_path, str(playbooks_dir), "playbooks", "playbooks")
     if rules_path.is_dir():
@@ -407,10 +414,12 @@ def load_definitions(
     )
 
 
-def check_paths(paths: Sequence[Path], known_actions: KnownActions) -> list[DefinitionError]:
+def check_paths(
+    paths: Sequence[Path], known_actions: KnownActions, *, max_file_bytes: int = MAX_FILE_BYTES
+) -> list[DefinitionError]:
     """Check files and directories (`remediator check`); rule -> playbook references are checked when
     at least one playbook file is among them."""
-    builder = _Builder(known_actions)
+    builder = _Builder(known_actions, max_file_bytes)
     for path in paths:
         if path.is_dir():
             for file in _yaml_files(path):

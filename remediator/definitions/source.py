@@ -4,6 +4,7 @@ the plain data, the line of every node it read, addressed by its path inside the
 A path is a tuple of mapping keys and list indexes, shown as `rules[2].playbook`. Asking for the line of a
 path that is not in the document (a missing field) answers with the line of its nearest present parent.
 Booleans are YAML 1.2's (`true`/`false` only), so `on: pods` in an event step is the string key "on".
+Aliases count against a node budget (definitions/yaml_budget.py): an alias bomb is a problem at its line.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from remediator.definitions.yaml_budget import NodeBudget, NodeBudgetExceeded
 from remediator.errors import DefinitionError
 
 __all__ = ["Document", "Path", "Problems", "format_path", "parse_yaml"]
@@ -22,8 +24,8 @@ __all__ = ["Document", "Path", "Problems", "format_path", "parse_yaml"]
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: yes/no/on/off stay strings."""
+class _Loader(NodeBudget, yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans (yes/no/on/off stay strings) and a budget of expanded nodes."""
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -117,6 +119,9 @@ def parse_yaml(text: str, file: str, problems: Problems) -> Document | None:
         lines: dict[Path, int] = {}
         dup: list[tuple[Path, int]] = []
         _walk(loader, node, (), lines, dup)
+    except NodeBudgetExceeded as exc:
+        problems.add_at(file, exc.problem_mark.line + 1 if exc.problem_mark else 0, str(exc.problem))
+        return None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 0

@@ -3,7 +3,9 @@
 A string that is exactly one `{{ expr }}` keeps the native type of its value, so
 `grace_period: "{{ params.grace_period }}"` gives the action an int and `skip_namespaces: "{{ ... }}"` a list;
 any other string renders to text. Templates are parsed at load time (`check_template`), which reports syntax
-errors and names outside remediator.definitions.variables.TEMPLATE_VARIABLES.
+errors and names outside remediator.definitions.variables.TEMPLATE_VARIABLES. Every rendering runs under
+a step, time and output budget (definitions/template_budget.py) and fails with TemplateBudgetExceeded, a
+ValueError, past it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from typing import Any
 
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError, Undefined, meta, nodes
 from jinja2.environment import TemplateExpression
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from remediator.definitions.template_budget import MAX_OUTPUT, BudgetedSandbox, budget
 from remediator.definitions.variables import TEMPLATE_VARIABLES
 
 __all__ = [
@@ -28,10 +30,10 @@ __all__ = [
     "render_value",
 ]
 
-_ENV = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+_ENV = BudgetedSandbox(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
 _MARKERS = ("{{", "{%", "{#")
 _MAX_TEMPLATE = 16 * 1024
-_MAX_OUTPUT = 64 * 1024
+_MAX_OUTPUT = MAX_OUTPUT
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 
 
@@ -99,20 +101,30 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
         if not any(marker in value for marker in _MARKERS):
             return value
         expr = _single_expression(value)
-        if expr is not None:
-            result = _expression(expr)(**variables)
-            if isinstance(result, Undefined):
-                str(result)  # StrictUndefined raises UndefinedError naming the missing variable
-            return result
-        out = _parse_template(value).render(**variables)
-        if len(out) > _MAX_OUTPUT:
-            raise ValueError(f"rendered template longer than {_MAX_OUTPUT} characters")
-        return out
+        with budget():
+            if expr is not None:
+                result = _expression(expr)(**variables)
+                if isinstance(result, Undefined):
+                    str(result)  # StrictUndefined raises UndefinedError naming the missing variable
+                return result
+            return _render_bounded(_parse_template(value), variables)
     if isinstance(value, Mapping):
         return {str(k): render_value(v, variables) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [render_value(v, variables) for v in value]
     return value
+
+
+def _render_bounded(template: Template, variables: Mapping[str, Any]) -> str:
+    """Render, counting the output as it is produced; stop at the cap instead of building it whole."""
+    parts: list[str] = []
+    size = 0
+    for part in template.generate(**variables):
+        size += len(part)
+        if size > _MAX_OUTPUT:
+            raise ValueError(f"rendered template longer than {_MAX_OUTPUT} characters")
+        parts.append(part)
+    return "".join(parts)
 
 
 @lru_cache(maxsize=4096)

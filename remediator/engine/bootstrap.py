@@ -36,7 +36,10 @@ def action_params(actions: dict[str, Action]) -> dict[str, type]:
 
 
 def load_defs(settings: Settings, actions: dict[str, Action]) -> DefinitionSet:
-    return load_definitions(settings.rules_dir, settings.playbooks_dir, action_params(actions))
+    return load_definitions(
+        settings.rules_dir, settings.playbooks_dir, action_params(actions),
+        max_file_bytes=settings.definition_max_file_bytes,
+    )
 
 
 async def build_runtime(

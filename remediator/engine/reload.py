@@ -7,6 +7,9 @@ contents, so touching a file without changing it does nothing. A new set is load
 set with any problem is refused and the old one stays in force, with the problems (file:line) kept for
 `GET /api/v1/definitions`, the UI, the log and the `remediator_definitions_last_reload_*` metrics.
 Remediations keep the playbook snapshot they started with, so a reload never changes one in flight.
+Loading runs on a worker thread, never on the event loop, and is bounded by `definitions_load_timeout`: a
+load that takes longer is refused (the set in force stays, the lock is released), and no second load starts
+while an abandoned one is still running.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ def directory_digest(directories: list[Path]) -> str:
     return digest.hexdigest()
 
 
+class _LoadTooSlow(Exception):
+    """A load that ran past the time limit."""
+
+
 class DefinitionsReloader:
     """Loads, checks and swaps definition sets for one runtime; serialises concurrent reload requests."""
 
@@ -83,6 +90,7 @@ class DefinitionsReloader:
         self._requests: set[asyncio.Task[ReloadOutcome]] = set()
         self._signature: Signature | None = None
         self._digest: str | None = None
+        self._loading: asyncio.Future[DefinitionSet] | None = None
         rt.definitions.keep = rt.settings.definitions_history
 
     @property
@@ -160,7 +168,9 @@ class DefinitionsReloader:
             holder = self.rt.definitions
             before = holder.current.version
             try:
-                new = await asyncio.to_thread(self._load)
+                new = await self._load_within_limit()
+            except _LoadTooSlow as exc:
+                outcome = holder.refuse([DefinitionError("<definitions>", 0, str(exc))], trigger=trigger)
             except DefinitionSetError as exc:
                 outcome = holder.refuse(exc.errors, trigger=trigger)
             except (OSError, ValueError) as exc:
@@ -172,6 +182,19 @@ class DefinitionsReloader:
             self.rt.metrics.reload_timestamp.set(outcome.at.timestamp())
             await self._report(outcome, before)
             return outcome
+
+    async def _load_within_limit(self) -> DefinitionSet:
+        """Load on a worker thread; give up waiting after `definitions_load_timeout`."""
+        if self._loading is not None and not self._loading.done():
+            raise _LoadTooSlow("an earlier load that ran out of time is still running; try again later")
+        limit = self.rt.settings.definitions_load_timeout.total_seconds()
+        loading = asyncio.get_running_loop().run_in_executor(None, self._load)
+        loading.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned load's error
+        self._loading = loading
+        try:
+            return await asyncio.wait_for(asyncio.shield(loading), limit)
+        except TimeoutError:
+            raise _LoadTooSlow(f"loading the definitions took longer than {limit:g}s; refused") from None
 
     async def _report(self, outcome: ReloadOutcome, before: str) -> None:
         if not outcome.ok:

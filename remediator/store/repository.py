@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, case, func, insert, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -24,6 +26,7 @@ from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import GENESIS, canonical, event_hash
 from remediator.store.definition_versions import DefinitionVersion
+from remediator.store.intake_repeats import as_repeats
 from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
 from remediator.store.sqlite_intake import SqliteIntake
 
@@ -180,8 +183,8 @@ class Repository:
 
         if self._sqlite_intake is not None:
             async with self._writer_gate():
-                result: list[StoredBatch] = await self._sqlite_intake.existing_and_insert(all_keys, build)
-            return result
+                stored, extra = await self._sqlite_intake.existing_and_insert(all_keys, build)
+            return _with_repeats(stored, extra)
         async with self.transaction(intake=True) as session:
             existing: dict[str, int] = {}
             for i in range(0, len(all_keys), 500):
@@ -191,11 +194,33 @@ class Repository:
                 existing.update({str(key): int(alert_id) for key, alert_id in found.all()})
             batch_rows, alert_rows, stored = build(existing)
             await session.execute(insert(_BATCHES), batch_rows)
-            try:
-                await session.execute(insert(_ALERTS), alert_rows)
-            except IntegrityError as exc:
-                raise StoreUnavailable("concurrent delivery of the same alert; retry") from exc
-        return stored
+            extra = await self._insert_alert_rows(session, alert_rows)
+        return _with_repeats(stored, extra)
+
+    async def _insert_alert_rows(self, session: AsyncSession, alert_rows: list[dict[str, Any]]) -> dict[str, int]:
+        """Insert-or-ignore the first deliveries; those another writer stored meanwhile become repeats of its
+        rows (store/intake_repeats.py). Returns the extra repeats per batch id."""
+        first = [a for a in alert_rows if a["dedup_key"] is not None]
+        other = [a for a in alert_rows if a["dedup_key"] is None]
+        if other:
+            await session.execute(insert(_ALERTS), other)
+        if not first:
+            return {}
+        dialect_insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        statement = dialect_insert(_ALERTS).on_conflict_do_nothing(index_elements=["dedup_key"])
+        inserted = set((await session.scalars(statement.returning(_ALERTS.c.dedup_key), first)).all())
+        missing = [str(a["dedup_key"]) for a in first if a["dedup_key"] not in inserted]
+        if not missing:
+            return {}
+        held = await session.execute(select(AlertRow.dedup_key, AlertRow.id).where(AlertRow.dedup_key.in_(missing)))
+        lost = {str(key): int(alert_id) for key, alert_id in held.all()}
+        repeats, extra = as_repeats(first, lost)
+        await session.execute(insert(_ALERTS), repeats)
+        for batch_id, count in extra.items():
+            await session.execute(
+                update(_BATCHES).where(_BATCHES.c.id == batch_id).values(repeat_count=_BATCHES.c.repeat_count + count)
+            )
+        return extra
 
     async def close(self) -> None:
         if self._sqlite_intake is not None:
@@ -1000,6 +1025,11 @@ class Repository:
 
 class _NotDecided(Exception):
     """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
+
+
+def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[StoredBatch]:
+    """`stored` with each batch's repeat count raised by the first deliveries it lost to another writer."""
+    return [StoredBatch(s.batch_id, s.alerts, s.repeats + extra.get(s.batch_id, 0)) for s in stored]
 
 
 def _intake_rows(

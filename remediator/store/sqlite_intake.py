@@ -4,6 +4,10 @@ Through the async driver every statement is a round trip to a worker thread and 
 for the hottest write of the controller that costs more than SQLite itself. Here the whole group commit
 (dedup lookup, batch rows, alert rows) runs in a single call on a dedicated thread with its own sqlite3
 connection, writing exactly the columns and formats the ORM reads back (UTC timestamps, JSON text).
+
+"Stored" means on disk: the intake connection runs with `synchronous=FULL`, so in WAL mode every commit
+fsyncs the log before the webhook is answered, and a batch acknowledged just before a power cut survives it
+(`NORMAL` only protects against a process crash). bench/ingest.py measures what that costs.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from remediator.errors import StoreUnavailable
+from remediator.store.intake_repeats import as_repeats
 
-__all__ = ["Build", "SqliteIntake", "sqlite_time"]
+__all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "sqlite_time"]
+
+# The intake's durability: FULL fsyncs every commit. (bench/ingest.py sets NORMAL to measure the difference.)
+INTAKE_SYNCHRONOUS = "FULL"
 
 T = TypeVar("T")
 # build(existing dedup keys) -> (batch rows, alert rows, result to return)
@@ -50,6 +58,9 @@ def _insert(table: str, columns: Sequence[str]) -> str:
 
 _INSERT_BATCH = _insert("alert_batches", _BATCH_COLUMNS)
 _INSERT_ALERT = _insert("alerts", _ALERT_COLUMNS)
+# A first delivery raced by another writer is skipped here and stored again as a repeat (store/intake_repeats.py).
+_INSERT_FIRST = _INSERT_ALERT + " ON CONFLICT (dedup_key) DO NOTHING"
+_ADD_REPEATS = "UPDATE alert_batches SET repeat_count = repeat_count + ? WHERE id = ?"
 
 
 class SqliteIntake:
@@ -64,28 +75,39 @@ class SqliteIntake:
         if self._conn is None:
             conn = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=30000")
             self._conn = conn
         return self._conn
 
-    async def existing_and_insert(self, keys: Sequence[str], build: Build) -> Any:
+    async def existing_and_insert(self, keys: Sequence[str], build: Build) -> tuple[Any, dict[str, int]]:
         """Look up known dedup keys, let `build(existing)` make the rows, insert them: one transaction.
+
+        Returns build's result and the extra repeats per batch id: first deliveries another writer stored
+        between the lookup and the insert, stored here as repeats of that writer's rows.
 
         The thread only runs SQLite (which releases the GIL); turning payloads into row tuples happens on
         the event loop, so the two never fight over the GIL in the middle of a commit.
         """
         existing = await self._call(self._begin_and_lookup, keys)
+        extra: dict[str, int] = {}
         try:
             batches, alerts, result = build(existing)
             batch_rows = [tuple(_value(b[c]) for c in _BATCH_COLUMNS) for b in batches]
-            alert_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in alerts]
-            await self._call(self._insert_and_commit, batch_rows, alert_rows)
+            first = [a for a in alerts if a["dedup_key"] is not None]
+            other = [a for a in alerts if a["dedup_key"] is None]
+            first_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in first]
+            other_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in other]
+            lost = await self._call(self._insert_and_commit, batch_rows, first_rows, other_rows)
+            if lost:
+                repeats, extra = as_repeats(first, lost)
+                repeat_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in repeats]
+                await self._call(self._insert_repeats_and_commit, repeat_rows, extra)
         except BaseException:
             await self._call(self._rollback)
             raise
-        return result
+        return result, extra
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -94,7 +116,7 @@ class SqliteIntake:
         try:
             return fn(self._connection())
         except sqlite3.IntegrityError as exc:
-            raise StoreUnavailable(f"concurrent delivery of the same alert; retry ({exc})") from exc
+            raise StoreUnavailable(f"the batch could not be stored: {exc}") from exc
         except sqlite3.Error as exc:
             self._reset()
             raise StoreUnavailable(str(exc)) from exc
@@ -112,10 +134,35 @@ class SqliteIntake:
 
         return self._guarded(run)
 
-    def _insert_and_commit(self, batches: list[tuple[Any, ...]], alerts: list[tuple[Any, ...]]) -> None:
-        def run(conn: sqlite3.Connection) -> None:
+    def _insert_and_commit(
+        self, batches: list[tuple[Any, ...]], first: list[tuple[Any, ...]], other: list[tuple[Any, ...]]
+    ) -> dict[str, int]:
+        """Insert and commit; when the database skipped first deliveries, leave the transaction open and
+        return their dedup keys with the ids of the rows holding them."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, int]:
             conn.executemany(_INSERT_BATCH, batches)
-            conn.executemany(_INSERT_ALERT, alerts)
+            inserted = conn.executemany(_INSERT_FIRST, first).rowcount if first else 0
+            conn.executemany(_INSERT_ALERT, other)
+            if inserted < len(first):
+                key_at, batch_at = _ALERT_COLUMNS.index("dedup_key"), _ALERT_COLUMNS.index("batch_id")
+                lost: dict[str, int] = {}
+                for row in first:
+                    found = conn.execute("SELECT id, batch_id FROM alerts WHERE dedup_key = ?", (row[key_at],))
+                    alert_id, batch_id = found.fetchone()
+                    if batch_id != row[batch_at]:  # held by another delivery's row
+                        lost[str(row[key_at])] = int(alert_id)
+                if lost:
+                    return lost
+            conn.execute("COMMIT")
+            return {}
+
+        return self._guarded(run)
+
+    def _insert_repeats_and_commit(self, repeats: list[tuple[Any, ...]], extra: dict[str, int]) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(_INSERT_ALERT, repeats)
+            conn.executemany(_ADD_REPEATS, [(count, batch_id) for batch_id, count in extra.items()])
             conn.execute("COMMIT")
 
         self._guarded(run)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -9,14 +10,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
+from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import check_bearer
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 
-__all__ = ["router"]
+__all__ = ["router", "unavailable_reason"]
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -46,6 +49,22 @@ _BODY = {
 }
 
 
+def unavailable_reason(exc: StoreUnavailable) -> str:
+    """A short, bounded label for why the store refused a webhook (the metric's `reason`)."""
+    text = str(exc).lower()
+    for needle, reason in (
+        ("locked", "locked"),
+        ("timeout", "timeout"),
+        ("timed out", "timeout"),
+        ("unable to open", "unreachable"),
+        ("connect", "unreachable"),
+        ("concurrent", "conflict"),
+    ):
+        if needle in text:
+            return reason
+    return "database_error"
+
+
 def _field(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -61,20 +80,6 @@ def _invalid(exc: ValidationError) -> JSONResponse:
     return JSONResponse(
         {"error": f"invalid payload: {first['field']}: {first['message']}", "errors": errors}, status_code=422
     )
-
-
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 @router.post(
@@ -98,8 +103,9 @@ async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Respo
         return JSONResponse(
             {"error": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
         )
-    body = await _read_limited(request, rt.settings.max_body_bytes)
-    if body is None:
+    try:
+        body = await read_body(request, rt.settings.max_body_bytes)
+    except BodyTooLarge:
         return JSONResponse({"error": f"body larger than {rt.settings.max_body_bytes} bytes"}, status_code=413)
     try:
         payload = AlertmanagerPayload.model_validate_json(body)
@@ -108,6 +114,9 @@ async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Respo
     try:
         stored = await rt.intake.submit(payload)
     except StoreUnavailable as exc:
+        reason = unavailable_reason(exc)
+        log.warning("webhook answered 503 (%s): store unavailable: %s", reason, exc)
+        rt.metrics.webhook_unavailable.labels(reason=reason).inc()
         return JSONResponse({"error": f"store unavailable: {exc}"}, status_code=503, headers={"Retry-After": "1"})
     for alert in payload.alerts:
         rt.metrics.alerts_received.labels(status=alert.status).inc()

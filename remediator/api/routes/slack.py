@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from remediator.adapters.slack_signature import SignatureError, verify
+from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.engine.approvals import Approvals, Decision, Outcome
 from remediator.errors import ApprovalError
@@ -59,8 +60,9 @@ async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> J
     secret = rt.settings.slack_signing_secret
     if not secret:
         return JSONResponse({"error": "Slack interactivity is not enabled"}, status_code=404)
-    body = await request.body()
-    if len(body) > MAX_BODY:
+    try:
+        body = await read_body(request, MAX_BODY)
+    except BodyTooLarge:
         return JSONResponse({"error": "body too large"}, status_code=413)
     try:
         verify(
