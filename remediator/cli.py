@@ -77,10 +77,18 @@ def serve(
 
     from remediator.api.app import create_app
 
-    uvicorn.run(
+    server = uvicorn.Server(uvicorn.Config(
         create_app(settings), host=host, port=port, loop="uvloop", http="httptools", log_level="info",
         access_log=False,
-    )
+    ))
+
+    def stop_serving() -> None:
+        server.should_exit = True  # a graceful stop, checked by the server's main loop
+
+    guard.on_lost = stop_serving
+    server.run()
+    if not server.started and not guard.lost.is_set():
+        raise typer.Exit(3)  # uvicorn's own start-up failure (e.g. the port is taken); it said why
     if guard.lost.is_set():
         typer.echo(f"error: lost the single-replica guard ({guard.description}): stopped", err=True)
         raise typer.Exit(EXIT_GUARD_LOST)

@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     @field_validator("audit_key")
     @classmethod
     def _audit_key(cls, value: str | None) -> str | None:
-        if value is not None and len(value.encode()) < 16:
+        if value and len(value.encode()) < 16:
             raise ValueError("AUDIT_KEY must be at least 16 bytes (e.g. `openssl rand -hex 32`)")
         return value or None
 

@@ -13,7 +13,6 @@ second controller is reported as one line on stderr with its own exit code inste
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 from dataclasses import dataclass
 
@@ -87,8 +86,8 @@ def _migrate(url: str) -> None:
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     """Check the audit key, take the replica guard, migrate. Raises StartupFailure with one line.
 
-    The guard is held for the rest of the process; if it is lost later the process receives SIGTERM (a
-    graceful stop) and `serve` exits with EXIT_GUARD_LOST.
+    The guard is held for the rest of the process; `serve` stops gracefully if it is lost later (its
+    `on_lost` hook) and exits with EXIT_GUARD_LOST.
     """
     try:
         settings.audit_key_bytes()
@@ -101,6 +100,5 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
         raise StartupFailure(str(exc), EXIT_REPLICA) from exc
     except (StoreUnavailable, OSError, ValueError) as exc:
         raise StartupFailure(f"cannot open {_where(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
-    guard.on_lost = lambda: os.kill(os.getpid(), signal.SIGTERM)
     _migrate(settings.database_url)
     return guard
