@@ -17,8 +17,8 @@ from remediator.settings import Settings, is_loopback, load_settings
 __all__ = ["app", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Alert-driven GPU remediation controller.")
-audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, export it.")
-db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, print its head, export it.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema and retention.")
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 
@@ -44,16 +44,32 @@ def serve(
     config: ConfigOpt = None,
 ) -> None:
     """Run the controller: webhook receiver, API, UI and worker."""
+    from remediator.engine.runtime import replica_id
+    from remediator.engine.startup import EXIT_CONFIG, EXIT_GUARD_LOST, StartupFailure, prepare
+
     settings = _settings(config)
+    if not settings.webhook_token and not is_loopback(host):
+        typer.echo(
+            f"error: refusing to listen on {host} without REMEDIATOR_WEBHOOK_TOKEN: anyone who can reach it "
+            "could trigger remediations. Set a token or bind 127.0.0.1.",
+            err=True,
+        )
+        raise typer.Exit(2)
+    if not (settings.audit_key or settings.audit_key_file) and not is_loopback(host):
+        typer.echo(
+            f"error: refusing to listen on {host} without REMEDIATOR_AUDIT_KEY or REMEDIATOR_AUDIT_KEY_FILE: "
+            "without a key anyone who can write the database can rewrite the audit log undetected.",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CONFIG)
+    settings = settings.model_copy(update={"replica_id": replica_id(settings)})
+    try:
+        guard = prepare(settings, str(settings.replica_id))
+    except StartupFailure as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.exit_code) from None
     _logging(settings.log_level)
     if not settings.webhook_token:
-        if not is_loopback(host):
-            typer.echo(
-                f"error: refusing to listen on {host} without REMEDIATOR_WEBHOOK_TOKEN: anyone who can reach it "
-                "could trigger remediations. Set a token or bind 127.0.0.1.",
-                err=True,
-            )
-            raise typer.Exit(2)
         logging.getLogger("remediator").warning(
             "no REMEDIATOR_WEBHOOK_TOKEN set: accepting unauthenticated webhooks on loopback %s only", host
         )
@@ -61,10 +77,21 @@ def serve(
 
     from remediator.api.app import create_app
 
-    uvicorn.run(
+    server = uvicorn.Server(uvicorn.Config(
         create_app(settings), host=host, port=port, loop="uvloop", http="httptools", log_level="info",
         access_log=False,
-    )
+    ))
+
+    def stop_serving() -> None:
+        server.should_exit = True  # a graceful stop, checked by the server's main loop
+
+    guard.on_lost = stop_serving
+    server.run()
+    if not server.started and not guard.lost.is_set():
+        raise typer.Exit(3)  # uvicorn's own start-up failure (e.g. the port is taken); it said why
+    if guard.lost.is_set():
+        typer.echo(f"error: lost the single-replica guard ({guard.description}): stopped", err=True)
+        raise typer.Exit(EXIT_GUARD_LOST)
 
 
 @app.command()
@@ -237,16 +264,51 @@ def demo(
     raise typer.Exit(code)
 
 
+def _audit_key(settings: Settings) -> bytes | None:
+    try:
+        return settings.audit_key_bytes()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
 @audit_app.command("verify")
-def audit_verify(config: ConfigOpt = None) -> None:
-    """Walk the hash chain; exit 1 naming the first edited, deleted or reordered event."""
-    from remediator.store.audit_tools import verify
+def audit_verify(
+    config: ConfigOpt = None,
+    anchor: Annotated[
+        str | None,
+        typer.Option("--anchor", help="SEQ:HASH from `remediator audit head` or the log, kept elsewhere"),
+    ] = None,
+) -> None:
+    """Walk the hash chain (HMAC under REMEDIATOR_AUDIT_KEY); exit 1 naming the first bad event.
+
+    With --anchor, the event SEQ must still be there with that hash: catches deletion of the newest events.
+    """
+    from remediator.store.audit_tools import parse_anchor, verify
 
     settings = _settings(config)
-    ok, message = asyncio.run(verify(settings.database_url))
+    try:
+        mark = parse_anchor(anchor) if anchor is not None else None
+    except ValueError as exc:
+        typer.echo(f"error: --anchor: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    ok, message = asyncio.run(verify(settings.database_url, _audit_key(settings), mark))
     typer.echo(message)
     if not ok:
         raise typer.Exit(1)
+
+
+@audit_app.command("head")
+def audit_head(config: ConfigOpt = None) -> None:
+    """Print SEQ:HASH of the newest audit event; keep it elsewhere and pass it to `verify --anchor`."""
+    from remediator.store.audit_tools import head
+
+    settings = _settings(config)
+    found = asyncio.run(head(settings.database_url))
+    if found is None:
+        typer.echo("error: the audit log is empty", err=True)
+        raise typer.Exit(1)
+    typer.echo(found)
 
 
 @audit_app.command("export")
@@ -266,6 +328,42 @@ def db_upgrade(config: ConfigOpt = None) -> None:
     settings = _settings(config)
     upgrade_sync(settings.database_url)
     typer.echo("database schema is up to date")
+
+
+@db_app.command("prune")
+def db_prune(
+    config: ConfigOpt = None,
+    alerts_older_than: Annotated[
+        str | None, typer.Option("--alerts-older-than", help="e.g. 30d (default REMEDIATOR_ALERT_RETENTION)")
+    ] = None,
+    audit_older_than: Annotated[
+        str | None, typer.Option("--audit-older-than", help="e.g. 365d (default REMEDIATOR_AUDIT_RETENTION)")
+    ] = None,
+) -> None:
+    """Delete processed alerts and audit events past retention; a signed checkpoint keeps the chain verifiable."""
+    from remediator.durations import parse_duration
+    from remediator.store.audit_tools import prune_database
+    from remediator.store.repository import utcnow
+
+    settings = _settings(config)
+    try:
+        alerts = parse_duration(alerts_older_than) if alerts_older_than else settings.alert_retention
+        audit = parse_duration(audit_older_than) if audit_older_than else settings.audit_retention
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if alerts is None and audit is None:
+        typer.echo("error: nothing to prune: set REMEDIATOR_ALERT_RETENTION / REMEDIATOR_AUDIT_RETENTION or "
+                   "pass --alerts-older-than / --audit-older-than", err=True)
+        raise typer.Exit(2)
+    now = utcnow()
+    report = asyncio.run(prune_database(
+        settings.database_url, _audit_key(settings), audit_before=now - audit if audit else None,
+        alerts_before=now - alerts if alerts else None,
+    ))
+    cut = f"; chain now starts after checkpoint {report.checkpoint.seq}" if report.checkpoint else ""
+    typer.echo(f"deleted {report.alerts} alert(s), {report.batches} webhook batch(es), "
+               f"{report.audit_events} audit event(s){cut}")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
     RemediatorError
     ├── ConfigError                 bad settings; the process refuses to start
+    │   └── ReplicaGuardError       another controller holds this database's single-replica guard
     ├── DefinitionError             a rule/playbook/catalog problem found at load time (file:line: message)
     │   └── DefinitionSetError      several DefinitionErrors found in one pass
     ├── IllegalTransition           the state machine was asked for a move its table forbids
@@ -41,6 +42,7 @@ __all__ = [
     "NotSupported",
     "PermanentError",
     "RemediatorError",
+    "ReplicaGuardError",
     "ServiceUnavailable",
     "StepFailed",
     "StoreUnavailable",
@@ -57,6 +59,10 @@ class RemediatorError(Exception):
 
 class ConfigError(RemediatorError):
     """Settings that cannot work together; the process refuses to start."""
+
+
+class ReplicaGuardError(ConfigError):
+    """Another live controller holds the database's replica guard (or the same REPLICA_ID does)."""
 
 
 class DefinitionError(RemediatorError):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remediator.durations import parse_duration
@@ -133,6 +133,18 @@ class Settings(BaseSettings):
     # than definitions_load_timeout is refused and the set in force stays.
     definition_max_file_bytes: int = Field(default=1024 * 1024, ge=1024)
     definitions_load_timeout: timedelta = timedelta(seconds=30)
+    # HMAC-SHA256 key of the audit hash chain and its checkpoints; the database never holds it.
+    # AUDIT_KEY_FILE: a file holding the key (a mounted Secret). Without a key the chain is plain SHA-256
+    # (whoever can write the database can rewrite it undetected) and `serve` refuses to bind beyond loopback.
+    audit_key: str | None = Field(default=None, repr=False)
+    audit_key_file: Path | None = None
+    # Delete processed alerts / audit events older than this (unset: keep everything). Pruning audit
+    # events first writes a signed checkpoint, so what remains still verifies.
+    alert_retention: timedelta | None = None
+    audit_retention: timedelta | None = None
+    # How often the worker prunes (when a retention is set) and logs the audit head (`seq:hash`).
+    prune_interval: timedelta = timedelta(hours=1)
+    audit_head_interval: timedelta = timedelta(minutes=10)
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
@@ -152,6 +164,18 @@ class Settings(BaseSettings):
     @classmethod
     def _durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
+
+    @field_validator("alert_retention", "audit_retention", "prune_interval", "audit_head_interval", mode="before")
+    @classmethod
+    def _optional_durations(cls, value: Any) -> timedelta | None:
+        return None if value is None or value == "" else parse_duration(value)
+
+    @field_validator("audit_key")
+    @classmethod
+    def _audit_key(cls, value: str | None) -> str | None:
+        if value and len(value.encode()) < 16:
+            raise ValueError("AUDIT_KEY must be at least 16 bytes (e.g. `openssl rand -hex 32`)")
+        return value or None
 
     @field_validator("max_quarantined_nodes")
     @classmethod
@@ -177,6 +201,20 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    def audit_key_bytes(self) -> bytes | None:
+        """The audit chain key: AUDIT_KEY, else the contents of AUDIT_KEY_FILE (trailing newline dropped)."""
+        if self.audit_key:
+            return self.audit_key.encode()
+        if self.audit_key_file is None:
+            return None
+        try:
+            key = self.audit_key_file.read_bytes().rstrip(b"\r\n")
+        except OSError as exc:
+            raise ConfigError(f"AUDIT_KEY_FILE {self.audit_key_file}: {exc.strerror or exc}") from exc
+        if len(key) < 16:
+            raise ConfigError(f"AUDIT_KEY_FILE {self.audit_key_file}: the key must be at least 16 bytes")
+        return key
 
 
 _WINDOW = re.compile(r"^(?:(hold|allow)\s+)?(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")
@@ -219,5 +257,10 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         env_settings = Settings()
         merged = {**file_values, **env_settings.model_dump(exclude_unset=True), **overrides}
         return Settings(**merged) if merged else env_settings
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']).upper() or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc
     except ValueError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from exc
+        raise ConfigError(f"invalid settings: {' '.join(str(exc).split())}") from exc

@@ -34,6 +34,7 @@ class ControllerProcess:
             "PYTHONPATH": str(ROOT),
             "REMEDIATOR_REPLICA_ID": name,
             "REMEDIATOR_LOG_LEVEL": "INFO",
+            "REMEDIATOR_AUDIT_KEY": "controller-process-audit-key",
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None

@@ -55,6 +55,10 @@ async def build_runtime(
         await upgrade(settings.database_url)
     engine = make_engine(settings.database_url)
     repo = Repository(make_sessionmaker(engine))
+    repo.audit_key = settings.audit_key_bytes()
+    if repo.audit_key is None:
+        log.warning("no REMEDIATOR_AUDIT_KEY: the audit chain is plain SHA-256, so whoever can write the database "
+                    "can rewrite it undetected")
     actions = default_registry()
     defs = load_defs(settings, actions)
     if kube is None and connect_kube:

@@ -17,10 +17,14 @@ from remediator.engine.executor import Executor
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version, versions_for
-from remediator.errors import ConfigError, RemediatorError, StoreUnavailable
+from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize, parse_xid
+from remediator.store import replica_guard
+from remediator.store.audit_checkpoint import audit_head
 from remediator.store.models import AlertRow
-from remediator.store.repository import NewRemediation
+from remediator.store.repository import NewRemediation, utcnow
+from remediator.store.retention import PruneReport, prune
+from remediator.store.takeover import free_dead_claims
 
 __all__ = ["Worker", "normalize_row"]
 
@@ -52,6 +56,9 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._gauges_at = 0.0
+        self._guard: replica_guard.ReplicaGuard | None = None
+        self._guard_acquired = False
+        self._logged_head: tuple[int, str] | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -62,40 +69,66 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._loop(), name="remediator-worker"),
             asyncio.create_task(self._inventory_loop(), name="remediator-inventory"),
-            asyncio.create_task(self._heartbeat_loop(), name="remediator-heartbeat"),
+            asyncio.create_task(self._audit_loop(), name="remediator-audit"),
         ]
 
     async def register(self) -> None:
-        """Announce this replica; refuse to run beside another live one unless several are allowed.
+        """Take this database's replica guard; refuse to run beside another live controller.
 
         SQLite supports one replica, always. On PostgreSQL several replicas need
         REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true, so that a second controller started by mistake (a copied
-        manifest, a forgotten test instance) is refused instead of acting on the same fleet.
+        manifest, a forgotten test instance) is refused instead of acting on the same fleet. The guard is a
+        lock that dies with its holder (store/replica_guard.py), so a crashed controller restarts at once;
+        as the sole controller it then frees the claims and leases its dead predecessor left.
         """
-        other = await self.rt.repo.register_replica(self.rt.owner, self.rt.settings.lease_duration,
-                                                    exclusive=self._exclusive)
-        if other is None:
-            return
-        if self.rt.settings.is_sqlite:
-            raise ConfigError(
-                f"another controller replica ({other}) is running on this SQLite database; SQLite supports one "
-                "replica: use REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
-            )
-        raise ConfigError(
-            f"another controller replica ({other}) is running on this database; set "
-            "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true on every replica to run several"
+        settings = self.rt.settings
+        self._guard, self._guard_acquired = await asyncio.to_thread(
+            replica_guard.hold, settings.database_url, self.rt.owner, exclusive=self._exclusive
         )
+        if self._exclusive:
+            alerts, rems = await free_dead_claims(self.rt.repo, self.rt.owner)
+            if alerts or rems:
+                log.warning("took over from a stopped controller: freed %d alert claim(s) and %d remediation "
+                            "lease(s)", alerts, rems)
 
     @property
     def _exclusive(self) -> bool:
         return self.rt.settings.is_sqlite or not self.rt.settings.allow_multiple_replicas
 
-    async def _heartbeat_loop(self) -> None:
+    async def _audit_loop(self) -> None:
+        """Log the audit head (`seq:hash`, for `audit verify --anchor`) when it moved; prune when due."""
         settings = self.rt.settings
+        next_prune = 0.0
         while not self._stopping:
-            await asyncio.sleep(settings.lease_duration.total_seconds() / 3)
-            with contextlib.suppress(StoreUnavailable):
-                await self.rt.repo.register_replica(self.rt.owner, settings.lease_duration, exclusive=self._exclusive)
+            loop_time = asyncio.get_running_loop().time()
+            try:
+                if (settings.alert_retention or settings.audit_retention) and loop_time >= next_prune:
+                    next_prune = loop_time + settings.prune_interval.total_seconds()
+                    await self.prune()
+                await self.log_audit_head()
+            except StoreUnavailable as exc:
+                log.warning("audit housekeeping skipped: store unavailable: %s", exc)
+            await asyncio.sleep(min(settings.audit_head_interval, settings.prune_interval).total_seconds())
+
+    async def prune(self) -> PruneReport:
+        settings = self.rt.settings
+        now = utcnow()
+        report = await prune(
+            self.rt.repo,
+            audit_before=now - settings.audit_retention if settings.audit_retention else None,
+            alerts_before=now - settings.alert_retention if settings.alert_retention else None,
+        )
+        if report.deleted:
+            log.info("retention: deleted %d alert(s), %d audit event(s)%s", report.alerts, report.audit_events,
+                     f"; audit checkpoint at event {report.checkpoint.seq}" if report.checkpoint else "")
+        return report
+
+    async def log_audit_head(self, *, always: bool = False) -> None:
+        async with self.rt.repo.transaction() as session:
+            head = await audit_head(session)
+        if head is not None and (always or head != self._logged_head):
+            log.info("audit head %s:%s", *head)
+            self._logged_head = head
 
     async def stop(self) -> None:
         self._stopping = True
@@ -106,14 +139,21 @@ class Worker:
                 await task
         self._tasks.clear()
         self._running.clear()
-        with contextlib.suppress(Exception):
-            await self.rt.repo.unregister_replica(self.rt.owner, exclusive=self._exclusive)
+        if self._guard is not None:
+            with contextlib.suppress(Exception):
+                await self.log_audit_head(always=True)
+            if self._guard_acquired:
+                replica_guard.drop(self.rt.settings.database_url, self._guard)
+            self._guard = None
 
     # -- loops ------------------------------------------------------------------------------------
 
     async def _loop(self) -> None:
         poll = self.rt.settings.worker_poll_interval.total_seconds()
         while not self._stopping:
+            if self._guard is not None and self._guard.lost.is_set():
+                log.error("the single-replica guard is lost: no new work is started")
+                return
             self._wake.clear()  # before the iteration: a wake() during it must not be lost
             try:
                 busy = await self.run_once()

@@ -1,19 +1,37 @@
 """Hash chain of the audit log: each event stores the hash of its predecessor and of its own canonical JSON.
 
-Editing an event changes its hash; deleting or reordering events breaks the `prev_hash` links. Verification
-walks the chain in id order and names the first event that does not fit.
+With an audit key (AUDIT_KEY / AUDIT_KEY_FILE) every hash is an HMAC-SHA256 under that key, which the
+database never holds: whoever can write the database can edit rows but cannot compute hashes that verify.
+Without a key the hashes are plain SHA-256 and only catch accidents. Editing an event changes its hash;
+deleting or reordering events breaks the `prev_hash` links. Deleting the newest events leaves a shorter
+chain that is still intact: that is caught by comparing with a head (`seq:hash`) kept elsewhere (an anchor).
+
+Old events can be pruned behind a signed checkpoint (the id and hash of the last event deleted); the chain
+then verifies from the checkpoint. Verification walks the chain in id order and names the first event that
+does not fit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["GENESIS", "ChainProblem", "canonical", "event_hash", "verify_chain"]
+__all__ = [
+    "GENESIS",
+    "ChainProblem",
+    "ChainReport",
+    "Checkpoint",
+    "canonical",
+    "checkpoint_mac",
+    "event_hash",
+    "verify_chain",
+    "walk_chain",
+]
 
 GENESIS = "0" * 64
 
@@ -27,9 +45,17 @@ def _ts(ts: datetime) -> str:
     return ts.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+def _digest(message: str, key: bytes | None) -> str:
+    if key is None:
+        return hashlib.sha256(message.encode()).hexdigest()
+    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+
 def event_hash(
-    *, ts: datetime, remediation_id: str | None, kind: str, actor: str, data: Mapping[str, Any], prev_hash: str
+    *, ts: datetime, remediation_id: str | None, kind: str, actor: str, data: Mapping[str, Any], prev_hash: str,
+    key: bytes | None = None,
 ) -> str:
+    """HMAC-SHA256 under `key` of the event's canonical JSON (plain SHA-256 without a key)."""
     body = {
         "ts": _ts(ts if ts.tzinfo is None else ts.replace(tzinfo=None)),
         "remediation_id": remediation_id,
@@ -38,7 +64,28 @@ def event_hash(
         "data": data,
         "prev_hash": prev_hash,
     }
-    return hashlib.sha256(canonical(body).encode()).hexdigest()
+    return _digest(canonical(body), key)
+
+
+def checkpoint_mac(seq: int, hash_at_cut: str, key: bytes | None) -> str:
+    """Signature of a prune checkpoint: HMAC-SHA256 under `key` (plain SHA-256 without a key)."""
+    return _digest(canonical({"checkpoint": seq, "hash": hash_at_cut}), key)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where the chain starts after pruning: events up to `seq` are gone; the next one links to `hash`."""
+
+    seq: int
+    hash: str
+    mac: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "hash": self.hash, "mac": self.mac}
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> Checkpoint:
+        return cls(int(value["seq"]), str(value["hash"]), str(value["mac"]))
 
 
 @dataclass(frozen=True)
@@ -47,17 +94,76 @@ class ChainProblem:
     reason: str
 
 
-def verify_chain(events: Iterable[Any]) -> ChainProblem | None:
-    """Rows with id, ts, remediation_id, kind, actor, data, prev_hash, hash in id order -> first problem."""
+@dataclass
+class ChainReport:
+    """What a walk over the chain found: counts, the head, and the first problem (None: intact)."""
+
+    events: int = 0
+    keyed: int = 0
+    unkeyed: int = 0  # events written before the key was set: checked with plain SHA-256 only
+    head: tuple[int, str] | None = None
+    problem: ChainProblem | None = None
+
+
+def walk_chain(
+    events: Iterable[Any], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
+) -> ChainReport:
+    """Rows with id, ts, remediation_id, kind, actor, data, prev_hash, hash in id order -> a report.
+
+    With `key`, every event must carry its HMAC; events with a plain SHA-256 are accepted only before the
+    first keyed one (written before the key was set) and counted as unkeyed. With a checkpoint, its
+    signature must match and the first remaining event must link to it.
+    """
+    report = ChainReport()
+    if checkpoint is not None and not hmac.compare_digest(
+        checkpoint_mac(checkpoint.seq, checkpoint.hash, key), checkpoint.mac
+    ):
+        reason = "prune checkpoint signature does not match (forged, or signed with another AUDIT_KEY)"
+        report.problem = ChainProblem(checkpoint.seq, reason)
+        return report
     prev = GENESIS
+    first = True
     for row in events:
+        if first and checkpoint is not None and row.prev_hash != GENESIS:
+            if row.id <= checkpoint.seq:
+                report.problem = ChainProblem(row.id, "event lies before the prune checkpoint")
+                return report
+            prev = checkpoint.hash
+        first = False
         if row.prev_hash != prev:
-            return ChainProblem(row.id, "prev_hash does not match the previous event (deleted or reordered)")
-        expected = event_hash(
-            ts=row.ts, remediation_id=row.remediation_id, kind=row.kind, actor=row.actor, data=row.data,
-            prev_hash=row.prev_hash,
-        )
-        if expected != row.hash:
-            return ChainProblem(row.id, "content does not match its hash (edited)")
+            reason = "prev_hash does not match the previous event (deleted or reordered)"
+            if report.events == 0:
+                reason = "the first event does not follow the genesis or a signed checkpoint (older events deleted)"
+            report.problem = ChainProblem(row.id, reason)
+            return report
+        fields = {
+            "ts": row.ts, "remediation_id": row.remediation_id, "kind": row.kind, "actor": row.actor,
+            "data": row.data, "prev_hash": row.prev_hash,
+        }
+        if key is not None and hmac.compare_digest(event_hash(**fields, key=key), row.hash):
+            report.keyed += 1
+        elif hmac.compare_digest(event_hash(**fields), row.hash):
+            if report.keyed:
+                report.problem = ChainProblem(row.id, "event has no keyed hash after keyed events (rewritten)")
+                return report
+            report.unkeyed += 1
+        else:
+            reason = "content does not match its hash (edited)"
+            if key is None:
+                reason = "content does not match its hash (edited, or written with an AUDIT_KEY: set it to verify)"
+            report.problem = ChainProblem(row.id, reason)
+            return report
+        if checkpoint is not None and row.id == checkpoint.seq and row.hash != checkpoint.hash:
+            report.problem = ChainProblem(row.id, "event does not match the prune checkpoint")
+            return report
+        report.events += 1
+        report.head = (row.id, row.hash)
         prev = row.hash
-    return None
+    return report
+
+
+def verify_chain(
+    events: Iterable[Any], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
+) -> ChainProblem | None:
+    """The first problem of the chain, or None when it is intact."""
+    return walk_chain(events, key=key, checkpoint=checkpoint).problem

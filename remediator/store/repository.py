@@ -24,7 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
-from remediator.store.audit import GENESIS, canonical, event_hash
+from remediator.store.audit import canonical, event_hash
+from remediator.store.audit_checkpoint import chain_start
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.intake_repeats import as_repeats
 from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
@@ -95,6 +96,7 @@ class Repository:
         bind = sessions.kw.get("bind")
         self.dialect = bind.dialect.name if bind is not None else "sqlite"
         self._sqlite_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.audit_key: bytes | None = None  # HMAC key of the audit chain (settings.audit_key_bytes())
         database = bind.url.database if bind is not None else None
         self._sqlite_intake = (
             SqliteIntake(database) if self.dialect == "sqlite" and database and database != ":memory:" else None
@@ -148,11 +150,12 @@ class Repository:
         """Append one hash-chained event inside the caller's transaction."""
         await self._lock(session, _AUDIT_LOCK)
         prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
-        prev_hash = prev or GENESIS
+        prev_hash = prev or await chain_start(session)
         ts = self._clock()
         payload = _jsonable(data or {})
         digest = event_hash(
-            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash
+            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
+            key=self.audit_key,
         )
         event = AuditEvent(
             ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
@@ -758,32 +761,6 @@ class Repository:
                 if node in (r.labels.get("Hostname"), r.labels.get("node"), r.labels.get("kubernetes_node"))
                 and gpu in (r.labels.get("UUID"), r.labels.get("gpu"))
             ]
-
-    async def register_replica(self, owner: str, ttl: timedelta, *, exclusive: bool) -> str | None:
-        """Heartbeat this replica. With `exclusive` (SQLite), returns the other live owner if there is one."""
-        now = self._clock()
-        async with self.transaction() as session:
-            key = "replica:exclusive" if exclusive else f"replica:{owner}"
-            row = await session.get(ControllerState, key)
-            if row is not None and exclusive:
-                other = str(row.value.get("owner"))
-                expires = datetime.fromisoformat(str(row.value.get("expires")))
-                if other != owner and _aware(expires) and expires.replace(tzinfo=expires.tzinfo or UTC) > now:
-                    return other
-            value = {"owner": owner, "expires": (now + ttl).isoformat()}
-            if row is None:
-                session.add(ControllerState(key=key, value=value, updated_at=now))
-            else:
-                row.value = value
-                row.updated_at = now
-        return None
-
-    async def unregister_replica(self, owner: str, *, exclusive: bool) -> None:
-        async with self.transaction() as session:
-            key = "replica:exclusive" if exclusive else f"replica:{owner}"
-            row = await session.get(ControllerState, key)
-            if row is not None and row.value.get("owner") == owner:
-                await session.delete(row)
 
     async def wake_held(self) -> int:
         """Make every held remediation, and every undo waiting out a pause, due now (after resume, or when

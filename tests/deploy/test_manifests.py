@@ -246,6 +246,7 @@ def test_controller_settings_come_from_the_right_places(overlay: tuple[str, Obje
         ("REMEDIATOR_WEBHOOK_TOKEN", "webhook-token"),
         ("REMEDIATOR_SIDECAR_TOKEN", "sidecar-token"),
         ("REMEDIATOR_SECRET_KEY", "secret-key"),
+        ("REMEDIATOR_AUDIT_KEY", "audit-key"),
     ):
         assert env[name]["valueFrom"] == {"secretKeyRef": {"name": "gpu-remediator-tokens", "key": key}}
     assert env["REMEDIATOR_OWN_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}

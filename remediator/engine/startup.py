@@ -1,0 +1,104 @@
+"""Everything `remediator serve` must get right before it listens, each failure one line and an exit code.
+
+The checks run before the web server starts, so a bad setting, a damaged database, a failed migration or a
+second controller is reported as one line on stderr with its own exit code instead of a traceback:
+
+    2  invalid settings (also: binding beyond loopback without a webhook token or an audit key)
+    4  the database cannot be opened: unreachable, unreadable, or a damaged SQLite file
+    5  the schema migrations failed
+    6  another controller holds this database's single-replica guard
+    7  the guard was lost while running (its PostgreSQL connection died); the controller stopped
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from remediator.errors import ConfigError, ReplicaGuardError, StoreUnavailable
+from remediator.settings import Settings
+from remediator.store import replica_guard
+from remediator.store.db import upgrade_sync
+
+__all__ = [
+    "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "StartupFailure", "prepare",
+]
+
+EXIT_CONFIG = 2
+EXIT_DATABASE = 4
+EXIT_MIGRATIONS = 5
+EXIT_REPLICA = 6
+EXIT_GUARD_LOST = 7
+
+
+@dataclass
+class StartupFailure(Exception):
+    message: str
+    exit_code: int
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _where(url: str) -> str:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"the SQLite database {os.path.abspath(parsed.database or ':memory:')}"
+    return f"the database {parsed.render_as_string(hide_password=True)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _migrate(url: str) -> None:
+    where = _where(url)
+    try:
+        upgrade_sync(url)
+    except DBAPIError as exc:
+        orig = exc.orig
+        if isinstance(orig, sqlite3.DatabaseError) and not isinstance(orig, sqlite3.OperationalError):
+            raise StartupFailure(
+                f"{where} is damaged ({_first_line(exc)}): stop every controller using it, restore it from a "
+                "backup or move it aside (a new empty one is created at start), then start again",
+                EXIT_DATABASE,
+            ) from exc
+        if exc.connection_invalidated or isinstance(orig, sqlite3.OperationalError | OSError):
+            raise StartupFailure(f"cannot open {where}: {_first_line(exc)}", EXIT_DATABASE) from exc
+        raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
+    except (OSError, ConnectionError) as exc:
+        raise StartupFailure(f"cannot open {where}: {_first_line(exc)}", EXIT_DATABASE) from exc
+    except CommandError as exc:
+        raise StartupFailure(
+            f"migrating {where} failed: {_first_line(exc)} (a database written by a newer version? "
+            "run the matching version)", EXIT_MIGRATIONS,
+        ) from exc
+    except (SQLAlchemyError, ValueError, RuntimeError) as exc:
+        raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
+
+
+def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
+    """Check the audit key, take the replica guard, migrate. Raises StartupFailure with one line.
+
+    The guard is held for the rest of the process; `serve` stops gracefully if it is lost later (its
+    `on_lost` hook) and exits with EXIT_GUARD_LOST.
+    """
+    try:
+        settings.audit_key_bytes()
+    except ConfigError as exc:
+        raise StartupFailure(str(exc), EXIT_CONFIG) from exc
+    exclusive = settings.is_sqlite or not settings.allow_multiple_replicas
+    try:
+        guard, _ = replica_guard.hold(settings.database_url, owner, exclusive=exclusive)
+    except ReplicaGuardError as exc:
+        raise StartupFailure(str(exc), EXIT_REPLICA) from exc
+    except (StoreUnavailable, OSError, ValueError) as exc:
+        raise StartupFailure(f"cannot open {_where(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
+    _migrate(settings.database_url)
+    return guard

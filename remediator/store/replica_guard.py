@@ -1,0 +1,261 @@
+"""The single-replica guard: a lock that dies with the process holding it.
+
+SQLite supports one controller; PostgreSQL supports several only with ALLOW_MULTIPLE_REPLICAS. A lease row
+would outlive a crashed controller and refuse its restart until the lease expired; these locks do not:
+
+- SQLite: an exclusive `flock` on `<database>.lock` beside the database file, held for the process's
+  lifetime. The kernel drops it when the process dies, however it dies.
+- PostgreSQL: a session-level advisory lock taken on a dedicated connection kept open by a small thread.
+  The server drops it when that session ends. Exclusive mode takes the guard key exclusively; with
+  ALLOW_MULTIPLE_REPLICAS every replica takes it shared (so an exclusive controller and a group of
+  replicas refuse each other) plus an exclusive lock on its own REPLICA_ID, so two replicas with the same
+  identity (which would share leases) refuse each other too.
+
+If the guard connection dies, the guard is lost: `lost` is set and `on_lost` runs (the controller stops).
+A process holds at most one guard per database; `hold` hands the same one to later callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy.engine import make_url
+
+from remediator.errors import ReplicaGuardError, StoreUnavailable
+
+__all__ = ["NoGuard", "PostgresGuard", "ReplicaGuard", "SqliteFileGuard", "drop", "guard_for", "held", "hold"]
+
+log = logging.getLogger(__name__)
+
+GUARD_KEY = 7_313_010  # pg_try_advisory_lock(bigint): exclusive (one controller) or shared (replicas)
+REPLICA_KEY = 7_313_011  # pg_try_advisory_lock(int, int) with a 32-bit hash of the REPLICA_ID
+
+
+class ReplicaGuard:
+    """Held until `release()` or the end of the process."""
+
+    description = "no guard"
+
+    def __init__(self) -> None:
+        self.lost = threading.Event()
+        self.on_lost: Callable[[], None] | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ReplicaGuardError naming the holder (StoreUnavailable: cannot tell)."""
+
+    def release(self) -> None:
+        """Let go (the process exiting does the same)."""
+
+    def _lose(self, why: str) -> None:
+        if self.lost.is_set():
+            return
+        log.error("lost the single-replica guard (%s): this controller stops working", why)
+        self.lost.set()
+        if self.on_lost is not None:
+            self.on_lost()
+
+
+class NoGuard(ReplicaGuard):
+    """An in-memory SQLite database: nobody else can open it."""
+
+
+class SqliteFileGuard(ReplicaGuard):
+    def __init__(self, database: Path, owner: str) -> None:
+        super().__init__()
+        self.database = database
+        self.path = database.with_name(database.name + ".lock")
+        self.owner = owner
+        self.description = f"file lock {self.path}"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 512).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ReplicaGuardError(
+                f"another controller replica ({holder}) is running on the SQLite database {self.database}; "
+                "SQLite supports one replica: stop it first, or use "
+                "REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{self.owner}, pid {os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _replica_hash(owner: str) -> int:
+    return int.from_bytes(hashlib.sha256(owner.encode()).digest()[:4], "big", signed=True)
+
+
+_HOLDERS = """
+SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database
+      WHERE datname = current_database()) AND l.classid = $1 AND l.objid = $2 AND l.objsubid = $3
+"""
+
+
+class PostgresGuard(ReplicaGuard):
+    """Advisory lock on a dedicated connection, watched by a daemon thread with its own event loop."""
+
+    def __init__(self, url: str, owner: str, *, exclusive: bool, check_interval: float = 1.0) -> None:
+        super().__init__()
+        parsed = make_url(url).set(drivername="postgresql")
+        self.dsn = parsed.render_as_string(hide_password=False)
+        self.where = f"{parsed.host or 'localhost'}:{parsed.port or 5432}/{parsed.database}"
+        self.owner = owner
+        self.exclusive = exclusive
+        self.check_interval = check_interval
+        self.description = f"PostgreSQL advisory lock on {self.where}"
+        self._ready = threading.Event()
+        self._error: Exception | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="replica-guard", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise StoreUnavailable(f"PostgreSQL at {self.where} did not answer the replica guard in 60 s")
+        if self._error is not None:
+            raise self._error
+
+    def release(self) -> None:
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        try:
+            conn = await asyncpg.connect(self.dsn, timeout=30, server_settings={
+                "application_name": f"remediator {self.owner}"[:63],
+                # The server notices a vanished controller within about 25 s even without a FIN.
+                "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+            })
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            self._error = StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {exc}")
+            self._ready.set()
+            return
+        try:
+            self._error = await self._lock(conn)
+            self._ready.set()
+            if self._error is not None:
+                return
+            stop = self._stop
+            conn.add_termination_listener(
+                lambda _c: None if stop.is_set() else self._lose("the guard connection was closed")
+            )
+            while not self._stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), timeout=self.check_interval)
+                if not self._stop.is_set():
+                    await conn.fetchval("SELECT 1", timeout=max(5.0, self.check_interval * 5))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            if not self._ready.is_set():
+                self._error = StoreUnavailable(f"PostgreSQL at {self.where}: {exc}")
+                self._ready.set()
+            else:
+                self._lose(f"the guard connection to {self.where} failed: {exc}")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=5)
+
+    async def _lock(self, conn: asyncpg.Connection) -> ReplicaGuardError | None:
+        if self.exclusive:
+            if not await conn.fetchval("SELECT pg_try_advisory_lock($1::bigint)", GUARD_KEY):
+                holders = await self._holders(conn, 0, GUARD_KEY, 1)
+                return ReplicaGuardError(
+                    f"another controller replica ({holders}) is running on this database ({self.where}); set "
+                    "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true on every replica to run several"
+                )
+            return None
+        if not await conn.fetchval("SELECT pg_try_advisory_lock_shared($1::bigint)", GUARD_KEY):
+            holders = await self._holders(conn, 0, GUARD_KEY, 1)
+            return ReplicaGuardError(
+                f"a controller without REMEDIATOR_ALLOW_MULTIPLE_REPLICAS ({holders}) is running on this database "
+                f"({self.where}); stop it or set the option on it too"
+            )
+        ident = _replica_hash(self.owner)
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", REPLICA_KEY, ident):
+            return ReplicaGuardError(
+                f"another controller replica with REMEDIATOR_REPLICA_ID={self.owner} is running on this database "
+                f"({self.where}); every replica needs its own id (the pod name)"
+            )
+        return None
+
+    async def _holders(self, conn: asyncpg.Connection, classid: int, objid: int, subid: int) -> str:
+        try:
+            rows = await conn.fetch(_HOLDERS, classid, objid, subid)
+        except asyncpg.PostgresError:
+            return "unknown"
+        names = sorted({str(r["application_name"] or "unknown").removeprefix("remediator ") for r in rows})
+        return ", ".join(names) or "unknown"
+
+
+def guard_for(database_url: str, owner: str, *, exclusive: bool) -> ReplicaGuard:
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        if not url.database or url.database == ":memory:":
+            return NoGuard()
+        return SqliteFileGuard(Path(url.database).resolve(), owner)
+    return PostgresGuard(database_url, owner, exclusive=exclusive)
+
+
+_HELD: dict[str, ReplicaGuard] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def held(database_url: str) -> ReplicaGuard | None:
+    """The guard this process holds for that database, if any."""
+    with _HELD_LOCK:
+        return _HELD.get(database_url)
+
+
+def hold(database_url: str, owner: str, *, exclusive: bool) -> tuple[ReplicaGuard, bool]:
+    """This process's guard for the database: the one it holds already, else a newly acquired one.
+
+    Returns (guard, acquired_now); only the caller that acquired it should `drop` it.
+    """
+    with _HELD_LOCK:
+        guard = _HELD.get(database_url)
+        if guard is not None and not guard.lost.is_set():
+            return guard, False
+        guard = guard_for(database_url, owner, exclusive=exclusive)
+        guard.acquire()
+        _HELD[database_url] = guard
+        return guard, True
+
+
+def drop(database_url: str, guard: ReplicaGuard) -> None:
+    """Release a guard taken with `hold`."""
+    with _HELD_LOCK:
+        if _HELD.get(database_url) is guard:
+            del _HELD[database_url]
+    guard.release()
