@@ -127,7 +127,10 @@ class PowerLimit(Action):
 
 
 class RestorePowerLimit(Action):
-    """Put back the power limit that was in force before the first power_limit step."""
+    """Put back the power limit in force before the first power_limit step; one set by someone else since stays.
+
+    The sidecar leaves such a limit alone; the step succeeds without a change and reports it.
+    """
 
     name: ClassVar[str] = "restore_power_limit"
     Params: ClassVar[type[StrictParams]] = NoParams
