@@ -139,3 +139,23 @@ def test_restore_of_a_state_file_without_the_set_limit_restores_the_original(
     body = http.post(f"/v1/gpus/{gpu_uuid(1)}/power-limit/restore").json()
     assert (body["restored"], body["changed"]) == (True, True)
     assert env.nvml.get("gpu.1.power_limit") == "700000"
+
+
+def test_nan_and_infinity_in_the_body_are_a_clean_422_naming_the_field(env: SidecarEnv, http: httpx.Client) -> None:
+    url = f"/v1/gpus/{gpu_uuid(0)}/power-limit"
+    headers = {"Content-Type": "application/json"}
+    for raw, field in [
+        ('{"watts": NaN}', "watts"),
+        ('{"watts": Infinity}', "watts"),
+        ('{"percent_of_default": -Infinity}', "percent_of_default"),
+        ('{"watts": 300, "dry_run": NaN}', "dry_run"),
+    ]:
+        response = http.post(url, content=raw, headers=headers)
+        assert response.status_code == 422, (raw, response.text)
+        body = response.json()
+        assert body["error"].startswith(f"invalid request: {field}: "), body
+        assert field in [e["field"] for e in body["errors"]]
+    restore = http.post(url + "/restore", content='{"dry_run": NaN}', headers=headers)
+    assert restore.status_code == 422 and "dry_run" in restore.json()["error"]
+    assert env.nvml.calls(SET) == 0
+    assert not env.state_file.exists()
