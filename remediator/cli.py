@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from remediator.errors import ConfigError, DefinitionSetError
+from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
 
 __all__ = ["app", "main"]
@@ -120,7 +120,11 @@ def check(
 
     settings = _settings(config)
     targets = list(paths) if paths else [settings.rules_dir, settings.playbooks_dir]
-    problems = check_paths(targets, action_params(default_registry()))
+    warnings: list[DefinitionError] = []
+    problems = check_paths(targets, action_params(default_registry()), warnings)
+    for warning in warnings:  # deprecated spellings: reported, never failing the check
+        where = f" ({warning.path})" if warning.path else ""
+        typer.echo(f"{warning.file}:{warning.line}: warning: {warning.message}{where}")
     for problem in problems:
         typer.echo(problem.render())
     if problems:

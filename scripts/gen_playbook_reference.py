@@ -192,6 +192,12 @@ def actions_reference() -> list[str]:
         else:
             lines.append("No parameters.")
         lines.append("")
+        for old_key, (new_key, why) in getattr(action.Params, "deprecated_keys", {}).items():
+            lines.append(
+                f"`{old_key}` is the deprecated name of `{new_key}`: still accepted, reported as a warning by "
+                f"`remediator check` and logged on load ({why})."
+            )
+            lines.append("")
     return lines
 
 

@@ -4,6 +4,8 @@ Each action finds the node's InternalIP (from the gathered context, else from th
 UUID (from the target, else resolved from the alert's index through the sidecar inventory), and calls
 remediator.adapters.sidecar.SidecarClient. The sidecar keeps the original power limit on the node, so
 `restore_power_limit` needs nothing from the forward step and survives a controller crash in between.
+A limit someone else set after the cap is left as it is by the sidecar; the restore step then succeeds
+without a change and says so in its output (`left_alone`, `reason`, `current_watts`, `capped_watts`).
 """
 
 from __future__ import annotations
@@ -125,7 +127,10 @@ class PowerLimit(Action):
 
 
 class RestorePowerLimit(Action):
-    """Put back the power limit that was in force before the first power_limit step."""
+    """Put back the power limit in force before the first power_limit step; one set by someone else since stays.
+
+    The sidecar leaves such a limit alone; the step succeeds without a change and reports it.
+    """
 
     name: ClassVar[str] = "restore_power_limit"
     Params: ClassVar[type[StrictParams]] = NoParams
@@ -141,6 +146,14 @@ class RestorePowerLimit(Action):
             "new_watts": answer.get("new_watts"),
             "dry_run": ctx.dry_run,
         }
+        if answer.get("left_alone"):
+            output.update(
+                left_alone=True,
+                reason=answer.get("reason"),
+                current_watts=answer.get("current_watts"),
+                capped_watts=answer.get("capped_watts"),
+                original_watts=answer.get("original_watts"),
+            )
         changed = bool(answer.get("changed")) and not ctx.dry_run
         return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
 

@@ -2,6 +2,10 @@
 
 Events are named from the remediation, the step and the object, so re-running the step after a crash
 finds its own event (409 AlreadyExists) instead of posting a second one.
+
+`object: node | pods` says where the event goes. Its old name `on:` is still accepted (plans stored before
+the rename carry it): YAML 1.1 tools (PyYAML, Helm, kubectl, yamllint's truthy rule) read the key `on` as
+the boolean true, so definitions should spell it `object`; `remediator check` warns about the old key.
 """
 
 from __future__ import annotations
@@ -9,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
 from remediator.actions.node import require_kube, target_node
@@ -28,7 +32,24 @@ class EventParams(StrictParams):
     reason: str = Field(min_length=1, max_length=128)
     message: str
     type: Literal["Normal", "Warning"] = "Warning"
-    on: Literal["node", "pods"] = "node"
+    object: Literal["node", "pods"] = "node"
+
+    # old key -> (its name now, why it changed); accepted, and reported by the definition checks
+    deprecated_keys: ClassVar[dict[str, tuple[str, str]]] = {
+        "on": ("object", "YAML 1.1 tools such as PyYAML, Helm, kubectl and yamllint read the key `on` as true"),
+    }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_key(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "on" not in data:
+            return data
+        data = dict(data)
+        old = data.pop("on")
+        if "object" in data and data["object"] != old:
+            raise ValueError("give `object` only: `on` is its deprecated name")
+        data.setdefault("object", old)
+        return data
 
 
 def _event_name(involved: Mapping[str, Any], ctx: ActionContext) -> str:
@@ -91,8 +112,8 @@ class Event(Action):
         if ctx.dry_run:
             return ActionResult(
                 changed=False,
-                message=f"dry run: would record event {p.reason} on the {p.on}",
-                output={"on": p.on, "reason": p.reason, "dry_run": True},
+                message=f"dry run: would record event {p.reason} on the {p.object}",
+                output={"object": p.object, "reason": p.reason, "dry_run": True},
             )
         kube = require_kube(ctx)
         targets = await self._targets(kube, ctx, p)
@@ -105,12 +126,12 @@ class Event(Action):
             if posted
             else f"event {p.reason}: nothing new"
         )
-        return ActionResult(changed=bool(posted), message=message, output={"on": p.on, "objects": posted})
+        return ActionResult(changed=bool(posted), message=message, output={"object": p.object, "objects": posted})
 
     async def _targets(
         self, kube: KubeAdapter, ctx: ActionContext, p: EventParams
     ) -> list[tuple[str, dict[str, Any]]]:
-        if p.on == "pods":
+        if p.object == "pods":
             return _pod_targets(ctx)
         name = target_node(ctx)
         node = await kube.get_node(name)

@@ -4,6 +4,8 @@ Objects come back as the JSON the apiserver sent (camelCase dicts), so actions r
 real server returns and tests can compare them with the fake server's objects. Every failure leaves this
 module as a `remediator.errors` class: the status code picks the class, 429 and 5xx carry Retry-After, and
 connection problems become ServiceUnavailable. A token bucket keeps the controller under `kube_qps`.
+Every node, object and namespace name is checked against the API server's grammar (remediator.names)
+before it becomes part of a path or a field selector: a bad one is refused here as Invalid, unsent.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from remediator.errors import (
     TemporaryError,
     error_for_status,
 )
+from remediator.names import escape_field_selector_value, namespace_problem, object_name_problem
 from remediator.settings import Settings
 
 __all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "Mutation", "MutationRecorder", "TokenBucket", "connect"]
@@ -112,6 +115,21 @@ def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> flo
     return seconds if seconds is not None and seconds > 0 else None
 
 _WRITE_VERBS = ("patch", "create", "delete", "replace")
+
+
+def _name(name: str, what: str) -> str:
+    """`name` if it is a valid object name; else Invalid, before any request is built."""
+    problem = object_name_problem(str(name), what)
+    if problem is not None:
+        raise Invalid(f"refused before calling the Kubernetes API: {problem}", details={"field": what})
+    return name
+
+
+def _namespace(namespace: str) -> str:
+    problem = namespace_problem(str(namespace))
+    if problem is not None:
+        raise Invalid(f"refused before calling the Kubernetes API: {problem}", details={"field": "namespace"})
+    return namespace
 
 
 def _describe_call(method_name: str, args: tuple[Any, ...]) -> tuple[str, str, str | None, str] | None:
@@ -212,7 +230,7 @@ class KubeAdapter:
     # ------------------------------------------------------------------ nodes
 
     async def get_node(self, name: str) -> KubeObject:
-        result: KubeObject = await self._call(self._method("core", "read_node"), name)
+        result: KubeObject = await self._call(self._method("core", "read_node"), _name(name, "node name"))
         return result
 
     async def list_nodes(self, label_selector: str | None = None) -> list[KubeObject]:
@@ -222,7 +240,7 @@ class KubeAdapter:
         """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""
         result: KubeObject = await self._call(
             self._method("core", "patch_node"),
-            name,
+            _name(name, "node name"),
             dict(patch),
             field_manager=FIELD_MANAGER,
             _content_type=STRATEGIC_MERGE,
@@ -232,7 +250,9 @@ class KubeAdapter:
     # ------------------------------------------------------------------ pods
 
     async def get_pod(self, namespace: str, name: str) -> KubeObject:
-        result: KubeObject = await self._call(self._method("core", "read_namespaced_pod"), name, namespace)
+        result: KubeObject = await self._call(
+            self._method("core", "read_namespaced_pod"), _name(name, "pod name"), _namespace(namespace)
+        )
         return result
 
     async def list_pods(
@@ -252,18 +272,21 @@ class KubeAdapter:
         return await self._list(
             "core",
             "list_namespaced_pod",
-            namespace,
+            _namespace(namespace),
             field_selector=field_selector,
             label_selector=label_selector,
         )
 
     async def list_pods_on_node(self, node: str) -> list[KubeObject]:
-        return await self.list_pods(field_selector=f"spec.nodeName={node}")
+        value = escape_field_selector_value(_name(node, "node name"))
+        return await self.list_pods(field_selector=f"spec.nodeName={value}")
 
     async def evict_pod(
         self, namespace: str, name: str, *, grace_period_seconds: int | None = None, uid: str | None = None
     ) -> None:
         """policy/v1 Eviction; with `uid` the server refuses (409) to evict a same-name replacement."""
+        _name(name, "pod name")
+        _namespace(namespace)
         options: dict[str, Any] = {}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
@@ -285,7 +308,7 @@ class KubeAdapter:
         """Create a core/v1 Event (the body as the API spells it, camelCase)."""
         body = client.CoreV1Event.model_validate(dict(event))
         result: KubeObject = await self._call(
-            self._method("core", "create_namespaced_event"), namespace, body, field_manager=FIELD_MANAGER
+            self._method("core", "create_namespaced_event"), _namespace(namespace), body, field_manager=FIELD_MANAGER
         )
         return result
 
@@ -300,7 +323,7 @@ class KubeAdapter:
     async def get_object(self, kind: str, namespace: str, name: str) -> KubeObject:
         group, resource = self._kind(kind)
         result: KubeObject = await self._call(
-            self._method(group, f"read_namespaced_{resource}"), name, namespace
+            self._method(group, f"read_namespaced_{resource}"), _name(name, f"{kind} name"), _namespace(namespace)
         )
         return result
 
@@ -311,8 +334,8 @@ class KubeAdapter:
         group, resource = self._kind(kind)
         result: KubeObject = await self._call(
             self._method(group, f"patch_namespaced_{resource}"),
-            name,
-            namespace,
+            _name(name, f"{kind} name"),
+            _namespace(namespace),
             dict(patch),
             field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH if merge else STRATEGIC_MERGE,
@@ -347,7 +370,9 @@ class KubeAdapter:
         """The autoscaling/v1 Scale of a Deployment or StatefulSet (the `scale` subresource)."""
         resource = self._scale_resource(kind)
         result: KubeObject = await self._call(
-            self._method("apps", f"read_namespaced_{resource}_scale"), name, namespace
+            self._method("apps", f"read_namespaced_{resource}_scale"),
+            _name(name, f"{kind} name"),
+            _namespace(namespace),
         )
         return result
 
@@ -361,8 +386,8 @@ class KubeAdapter:
             patch["metadata"] = {"resourceVersion": resource_version}
         result: KubeObject = await self._call(
             self._method("apps", f"patch_namespaced_{resource}_scale"),
-            name,
-            namespace,
+            _name(name, f"{kind} name"),
+            _namespace(namespace),
             patch,
             field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH,
@@ -373,7 +398,7 @@ class KubeAdapter:
         return await self.get_object("ResourceQuota", namespace, name)
 
     async def list_resource_quotas(self, namespace: str) -> list[KubeObject]:
-        return await self._list("core", "list_namespaced_resource_quota", namespace)
+        return await self._list("core", "list_namespaced_resource_quota", _namespace(namespace))
 
     async def patch_resource_quota(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("ResourceQuota", namespace, name, patch)
@@ -381,13 +406,13 @@ class KubeAdapter:
     # ------------------------------------------------------------------ namespaces
 
     async def get_namespace(self, name: str) -> KubeObject:
-        result: KubeObject = await self._call(self._method("core", "read_namespace"), name)
+        result: KubeObject = await self._call(self._method("core", "read_namespace"), _namespace(name))
         return result
 
     async def patch_namespace(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
         result: KubeObject = await self._call(
             self._method("core", "patch_namespace"),
-            name,
+            _namespace(name),
             dict(patch),
             field_manager=FIELD_MANAGER,
             _content_type=STRATEGIC_MERGE,

@@ -7,10 +7,13 @@ carries the bearer `settings.sidecar_token`. Connection failures and 5xx are ret
 `error_for_status`, keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
 Reads take `attempts=1` where a caller has a fallback and would rather not wait (context gathering).
 `for_settings` builds a client that owns its `httpx.AsyncClient`; `aclose` closes it.
+The node address must be an IP address and a GPU UUID must look like one (GPU-... or MIG-...) before
+either becomes part of a URL: anything else is refused as Invalid and never sent.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 from urllib.parse import quote
 
@@ -18,7 +21,8 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
-from remediator.errors import ActionError, ServiceUnavailable, error_for_status
+from remediator.errors import ActionError, Invalid, ServiceUnavailable, error_for_status
+from remediator.names import gpu_uuid_problem
 from remediator.settings import Settings
 
 __all__ = ["DEFAULT_TIMEOUT", "SidecarClient"]
@@ -68,7 +72,11 @@ class SidecarClient:
         await self._http.aclose()
 
     def base_url(self, ip: str) -> str:
-        host = f"[{ip}]" if ":" in ip and not ip.startswith("[") else ip
+        try:
+            address = ipaddress.ip_address(ip.strip("[]"))
+        except ValueError:
+            raise Invalid(f"not a node IP address: {ip[:80]!r}; the sidecar is reached by InternalIP") from None
+        host = f"[{address}]" if address.version == 6 else str(address)
         return self._settings.sidecar_url_template.format(ip=host, port=self._settings.sidecar_port)
 
     def _headers(self) -> dict[str, str]:
@@ -148,6 +156,9 @@ class SidecarClient:
 
     @staticmethod
     def _gpu(uuid: str) -> str:
+        problem = gpu_uuid_problem(uuid)
+        if problem is not None:
+            raise Invalid(f"refused before calling the sidecar: {problem}", details={"field": "gpu_uuid"})
         return "/v1/gpus/" + quote(uuid, safe="")
 
     async def gpus(self, ip: str, *, attempts: int | None = None) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -36,6 +38,7 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import IllegalTransition, StoreUnavailable
 from remediator.settings import Settings
+from remediator.validation_errors import invalid_request
 
 __all__ = ["create_app"]
 
@@ -103,6 +106,11 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
     @app.exception_handler(IllegalTransition)
     async def _illegal(_request: Request, exc: IllegalTransition) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=409)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer echoes inputs; NaN/Infinity there would fail it with a 500.
+        return JSONResponse(invalid_request(jsonable_encoder(exc.errors())), status_code=422)
 
     for module in (alerts, remediations, audit, guardrails, health, definitions):
         app.include_router(module.router)

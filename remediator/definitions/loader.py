@@ -9,6 +9,7 @@ and tells rule files, playbook files, the Xid catalog and the alert-kind map apa
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from remediator.definitions.datafiles import (
     parse_xid_catalog,
 )
 from remediator.definitions.models import Playbook, Rule, Step
-from remediator.definitions.params import check_params
+from remediator.definitions.params import check_params, deprecated_params
 from remediator.definitions.source import Document, Problems, format_path, parse_yaml
 from remediator.definitions.source import Path as DocPath
 from remediator.definitions.templates import TemplateProblem, check_template
@@ -37,6 +38,7 @@ BUNDLED_RULES = Path(__file__).resolve().parent.parent / "bundled" / "rules"
 BUNDLED_PLAYBOOKS = Path(__file__).resolve().parent.parent / "bundled" / "playbooks"
 _SUFFIXES = (".yaml", ".yml")
 MAX_FILE_BYTES = 1024 * 1024  # a definition file larger than this is refused unread (setting definition_max_file_bytes)
+log = logging.getLogger(__name__)
 Role = Literal["rules", "playbooks", "auto"]
 KnownActions = Mapping[str, type[BaseModel]]
 
@@ -305,6 +307,8 @@ class _Builder:
             return
         for sub, message in check_params(action, model, params):
             self.problems.add(doc, (*at, "params", *sub), message)
+        for sub, message in deprecated_params(action, model, params):
+            self.problems.warn(doc, (*at, "params", *sub), message)
 
     def _check_templates(self, doc: Document, at: DocPath, params: Mapping[str, Any]) -> None:
         for path, text in _strings(params, at):
@@ -404,6 +408,8 @@ def load_definitions(
     rules, kinds = builder.finish(check_refs=True)
     if builder.problems:
         raise DefinitionSetError(builder.problems.errors)
+    for warning in builder.problems.warnings:
+        log.warning("definitions: %s: warning: %s", f"{warning.file}:{warning.line}", warning.message)
     return DefinitionSet(
         rules=tuple(rules),
         playbooks=dict(builder.playbooks),
@@ -415,10 +421,14 @@ def load_definitions(
 
 
 def check_paths(
-    paths: Sequence[Path], known_actions: KnownActions, *, max_file_bytes: int = MAX_FILE_BYTES
+    paths: Sequence[Path],
+    known_actions: KnownActions,
+    warnings: list[DefinitionError] | None = None,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
 ) -> list[DefinitionError]:
     """Check files and directories (`remediator check`); rule -> playbook references are checked when
-    at least one playbook file is among them."""
+    at least one playbook file is among them. Warnings (deprecated spellings) go to `warnings` if given."""
     builder = _Builder(known_actions, max_file_bytes)
     for path in paths:
         if path.is_dir():
@@ -429,4 +439,6 @@ def check_paths(
         else:
             builder.problems.add_at(str(path), 0, "no such file or directory")
     builder.finish(check_refs=builder.saw_playbook_file)
+    if warnings is not None:
+        warnings.extend(builder.problems.warnings)
     return list(builder.problems.errors)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from remediator.definitions.source import Path
 from remediator.definitions.templates import is_template
 
-__all__ = ["ParamProblem", "check_params"]
+__all__ = ["ParamProblem", "check_params", "deprecated_params"]
 
 ParamProblem = tuple[Path, str]
 
@@ -29,7 +29,26 @@ def _field_names(model: type[BaseModel]) -> dict[str, str]:
             names[info.alias] = name
         if isinstance(info.validation_alias, str):
             names[info.validation_alias] = name
+    for old_key, (new_key, _why) in _deprecated_keys(model).items():
+        if new_key in model.model_fields:
+            names.setdefault(old_key, new_key)
     return names
+
+
+def _deprecated_keys(model: type[BaseModel]) -> dict[str, tuple[str, str]]:
+    """A Params model's `deprecated_keys`: old key -> (the key now, why it was renamed)."""
+    keys = getattr(model, "deprecated_keys", None)
+    return dict(keys) if isinstance(keys, Mapping) else {}
+
+
+def deprecated_params(action: str, model: type[BaseModel], params: Mapping[str, Any]) -> list[ParamProblem]:
+    """Warnings as (path below `params`, message) for old parameter names that still work."""
+    warnings: list[ParamProblem] = []
+    for old_key, (new_key, why) in _deprecated_keys(model).items():
+        if old_key in params:
+            message = f"parameter {old_key!r} of action {action!r} is deprecated: write {new_key!r} ({why})"
+            warnings.append(((old_key,), message))
+    return warnings
 
 
 def check_params(action: str, model: type[BaseModel], params: Mapping[str, Any]) -> list[ParamProblem]:

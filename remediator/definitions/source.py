@@ -3,7 +3,8 @@ the plain data, the line of every node it read, addressed by its path inside the
 
 A path is a tuple of mapping keys and list indexes, shown as `rules[2].playbook`. Asking for the line of a
 path that is not in the document (a missing field) answers with the line of its nearest present parent.
-Booleans are YAML 1.2's (`true`/`false` only), so `on: pods` in an event step is the string key "on".
+Booleans are YAML 1.2's (`true`/`false` only), so an old `on: pods` in an event step is still the string
+key "on" here (other YAML 1.1 tools read it as `true: pods`, which is why the key is now `object`).
 Aliases count against a node budget (definitions/yaml_budget.py): an alias bomb is a problem at its line.
 """
 
@@ -70,10 +71,17 @@ class Document:
 
 
 class Problems:
-    """Collects every DefinitionError of one load, so the caller sees all of them at once."""
+    """Collects every DefinitionError of one load, so the caller sees all of them at once.
+
+    `warnings` (deprecated spellings that still work) are located the same way but fail nothing.
+    """
 
     def __init__(self) -> None:
         self.errors: list[DefinitionError] = []
+        self.warnings: list[DefinitionError] = []
+
+    def warn(self, doc: Document, path: Sequence[str | int], message: str) -> None:
+        self.warnings.append(DefinitionError(doc.file, doc.line(path), message, format_path(path)))
 
     def add(self, doc: Document, path: Sequence[str | int], message: str) -> None:
         self.errors.append(DefinitionError(doc.file, doc.line(path), message, format_path(path)))

@@ -153,7 +153,7 @@ class Expectation(_Strict):
     )
     skipped: list[str] | None = Field(default=None, description="the steps that do not run, in order")
     pods: list[str] | None = Field(
-        default=None, description="`namespace/name` of the pods in the gathered context (what `on: pods` reaches)"
+        default=None, description="`namespace/name` of the pods in the gathered context (what `object: pods` reaches)"
     )
     guardrails: Annotated[GuardrailExpectation | None, BeforeValidator(_guardrail_shorthand)] = None
 

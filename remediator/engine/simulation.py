@@ -68,7 +68,7 @@ def simulate_alerts(
         )
         entry.update(
             outcome="would start a remediation" if alert.node or proposal.target.kind == "namespace"
-            else "no target: no node label found",
+            else f"no target: {alert.node_problem or 'no node label found'}",
             rule=proposal.rule_name,
             playbook=proposal.playbook.name,
             target=proposal.target.key,

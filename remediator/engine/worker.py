@@ -247,10 +247,11 @@ class Worker:
             return
         if proposal.target.kind in ("node", "gpu") and not alert.node:
             await self.rt.repo.finish_alert(
-                row.id, "no_target", note="no node label found",
+                row.id, "no_target", note=alert.node_problem or "no node label found",
                 audit_kind="alert.no_target",
                 audit_data={"alert_id": row.id, "rule": proposal.rule_name,
-                            "looked_for": list(self.rt.settings.node_label_precedence)},
+                            "looked_for": list(self.rt.settings.node_label_precedence),
+                            "problem": alert.node_problem},
             )
             return
         plan: dict[str, Any] = {

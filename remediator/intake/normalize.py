@@ -3,6 +3,8 @@
 dcgm-exporter names things its own way (`Hostname`, `UUID`, `gpu`, `modelName`, `pci_bus_id`) and
 Prometheus renames target labels to `exported_*` when honor_labels is off. Everything that varies between
 installations (which label names the node, which alertname is which kind) is an input, not a constant.
+A node name must be an RFC 1123 subdomain (what the API server accepts): any other value leaves the alert
+without a node, with `node_problem` saying why, so it never becomes part of an API path.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from remediator.names import object_name_problem
 
 __all__ = ["AlertKind", "GpuAlert", "normalize", "parse_xid"]
 
@@ -43,6 +47,7 @@ class GpuAlert:
     starts_at: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    node_problem: str | None = None
 
 
 def _first(labels: Mapping[str, str], *names: str) -> str | None:
@@ -96,6 +101,7 @@ def normalize(
         if nodes_by_ip and node in nodes_by_ip:
             node = nodes_by_ip[node]
         break
+    node, node_problem = _valid_node(node, node_source)
     xid = parse_xid(labels, annotations)
     if kind == "other" and xid is not None and "xid" in labels:
         kind = "xid"
@@ -118,4 +124,15 @@ def normalize(
         starts_at=starts_at,
         labels=dict(labels),
         annotations=dict(annotations),
+        node_problem=node_problem,
     )
+
+
+def _valid_node(node: str | None, source: str | None) -> tuple[str | None, str | None]:
+    """(node, None) for a valid node name; (None, why) for a value the API server would refuse."""
+    if node is None:
+        return None, None
+    problem = object_name_problem(node, "node name")
+    if problem is None:
+        return node, None
+    return None, f"label {source}: {problem}"

@@ -36,6 +36,7 @@ from remediator.sidecar.reset import ResetConfig, reset_gpu
 from remediator.sidecar.settings import SidecarSettings
 from remediator.sidecar.state import PowerStateStore
 from remediator.sidecar.worker import NvmlWorker
+from remediator.validation_errors import invalid_request
 
 __all__ = ["UUID_PATTERN", "create_app", "serve"]
 
@@ -204,8 +205,9 @@ def _install_handlers(app: FastAPI, metrics: SidecarMetrics) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        body = {"error": "invalid request", "nvml_error": None, "detail": exc.errors()}
-        return JSONResponse(jsonable_encoder(body), status_code=422)
+        # Names the field; NaN/Infinity in the echoed input are text, so this answer always encodes.
+        body = {"nvml_error": None, **invalid_request(jsonable_encoder(exc.errors()))}
+        return JSONResponse(body, status_code=422)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -3,6 +3,11 @@
 The target is validated against the GPU's own constraints (422 naming the allowed range), the limit in
 force before the first change is written to the node's state file before NVML is touched, and setting
 a value already in force changes nothing and says so, so a retried step is harmless.
+
+The limit the sidecar set is kept beside the original. A restore puts the original back only while
+that limit is still in force: a limit someone else set after the cap (an operator with nvidia-smi, or
+another tool) is theirs, so the restore leaves it, forgets the record and answers `restored: false`
+with the reason, the limit in force and the one the sidecar had set.
 """
 
 from __future__ import annotations
@@ -69,13 +74,19 @@ def set_power_limit(
         result["message"] = f"would set power limit {current / 1000:g} W -> {target / 1000:g} W"
         return result
     first_change = original is None
-    store.remember(uuid, current)
+    previous_set = store.set_mw(uuid)
+    store.remember_change(uuid, current, target)
     try:
         nvml.set_power_limit_mw(handle, target)
     except BaseException:
         if first_change:
             store.forget(uuid)
+        else:
+            store.remember_set(uuid, previous_set)
         raise
+    in_force = nvml.power_limit_mw(handle)
+    if in_force != target:  # the device rounded it: compare restores against what it holds
+        store.remember_set(uuid, in_force)
     result["message"] = f"power limit set {current / 1000:g} W -> {target / 1000:g} W"
     return result
 
@@ -85,25 +96,59 @@ def restore_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, dry_run: 
     handle = find_handle(nvml, uuid)
     current = nvml.power_limit_mw(handle)
     original = store.original_mw(uuid)
+    capped = store.set_mw(uuid)
     result: dict[str, Any] = {
         "uuid": uuid,
         "dry_run": dry_run,
         "previous_watts": watts(current),
         "new_watts": watts(current if original is None else original),
         "changed": original is not None and original != current,
+        "restored": False,
     }
     if original is None:
         result["message"] = "no remembered power limit for this GPU; nothing to restore"
         return result
+    if capped is not None and capped != current and original != current:
+        return _left_alone(store, uuid, result, current, capped, original, dry_run)
     if dry_run:
         result["message"] = f"would restore power limit {current / 1000:g} W -> {original / 1000:g} W"
         return result
     if original != current:
         nvml.set_power_limit_mw(handle, original)
     store.forget(uuid)
+    result["restored"] = True
     result["message"] = (
         f"power limit restored {current / 1000:g} W -> {original / 1000:g} W"
         if original != current
         else f"power limit already at the original {original / 1000:g} W; record cleared"
     )
+    return result
+
+
+def _left_alone(
+    store: PowerStateStore,
+    uuid: str,
+    result: dict[str, Any],
+    current: int,
+    capped: int,
+    original: int,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """The limit in force is neither the one the sidecar set nor the original: someone else's, kept."""
+    result.update(
+        new_watts=watts(current),
+        changed=False,
+        left_alone=True,
+        reason="changed by another actor",
+        current_watts=watts(current),
+        capped_watts=watts(capped),
+        original_watts=watts(original),
+    )
+    verb = "would leave" if dry_run else "left"
+    result["message"] = (
+        f"power limit is {current / 1000:g} W, not the {capped / 1000:g} W the sidecar set: changed by another "
+        f"actor, {verb} as it is (the original was {original / 1000:g} W)"
+    )
+    if not dry_run:
+        store.forget(uuid)
     return result

@@ -2,6 +2,8 @@
 
 A restore must put back the limit an operator (or the default) had set, even if the sidecar restarted
 in between, so the original is written to disk before the first change and removed after the restore.
+Beside it the file keeps the limit the sidecar itself set last (read back from NVML), so a restore can
+tell whether someone else changed the limit since and leave their value alone.
 Writes are atomic (temp file in the same directory, fsync, rename, fsync of the directory): a crash
 leaves either the old or the new file, never half of one.
 """
@@ -18,47 +20,81 @@ from remediator.sidecar.problems import Problem
 __all__ = ["PowerStateStore"]
 
 
+ORIGINALS = "original_power_limit_mw"
+SET_BY_SIDECAR = "set_power_limit_mw"
+
+
 class PowerStateStore:
-    """GPU UUID -> original power limit in milliwatts, kept in one small JSON file."""
+    """GPU UUID -> original power limit, and the limit the sidecar set, in milliwatts, in one JSON file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def load(self) -> dict[str, int]:
+    def _load_all(self) -> dict[str, dict[str, int]]:
         try:
             raw = json.loads(self.path.read_text())
         except FileNotFoundError:
-            return {}
+            return {ORIGINALS: {}, SET_BY_SIDECAR: {}}
         except (OSError, ValueError) as exc:
             raise Problem(500, f"power-limit state file {self.path} is unreadable: {exc}") from exc
-        originals = raw.get("original_power_limit_mw", {}) if isinstance(raw, dict) else None
-        if not isinstance(originals, dict):
-            raise Problem(500, f"power-limit state file {self.path} has an unexpected shape")
-        return {str(k): int(v) for k, v in originals.items()}
+        maps: dict[str, dict[str, int]] = {}
+        for section in (ORIGINALS, SET_BY_SIDECAR):
+            entries = raw.get(section, {}) if isinstance(raw, dict) else None
+            if not isinstance(entries, dict):
+                raise Problem(500, f"power-limit state file {self.path} has an unexpected shape")
+            maps[section] = {str(k): int(v) for k, v in entries.items()}
+        return maps
+
+    def load(self) -> dict[str, int]:
+        return self._load_all()[ORIGINALS]
 
     def original_mw(self, uuid: str) -> int | None:
         return self.load().get(uuid)
 
+    def set_mw(self, uuid: str) -> int | None:
+        """The limit the sidecar itself set last on this GPU (None: never, or a file from before it was kept)."""
+        return self._load_all()[SET_BY_SIDECAR].get(uuid)
+
     def remember(self, uuid: str, milliwatts: int) -> None:
         """Record the original limit unless one is already recorded (the first change wins)."""
-        originals = self.load()
-        if uuid not in originals:
-            originals[uuid] = milliwatts
-            self._write(originals)
+        maps = self._load_all()
+        if uuid not in maps[ORIGINALS]:
+            maps[ORIGINALS][uuid] = milliwatts
+            self._write_all(maps)
+
+    def remember_change(self, uuid: str, original_mw: int, target_mw: int) -> None:
+        """Before a change, in one write: the original (the first change wins) and the limit about to be
+        set (the last change wins)."""
+        maps = self._load_all()
+        maps[ORIGINALS].setdefault(uuid, original_mw)
+        maps[SET_BY_SIDECAR][uuid] = target_mw
+        self._write_all(maps)
+
+    def remember_set(self, uuid: str, milliwatts: int | None) -> None:
+        """Record the limit the sidecar set (None: forget it, e.g. after a failed change)."""
+        maps = self._load_all()
+        if maps[SET_BY_SIDECAR].get(uuid) == milliwatts:
+            return
+        if milliwatts is None:
+            maps[SET_BY_SIDECAR].pop(uuid, None)
+        else:
+            maps[SET_BY_SIDECAR][uuid] = milliwatts
+        self._write_all(maps)
 
     def forget(self, uuid: str) -> None:
-        originals = self.load()
-        if originals.pop(uuid, None) is not None:
-            self._write(originals)
+        maps = self._load_all()
+        dropped = [maps[section].pop(uuid, None) for section in (ORIGINALS, SET_BY_SIDECAR)]
+        if any(value is not None for value in dropped):
+            self._write_all(maps)
 
-    def _write(self, originals: dict[str, int]) -> None:
+    def _write_all(self, maps: dict[str, dict[str, int]]) -> None:
         directory = self.path.parent
         try:
             directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
             try:
                 with os.fdopen(fd, "w") as fh:
-                    json.dump({"original_power_limit_mw": originals}, fh, sort_keys=True)
+                    json.dump(maps, fh, sort_keys=True)
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, self.path)

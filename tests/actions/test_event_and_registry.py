@@ -49,7 +49,7 @@ async def test_pod_events_go_to_each_pods_namespace(
         {"namespace": p["metadata"]["namespace"], "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
         for p in (a, b)
     ]
-    params = Event().parse({"reason": "GPUFailing", "message": "your GPU is failing", "on": "pods"})
+    params = Event().parse({"reason": "GPUFailing", "message": "your GPU is failing", "object": "pods"})
     result = await Event().run(make_ctx(context={"pods": pods}), params)
     events = fake_kube.items("events")
     assert sorted((e["metadata"]["namespace"], e["involvedObject"]["name"]) for e in events) == [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from remediator.durations import parse_duration
 
@@ -43,7 +43,17 @@ class EventParams(_Params):
     reason: str
     message: str
     type: Literal["Normal", "Warning"] = "Warning"
-    on: Literal["node", "pods"] = "node"
+    object: Literal["node", "pods"] = "node"
+
+    deprecated_keys: ClassVar[dict[str, tuple[str, str]]] = {"on": ("object", "YAML 1.1 reads `on` as true")}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "on" in data:
+            data = dict(data)
+            data.setdefault("object", data.pop("on"))
+        return data
 
 
 class DrainParams(_Params):

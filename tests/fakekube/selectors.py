@@ -153,17 +153,68 @@ def parse_label_selector(text: str | None) -> list[LabelRequirement]:
     return [_parse_label_term(t) for t in terms]
 
 
+def _split_field_terms(text: str) -> list[str]:
+    """Split on commas not escaped by a backslash (apimachinery fields.splitTerms)."""
+    terms, start, escaped = [], 0, False
+    for i, c in enumerate(text):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == ",":
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def _split_field_term(term: str) -> tuple[str, str, str] | None:
+    """(field, operator, raw value) at the first `!=`, `==` or `=` (apimachinery fields.splitTerm)."""
+    for i in range(len(term)):
+        for op in ("!=", "==", "="):
+            if term.startswith(op, i):
+                return term[:i], op, term[i + len(op):]
+    return None
+
+
+def _unescape_field_value(value: str) -> str:
+    """Only `\\\\`, `\\,` and `\\=` are escapes; a bare `,` or `=` is refused (fields.UnescapeValue)."""
+    out, escaped = [], False
+    for c in value:
+        if escaped:
+            if c not in "\\,=":
+                raise SelectorError(f"invalid field selector: invalid escape sequence: \\{c}")
+            out.append(c)
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c in ",=":
+            raise SelectorError(f"invalid field selector: unescaped character {c!r} in a value")
+        else:
+            out.append(c)
+    if escaped:
+        raise SelectorError("invalid field selector: invalid escape sequence: \\")
+    return "".join(out)
+
+
 def parse_field_selector(text: str | None, plural: str) -> list[FieldRequirement]:
-    """`spec.nodeName=n1,status.phase!=Succeeded` -> requirements; unknown fields are an error."""
-    if text is None or not text.strip():
+    """`spec.nodeName=n1,status.phase!=Succeeded` -> requirements; unknown fields are an error.
+
+    The apiserver's grammar: terms split on unescaped commas, each at its first operator, values
+    unescaped (`\\\\`, `\\,`, `\\=`) and refused with any other escape or a bare `,`/`=`; no trimming.
+    """
+    if text is None or not text:
         return []
     supported = FIELDS.get(plural, DEFAULT_FIELDS)
     requirements = []
-    for term in text.split(","):
-        m = re.match(r"^\s*([^=!\s]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
-        if not m:
+    for term in _split_field_terms(text):
+        if not term:
+            continue
+        parts = _split_field_term(term)
+        if parts is None:
             raise SelectorError(f"invalid selector: {term!r}; can't understand")
-        field, op, value = m.groups()
+        field, op, raw = parts
+        value = _unescape_field_value(raw)
         if field not in supported:
             only = ", ".join(f'"{f}"' for f in supported)
             raise SelectorError(f'"{field}" is not a known field selector: only {only}')

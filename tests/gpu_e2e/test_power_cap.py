@@ -85,3 +85,29 @@ async def test_the_limit_is_not_touched_when_the_sidecar_cannot_be_reached(
     assert "unreachable" in rem["state_reason"]
     assert rem["context"]["pod_source"] == "node" and "unreachable" in rem["context"]["sidecar_error"]
     assert gpu_node.power_limit_mw(0) == DEFAULT_MW
+
+
+async def test_a_limit_an_operator_set_after_the_cap_survives_the_revert_and_is_reported(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    cluster: Cluster = await gpu_cluster()
+    labels = gpu_alert_labels("GPUTemperatureHigh", 0)
+    await cluster.post(am_payload(am_alert(labels)))
+    await cluster.settle()
+    assert gpu_node.power_limit_mw(0) == 560_000
+    gpu_node.sidecar.nvml.set("gpu.0.power_limit", 620_000)  # an operator raises it by hand
+
+    await cluster.post(am_payload(am_alert(labels, status="resolved")))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "reverted"
+    assert gpu_node.power_limit_mw(0) == 620_000
+    [restore] = [s for s in rem["steps"] if s["phase"] == "revert"]
+    assert (restore["action"], restore["status"]) == ("restore_power_limit", "succeeded")
+    out = restore["output"]
+    assert out["changed"] is False and out["left_alone"] is True
+    assert (out["reason"], out["current_watts"], out["capped_watts"]) == ("changed by another actor", 620.0, 560.0)
+    audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    [event] = [e for e in audit if e["kind"] == "step.succeeded" and e["data"]["action"] == "restore_power_limit"]
+    assert event["data"]["output"]["left_alone"] is True
+    assert event["data"]["output"]["reason"] == "changed by another actor"

@@ -18,7 +18,10 @@ def test_percent_of_default_then_restore(env: SidecarEnv, http: httpx.Client) ->
     assert body["changed"] is True
     assert (body["previous_watts"], body["new_watts"], body["original_watts"]) == (700.0, 350.0, 700.0)
     assert env.nvml.get("gpu.0.power_limit") == "350000"
-    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {gpu_uuid(0): 700000}}
+    assert json.loads(env.state_file.read_text()) == {
+        "original_power_limit_mw": {gpu_uuid(0): 700000},
+        "set_power_limit_mw": {gpu_uuid(0): 350000},
+    }
     assert http.get("/v1/gpus").json()["gpus"][0]["power_limit_original_watts"] == 700.0
 
     # A second change keeps the first original.
@@ -26,10 +29,10 @@ def test_percent_of_default_then_restore(env: SidecarEnv, http: httpx.Client) ->
     assert (second["previous_watts"], second["new_watts"], second["original_watts"]) == (350.0, 400.0, 700.0)
 
     restored = http.post(url + "/restore").json()
-    assert restored["changed"] is True
+    assert restored["changed"] is True and restored["restored"] is True
     assert (restored["previous_watts"], restored["new_watts"]) == (400.0, 700.0)
     assert env.nvml.get("gpu.0.power_limit") == "700000"
-    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {}}
+    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {}, "set_power_limit_mw": {}}
 
     again = http.post(url + "/restore").json()
     assert again["changed"] is False
@@ -87,7 +90,7 @@ def test_dry_run_changes_nothing(env: SidecarEnv, http: httpx.Client) -> None:
 def test_failed_set_forgets_the_original_it_just_wrote(env: SidecarEnv, http: httpx.Client) -> None:
     env.nvml.set(f"err.{SET}", 4)
     assert http.post(f"/v1/gpus/{gpu_uuid(0)}/power-limit", json={"watts": 300}).status_code == 403
-    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {}}
+    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {}, "set_power_limit_mw": {}}
 
 
 def test_original_survives_a_sidecar_restart(env: SidecarEnv) -> None:
@@ -100,3 +103,59 @@ def test_original_survives_a_sidecar_restart(env: SidecarEnv) -> None:
     restored = httpx.post(env.url + url + "/restore", headers=AUTH).json()
     assert (restored["previous_watts"], restored["new_watts"], restored["changed"]) == (300.0, 700.0, True)
     assert env.nvml.get("gpu.1.power_limit") == "700000"
+
+
+def test_restore_leaves_a_limit_someone_else_set_after_the_cap(env: SidecarEnv, http: httpx.Client) -> None:
+    url = f"/v1/gpus/{gpu_uuid(0)}/power-limit"
+    assert http.post(url, json={"watts": 400}).json()["changed"] is True
+    env.nvml.set("gpu.0.power_limit", 550_000)  # an operator's nvidia-smi -pl 550 after the cap
+
+    dry = http.post(url + "/restore", json={"dry_run": True}).json()
+    assert (dry["restored"], dry["left_alone"]) == (False, True)
+    assert "would leave" in dry["message"]
+
+    response = http.post(url + "/restore")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["restored"] is False and body["changed"] is False and body["left_alone"] is True
+    assert body["reason"] == "changed by another actor"
+    assert (body["current_watts"], body["capped_watts"], body["original_watts"]) == (550.0, 400.0, 700.0)
+    assert "changed by another actor" in body["message"]
+    assert env.nvml.get("gpu.0.power_limit") == "550000"
+    assert env.nvml.calls(SET) == 1
+    # The operator's limit is the baseline now: nothing is remembered, a second restore does nothing.
+    assert json.loads(env.state_file.read_text()) == {"original_power_limit_mw": {}, "set_power_limit_mw": {}}
+    again = http.post(url + "/restore").json()
+    assert again["changed"] is False and "nothing to restore" in again["message"]
+    assert env.nvml.get("gpu.0.power_limit") == "550000"
+
+
+def test_restore_of_a_state_file_without_the_set_limit_restores_the_original(
+    env: SidecarEnv, http: httpx.Client
+) -> None:
+    env.nvml.set("gpu.1.power_limit", 300_000)
+    env.state_file.parent.mkdir(parents=True, exist_ok=True)
+    env.state_file.write_text(json.dumps({"original_power_limit_mw": {gpu_uuid(1): 700000}}))
+    body = http.post(f"/v1/gpus/{gpu_uuid(1)}/power-limit/restore").json()
+    assert (body["restored"], body["changed"]) == (True, True)
+    assert env.nvml.get("gpu.1.power_limit") == "700000"
+
+
+def test_nan_and_infinity_in_the_body_are_a_clean_422_naming_the_field(env: SidecarEnv, http: httpx.Client) -> None:
+    url = f"/v1/gpus/{gpu_uuid(0)}/power-limit"
+    headers = {"Content-Type": "application/json"}
+    for raw, field in [
+        ('{"watts": NaN}', "watts"),
+        ('{"watts": Infinity}', "watts"),
+        ('{"percent_of_default": -Infinity}', "percent_of_default"),
+        ('{"watts": 300, "dry_run": NaN}', "dry_run"),
+    ]:
+        response = http.post(url, content=raw, headers=headers)
+        assert response.status_code == 422, (raw, response.text)
+        body = response.json()
+        assert body["error"].startswith(f"invalid request: {field}: "), body
+        assert field in [e["field"] for e in body["errors"]]
+    restore = http.post(url + "/restore", content='{"dry_run": NaN}', headers=headers)
+    assert restore.status_code == 422 and "dry_run" in restore.json()["error"]
+    assert env.nvml.calls(SET) == 0
+    assert not env.state_file.exists()
