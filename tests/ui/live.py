@@ -38,7 +38,8 @@ async def live_controller(
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     settings = settings_for_base(base)
     rt, engine = await build_runtime(settings, kube=kube, connect_kube=False)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, runtime=rt, listen_host=listen_host), log_level="warning", lifespan="on"))
+    app = create_app(settings, runtime=rt, listen_host=listen_host)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(20):
