@@ -78,8 +78,9 @@ def serve(
     from remediator.api.app import create_app
 
     server = uvicorn.Server(uvicorn.Config(
-        create_app(settings), host=host, port=port, loop="uvloop", http="httptools", log_level="info",
-        access_log=False,
+        create_app(settings, listen_host=host), host=host, port=port, loop="uvloop", http="httptools",
+        log_level="info", access_log=False,
+        proxy_headers=False,  # the peer address is the TCP peer: REMEDIATOR_TRUSTED_PROXIES is checked against it
     ))
 
     def stop_serving() -> None:

@@ -11,7 +11,7 @@ import ipaddress
 import re
 from datetime import time, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
@@ -145,6 +145,46 @@ class Settings(BaseSettings):
     # How often the worker prunes (when a retention is set) and logs the audit head (`seq:hash`).
     prune_interval: timedelta = timedelta(hours=1)
     audit_head_interval: timedelta = timedelta(minutes=10)
+    # Web UI sign-in (docs/approvals.md): `name:token` pairs for the /login page; the key of the session
+    # cookie (else derived from SECRET_KEY); how long a session lasts; the peers (IPs or CIDRs) whose
+    # APPROVER_HEADER is believed (empty: any peer); `required` asks for sign-in on loopback binds too.
+    ui_tokens: CommaList = Field(default_factory=list)
+    session_secret: str | None = None
+    session_ttl: timedelta = timedelta(hours=12)
+    trusted_proxies: CommaList = Field(default_factory=list)
+    ui_sign_in: Literal["auto", "required"] = "auto"
+
+    @field_validator("ui_tokens", "trusted_proxies", mode="before")
+    @classmethod
+    def _sign_in_lists(cls, value: Any) -> Any:
+        return _split(value)
+
+    @field_validator("session_ttl", mode="before")
+    @classmethod
+    def _session_ttl(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("ui_tokens")
+    @classmethod
+    def _ui_tokens(cls, value: list[str]) -> list[str]:
+        for item in value:
+            name, _, token = item.partition(":")
+            name = name.strip()
+            if not name or not token or len(name) > 100 or not name.isprintable():
+                raise ValueError("UI_TOKENS entries are `name:token` (a name of at most 100 printable characters)")
+            if len(token) < 16:
+                raise ValueError(f"UI_TOKENS: the token of {name!r} is shorter than 16 characters")
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"TRUSTED_PROXIES: {item!r} is not an IP address or CIDR network") from None
+        return value
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",

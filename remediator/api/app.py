@@ -9,11 +9,12 @@ import secrets
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from remediator import __version__
@@ -26,18 +27,20 @@ from remediator.api.routes import (
     definitions,
     guardrails,
     health,
+    login,
     remediations,
     reports,
     slack,
     ui,
 )
+from remediator.api.signin import SignIn, SignInRequired
 from remediator.api.templating import STATIC_DIR
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import IllegalTransition, StoreUnavailable
-from remediator.settings import Settings
+from remediator.settings import Settings, is_loopback
 from remediator.validation_errors import invalid_request
 
 __all__ = ["create_app"]
@@ -45,8 +48,14 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker: bool = True) -> FastAPI:
-    """Build the app. With `runtime` given (tests), it is used as is and not disposed of."""
+def create_app(
+    settings: Settings, *, runtime: Runtime | None = None, run_worker: bool = True, listen_host: str = "127.0.0.1"
+) -> FastAPI:
+    """Build the app. With `runtime` given (tests), it is used as is and not disposed of.
+
+    `listen_host` is the address the server binds: beyond loopback, every web UI page needs a signed-in
+    person (`remediator serve` passes its `--host`).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -116,7 +125,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, run_worker
         app.include_router(module.router)
     app.include_router(definitions.ui_router)
     app.include_router(reports.api_router)
-    _add_ui(app, settings)
+    _add_ui(app, settings, listen_host)
     # Every body is bounded while it streams in, before routing, parsing and authentication.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/slack/interactions": slack.MAX_BODY})
     return app
@@ -131,7 +140,7 @@ def _on_sighup(reloader: DefinitionsReloader) -> bool:
     return True
 
 
-def _add_ui(app: FastAPI, settings: Settings) -> None:
+def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
     """Approval pages, the web UI, Slack interactivity and their shared CSRF key and static files."""
     if settings.secret_key:
         key = settings.secret_key.encode()
@@ -139,7 +148,31 @@ def _add_ui(app: FastAPI, settings: Settings) -> None:
         key = secrets.token_bytes(32)
         log.info("REMEDIATOR_SECRET_KEY is not set: form tokens use a per-process key (set it for replicas)")
     app.state.csrf = Csrf(key, secure_cookie=settings.public_url.startswith("https://"))
+    _add_sign_in(app, settings, listen_host, key)
     app.include_router(approvals.api_router)
-    for module in (approvals, ui, slack, reports):
+    for module in (approvals, ui, slack, reports, login):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+
+def _add_sign_in(app: FastAPI, settings: Settings, listen_host: str, fallback_key: bytes) -> None:
+    """Who may use the web UI: a signed-in person beyond loopback (or when required), anyone on loopback."""
+    required = settings.ui_sign_in == "required" or not is_loopback(listen_host)
+    sign_in = SignIn(settings, required=required, fallback_key=fallback_key)
+    app.state.sign_in = sign_in
+    if required and not sign_in.possible:
+        log.warning(
+            "the web UI is closed to everyone: set REMEDIATOR_UI_TOKENS or REMEDIATOR_APPROVER_HEADER to sign "
+            "in (approval links, Slack and the API keep working)"
+        )
+    if required and settings.approver_header and not settings.trusted_proxies:
+        log.warning(
+            "REMEDIATOR_APPROVER_HEADER is believed from any peer that reaches the controller: set "
+            "REMEDIATOR_TRUSTED_PROXIES to your sign-in proxy and keep the NetworkPolicy in place"
+        )
+    if not settings.session_secret and not settings.secret_key and sign_in.token_login:
+        log.info("REMEDIATOR_SESSION_SECRET is not set: UI sessions end when this process does")
+
+    @app.exception_handler(SignInRequired)
+    async def _sign_in_first(_request: Request, exc: SignInRequired) -> RedirectResponse:
+        return RedirectResponse(f"/login?next={quote(exc.path, safe='/')}", status_code=303)

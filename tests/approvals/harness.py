@@ -113,7 +113,11 @@ def settings_for(tmp_path: Path, **overrides: Any) -> Settings:
 
 
 @asynccontextmanager
-async def gated_controller(tmp_path: Path, **overrides: Any) -> AsyncIterator[Gated]:
+async def gated_controller(
+    tmp_path: Path, *, listen_host: str = "127.0.0.1", peer: str = "127.0.0.1", **overrides: Any
+) -> AsyncIterator[Gated]:
+    """`listen_host`: the bind address the app is told about (beyond loopback the UI needs sign-in);
+    `peer`: the client address every request of `client` comes from."""
     settings = settings_for(tmp_path, **overrides)
     rt, engine = await build_runtime(settings, connect_kube=False)
     clock = Clock()
@@ -125,10 +129,10 @@ async def gated_controller(tmp_path: Path, **overrides: Any) -> AsyncIterator[Ga
     rt.notifier = NotificationService(
         [capture, *real], rt.repo, rt.metrics, settings, on_close=configured.aclose
     )
-    app = create_app(settings, runtime=rt, run_worker=False)
+    app = create_app(settings, runtime=rt, run_worker=False, listen_host=listen_host)
     worker = Worker(rt)
     app.state.worker = worker
-    transport = httpx.ASGITransport(app=app)
+    transport = httpx.ASGITransport(app=app, client=(peer, 40000))
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9") as client:
             yield Gated(rt, engine, app, client, worker, settings, capture, clock)

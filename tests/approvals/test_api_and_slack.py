@@ -32,6 +32,32 @@ async def test_api_approve_then_second_decision_is_409(gated: Gated) -> None:
     assert ("state.running", "api:chatops-bot") in actors
 
 
+async def test_api_decision_without_a_name_never_passes_an_allowlist(tmp_path: Path) -> None:
+    async with gated_controller(tmp_path, approvers=["carol"]) as gated:
+        rem = await gated.fire()
+        url = f"/api/v1/remediations/{rem.id}/approve"
+        for body in (None, {}, {"by": "   "}, {"comment": "ship it"}):
+            r = await gated.client.post(url, json=body, headers=AUTH)
+            assert r.status_code == 403, (body, r.text)
+            assert "REMEDIATOR_APPROVERS" in r.json()["detail"] and "by" in r.json()["detail"]
+        r = await gated.client.post(url, json={"by": "mallory"}, headers=AUTH)
+        assert r.status_code == 403 and "api:mallory is not on the list" in r.json()["detail"]
+        assert await gated.state(rem.id) == "awaiting_approval"
+        assert all(a.decision is None for a in await gated.rt.repo.approvals_of(rem.id))
+        r = await gated.client.post(url, json={"by": "Carol"}, headers=AUTH)
+        assert r.status_code == 200, r.text
+        (approval,) = await gated.rt.repo.approvals_of(rem.id)
+        assert approval.decided_by == "api:Carol"
+
+
+async def test_api_decision_without_a_name_and_no_allowlist_is_recorded_as_api(gated: Gated) -> None:
+    rem = await gated.fire()
+    r = await gated.client.post(f"/api/v1/remediations/{rem.id}/reject", headers=AUTH)
+    assert r.status_code == 200 and r.json()["state"] == "rejected"
+    (approval,) = await gated.rt.repo.approvals_of(rem.id)
+    assert approval.decided_by == "api"
+
+
 async def test_api_reject_unknown_and_unauthenticated(gated: Gated) -> None:
     rem = await gated.fire()
     assert (await gated.client.post(f"/api/v1/remediations/{rem.id}/reject")).status_code == 401
@@ -91,11 +117,23 @@ def test_signature_good_stale_bad_and_missing() -> None:
 
 
 def slack_request(
-    value: str, action: str = "approve", *, user: str = "alice", ts: int | None = None, secret: str = SECRET
+    value: str,
+    action: str = "approve",
+    *,
+    user: str = "alice",
+    user_id: str | None = "U123ALICE",
+    email: str | None = None,
+    ts: int | None = None,
+    secret: str = SECRET,
 ) -> tuple[bytes, dict[str, str]]:
+    who: dict[str, str] = {"username": user, "name": user}
+    if user_id is not None:
+        who["id"] = user_id
+    if email is not None:
+        who["email"] = email
     payload = {
         "type": "block_actions",
-        "user": {"id": "U123", "username": user, "name": user},
+        "user": who,
         "actions": [{"action_id": action, "value": value, "type": "button"}],
     }
     body = urlencode({"payload": json.dumps(payload)}).encode()
@@ -140,26 +178,50 @@ async def test_slack_button_with_token_approves_once(tmp_path: Path) -> None:
         body, headers = slack_request(str(interactive["approve"]))
         r = await gated.client.post("/slack/interactions", content=body, headers=headers)
         assert r.status_code == 200 and "Recorded" in r.json()["text"]
-        body, headers = slack_request(str(interactive["reject"]), "reject", user="mallory")
+        body, headers = slack_request(str(interactive["reject"]), "reject", user="mallory", user_id="U0MALLORY")
         r = await gated.client.post("/slack/interactions", content=body, headers=headers)
         assert "Already decided" in r.json()["text"]
         await gated.settle()
         assert await gated.state(rem.id) == "succeeded"
         actors = {(e.kind, e.actor) for e in await gated.rt.repo.list_audit(remediation_id=rem.id)}
-        assert ("state.running", "slack:alice") in actors
+        assert ("state.running", "slack:U123ALICE") in actors
 
 
 async def test_slack_button_by_remediation_id_and_allowlist(tmp_path: Path) -> None:
-    async with gated_controller(tmp_path, slack_signing_secret=SECRET, approvers=["carol"]) as gated:
+    async with gated_controller(tmp_path, slack_signing_secret=SECRET, approvers=["slack:UCAROL"]) as gated:
         rem = await gated.fire()
-        body, headers = slack_request(rem.id, "reject", user="dave")
+        body, headers = slack_request(rem.id, "reject", user="dave", user_id="UDAVE")
         r = await gated.client.post("/slack/interactions", content=body, headers=headers)
         assert "not on the list" in r.json()["text"]
         assert await gated.state(rem.id) == "awaiting_approval"
-        body, headers = slack_request(rem.id, "reject", user="carol")
+        body, headers = slack_request(rem.id, "reject", user="carol", user_id="UCAROL")
         r = await gated.client.post("/slack/interactions", content=body, headers=headers)
         assert r.status_code == 200
         assert await gated.state(rem.id) == "rejected"
+
+
+async def test_slack_allowlist_matches_the_immutable_user_id_only(tmp_path: Path) -> None:
+    """A user may rename themselves `alice`; only Slack's user id says who clicked, and it is what is recorded."""
+    async with gated_controller(
+        tmp_path, slack_signing_secret=SECRET, approvers=["alice", "alice@example.com", "slack:UALICE01"]
+    ) as gated:
+        rem = await gated.fire()
+        for body, headers in (
+            slack_request(rem.id, user="alice", user_id="U0MALLORY", email="alice@example.com"),
+            slack_request(rem.id, user="alice", user_id=None, email="alice@example.com"),
+            slack_request(rem.id, user="alice", user_id="UALICE02"),
+        ):
+            r = await gated.client.post("/slack/interactions", content=body, headers=headers)
+            assert r.status_code == 200
+            assert "nothing was decided" in r.json()["text"]
+            assert await gated.state(rem.id) == "awaiting_approval"
+        body, headers = slack_request(rem.id, user="mallory", user_id="UALICE01")
+        r = await gated.client.post("/slack/interactions", content=body, headers=headers)
+        assert "Recorded" in r.json()["text"]
+        (approval,) = await gated.rt.repo.approvals_of(rem.id)
+        assert approval.decided_by == "slack:UALICE01" and approval.decision_source == "slack"
+        fresh = await gated.rt.repo.get(rem.id)
+        assert fresh is not None and fresh.decided_by == "slack:UALICE01"
 
 
 async def test_slack_garbage_after_a_valid_signature_is_a_clean_4xx(tmp_path: Path) -> None:

@@ -133,6 +133,7 @@ def test_overlays_contain_exactly_the_expected_objects() -> None:
         ("Service", "gpu-remediator"),
         ("DaemonSet", "gpu-remediator-sidecar"),
         ("NetworkPolicy", "gpu-remediator-sidecar"),
+        ("NetworkPolicy", "gpu-remediator"),
     }
     kinds = {
         name: {(o["kind"], o["metadata"]["name"]) for o in rendered(path)} for name, path in OVERLAYS.items()
@@ -401,7 +402,7 @@ def test_sidecar_privileges_are_bounded(overlay: tuple[str, Objects]) -> None:
 
 def test_network_policy_admits_only_the_controller_on_9410(overlay: tuple[str, Objects]) -> None:
     _, objects = overlay
-    policy = only(objects, "NetworkPolicy")
+    policy = only(objects, "NetworkPolicy", "gpu-remediator-sidecar")
     controller_labels = controller(objects)["spec"]["template"]["metadata"]["labels"]
     sidecar_labels = sidecar(objects)["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"] == {"matchLabels": SIDECAR_LABELS}
@@ -416,13 +417,48 @@ def test_network_policy_admits_only_the_controller_on_9410(overlay: tuple[str, O
     assert not selects(peer["podSelector"]["matchLabels"], sidecar_labels)
 
 
+# What each peer of the controller's policy is, by the pod label it selects (docs/deploy.md lists them).
+CONTROLLER_PEERS = {"alertmanager": "monitoring", "prometheus": "monitoring", "ingress-nginx": "ingress-nginx"}
+
+
+def test_network_policy_admits_only_alertmanager_prometheus_and_the_ingress_to_the_controller(
+    overlay: tuple[str, Objects],
+) -> None:
+    _, objects = overlay
+    policy = only(objects, "NetworkPolicy", "gpu-remediator")
+    controller_labels = controller(objects)["spec"]["template"]["metadata"]["labels"]
+    sidecar_labels = sidecar(objects)["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": CONTROLLER_LABELS}
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], controller_labels)
+    assert not selects(policy["spec"]["podSelector"]["matchLabels"], sidecar_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (main,) = pod_spec(controller(objects))["containers"]
+    (http,) = main["ports"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": http["containerPort"]}]
+    assert "--port" in main["args"] and main["args"][main["args"].index("--port") + 1] == str(http["containerPort"])
+    peers = {}
+    for peer in rule["from"]:
+        # Each peer is one set of pods in one namespace: no ipBlock, no empty (match-all) selector.
+        assert set(peer) == {"namespaceSelector", "podSelector"}, peer
+        (namespace,) = peer["namespaceSelector"]["matchLabels"].items()
+        assert namespace[0] == "kubernetes.io/metadata.name"
+        (pod_label,) = peer["podSelector"]["matchLabels"].items()
+        assert pod_label[0] == "app.kubernetes.io/name"
+        peers[pod_label[1]] = namespace[1]
+    assert peers == CONTROLLER_PEERS
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    for name, namespace in CONTROLLER_PEERS.items():
+        assert f"`app.kubernetes.io/name: {name}`" in guide and f"`{namespace}`" in guide
+
+
 def test_sidecar_port_matches_the_controller_setting(overlay: tuple[str, Objects]) -> None:
     _, objects = overlay
     (main,) = pod_spec(controller(objects))["containers"]
     (side,) = pod_spec(sidecar(objects))["containers"]
     port = int(env_of(main)["REMEDIATOR_SIDECAR_PORT"]["value"])
     assert side["ports"][0]["hostPort"] == port
-    assert only(objects, "NetworkPolicy")["spec"]["ingress"][0]["ports"][0]["port"] == port
+    assert only(objects, "NetworkPolicy", "gpu-remediator-sidecar")["spec"]["ingress"][0]["ports"][0]["port"] == port
 
 
 def test_definitions_load_from_the_configmap_volumes(tmp_path: Path) -> None:

@@ -28,15 +28,18 @@ CHROMIUM_ARGS = [
 
 @asynccontextmanager
 async def live_controller(
-    settings_for_base: Callable[[str], Settings], kube: KubeAdapter | None = None
+    settings_for_base: Callable[[str], Settings], kube: KubeAdapter | None = None, *, listen_host: str = "127.0.0.1"
 ) -> AsyncIterator[tuple[str, Runtime]]:
-    """Yield (base URL, runtime); `settings_for_base(base)` builds the settings once the port is known."""
+    """Yield (base URL, runtime); `settings_for_base(base)` builds the settings once the port is known.
+
+    The server always binds 127.0.0.1; `listen_host` is what the app is told it binds (0.0.0.0: sign-in)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     settings = settings_for_base(base)
     rt, engine = await build_runtime(settings, kube=kube, connect_kube=False)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings, runtime=rt), log_level="warning", lifespan="on"))
+    app = create_app(settings, runtime=rt, listen_host=listen_host)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with asyncio.timeout(20):

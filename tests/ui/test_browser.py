@@ -93,3 +93,43 @@ async def test_slack_link_opens_in_chromium_and_approve_runs_the_playbook(tmp_pa
             async with asyncio.timeout(20):
                 while not any("succeeded" in b.get("text", "") for b in slack.bodies):
                     await slack.wait_for(len(slack.bodies) + 1)
+
+
+async def test_beyond_loopback_chromium_signs_in_with_a_ui_token_and_approves(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    token = "alice-browser-token-0123456789"
+    with_tokens = live_controller(
+        lambda base: settings_for(tmp_path, public_url=base, ui_tokens=[f"Alice Browser:{token}"]),
+        listen_host="0.0.0.0",
+    )
+    async with with_tokens as (base, rt):
+        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+            assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
+            async with asyncio.timeout(30):
+                while not (listed := (await api.get("/api/v1/remediations")).json()):
+                    await asyncio.sleep(0.05)
+            rem_id = listed[0]["id"]
+            await wait_for_state(rt, rem_id, "awaiting_approval")
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page()
+                await page.goto(f"{base}/remediations/{rem_id}")
+                assert page.url == f"{base}/login?next=/remediations/{rem_id}"
+                assert "trainer-0" not in await page.content()
+                await page.fill("#token", token)
+                await page.click("#sign-in")
+                await page.wait_for_url(f"{base}/remediations/{rem_id}")
+                assert await page.locator("#name").count() == 0
+                await page.click("button[value=approve]")
+                await page.wait_for_url(f"{base}/remediations/{rem_id}?decided=approved")
+                await wait_for_state(rt, rem_id, "succeeded")
+                cookies = {c["name"]: c for c in await page.context.cookies()}
+                session = cookies["remediator_session"]
+                assert session["httpOnly"] is True and session["sameSite"] == "Strict"
+            finally:
+                await browser.close()
+        (approval,) = await rt.repo.approvals_of(rem_id)
+        assert approval.decided_by == "Alice Browser" and approval.decision_source == "ui"

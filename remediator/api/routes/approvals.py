@@ -18,6 +18,7 @@ from remediator.api.csrf import Csrf
 from remediator.api.deps import Auth, RuntimeDep, WorkerDep
 from remediator.api.routes.remediations import actor_of
 from remediator.api.schemas import RemediationOut, summary_out
+from remediator.api.signin import sign_in_of
 from remediator.api.templating import page
 from remediator.engine.approvals import Approvals, ApprovalView, Decision, Outcome, hash_token
 from remediator.engine.runtime import Runtime
@@ -58,13 +59,14 @@ def message_page(title: str, message: str, status_code: int, *, link: str | None
 
 
 def identity_of(request: Request, rt: Runtime, typed: str | None) -> tuple[str | None, str | None]:
-    """(who, None) or (None, why not): the trusted proxy header when configured, else the typed name."""
+    """(who, None) or (None, why not): the signed-in person (trusted proxy header or UI session) when there
+    is one; else, with a proxy header configured, nobody; else the typed name."""
+    who = sign_in_of(request).who(request)
+    if who is not None:
+        return who, None
     header = rt.settings.approver_header
     if header:
-        value = (request.headers.get(header) or "").strip()
-        if not value:
-            return None, f"Your sign-in proxy did not say who you are (header {header} is missing)."
-        return value[:200], None
+        return None, f"Your sign-in proxy did not say who you are (header {header} is missing)."
     name = (typed or "").strip()
     if not name:
         return None, "Type your name: the audit log records who decided."
@@ -74,8 +76,8 @@ def identity_of(request: Request, rt: Runtime, typed: str | None) -> tuple[str |
 
 
 def header_identity(request: Request, rt: Runtime) -> str | None:
-    header = rt.settings.approver_header
-    return (request.headers.get(header) or "").strip() or None if header else None
+    """The signed-in person shown on the approval page (None: the form asks for a name)."""
+    return sign_in_of(request).who(request)
 
 
 def _purpose(token: str) -> str:
@@ -95,14 +97,15 @@ def _approval_page(
 ) -> HTMLResponse:
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
+    identity = header_identity(request, rt)
     context: dict[str, Any] = {
         "view": view,
         "rem": view.remediation,
         "approval": view.approval,
         "plan_only": rt.plan_only,
         "csrf": csrf.token(nonce, _purpose(token)),
-        "identity": header_identity(request, rt),
-        "needs_name": not rt.settings.approver_header,
+        "identity": identity,
+        "needs_name": identity is None and not rt.settings.approver_header,
         "notice": notice,
         "error": error,
         "typed": typed,
@@ -197,10 +200,20 @@ async def _api_decide(
 ) -> RemediationOut:
     approvals = Approvals(rt)
     actor = actor_of(request)
-    if actor == "api" and body is not None and body.by:
-        actor = f"api:{body.by.strip()}"
-    if not approvals.allowed(actor.removeprefix("api:")) and actor != "api":
-        raise HTTPException(403, f"{actor} is not on the list of approvers")
+    named = (body.by or "").strip() if body is not None else ""
+    if actor == "api" and named:
+        if not named.isprintable():
+            raise HTTPException(422, "by: a name of printable characters")
+        actor = f"api:{named}"
+    if any(a.strip() for a in rt.settings.approvers):
+        if actor == "api":
+            raise HTTPException(
+                403,
+                "an approver allowlist (REMEDIATOR_APPROVERS) is set: name the approver with \"by\" in the body "
+                "(or through the trusted approver header); nothing was decided",
+            )
+        if not approvals.allowed(actor.removeprefix("api:")):
+            raise HTTPException(403, f"{actor} is not on the list of approvers; nothing was decided")
     try:
         outcome = await approvals.decide_for(
             rem_id, decision, actor=actor, source="api", comment=body.comment if body else None

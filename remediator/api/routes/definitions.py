@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
@@ -21,7 +22,7 @@ from remediator.engine.runtime import Runtime
 __all__ = ["get_reloader", "router", "ui_router", "yaml_stream"]
 
 router = APIRouter(prefix="/api/v1/definitions", dependencies=[Auth], tags=["definitions"])
-ui_router = APIRouter(tags=["ui"], include_in_schema=False)
+ui_router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
 YAML_TYPE = "application/yaml; charset=utf-8"
 

@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 
 from remediator.api.deps import Auth, RepoDep, WorkerDep
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
+from remediator.api.signin import sign_in_of
 from remediator.engine.states import STATES
 from remediator.errors import IllegalTransition
 
@@ -17,11 +18,9 @@ router = APIRouter(prefix="/api/v1/remediations", dependencies=[Auth], tags=["re
 
 
 def actor_of(request: Request) -> str:
-    """Who called: the trusted proxy header when configured, else 'api'."""
-    header = request.app.state.runtime.settings.approver_header
-    if header and request.headers.get(header):
-        return f"api:{request.headers[header][:200]}"
-    return "api"
+    """Who called: the approver header when configured and sent by a trusted proxy, else 'api'."""
+    who = sign_in_of(request).header_identity(request)
+    return f"api:{who}" if who else "api"
 
 
 @router.get("", response_model=list[RemediationOut])

@@ -10,17 +10,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
 from remediator.engine.reports import idle_report
 
 __all__ = ["api_router", "router"]
 
 api_router = APIRouter(prefix="/api/v1/reports", dependencies=[Auth], tags=["reports"])
-router = APIRouter(tags=["ui"], include_in_schema=False)
+router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
 When = Annotated[str | None, Query(max_length=64, description="ISO 8601 time, e.g. 2026-12-01T00:00:00Z")]
 

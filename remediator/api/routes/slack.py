@@ -2,14 +2,16 @@
 
 Enabled only when `REMEDIATOR_SLACK_SIGNING_SECRET` is set. The signature is checked on the raw body before
 anything is parsed; then a `block_actions` payload with action_id `approve` or `reject` and the request's
-token (or a remediation id) as value goes through the same decision path as the approval page, with the
-Slack user as the approver (and the same allowlist).
+token (or a remediation id) as value goes through the same decision path as the approval page. The approver
+is Slack's immutable user id, recorded as `slack:<id>` and matched against the allowlist in that form
+(`slack:U012AB3CD`); usernames and e-mail addresses, which users can change, decide nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -30,6 +32,7 @@ router = APIRouter(tags=["slack"], include_in_schema=False)
 
 MAX_BODY = 256 * 1024
 _DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
+_SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,31}$")  # U012AB3CD, or W012A3CDE on Enterprise Grid
 
 
 def _reply(text: str, status_code: int = 200) -> JSONResponse:
@@ -38,11 +41,16 @@ def _reply(text: str, status_code: int = 200) -> JSONResponse:
     )
 
 
-def _user(payload: dict[str, Any]) -> tuple[str, list[str]]:
-    user = payload.get("user") or {}
-    names = [str(user.get(k) or "") for k in ("username", "name", "id", "email")]
-    names = [n for n in names if n]
-    return (names[0] if names else "unknown"), names
+def _user(payload: dict[str, Any]) -> tuple[str | None, str]:
+    """(Slack's immutable user id or None, the display name for replies only).
+
+    Usernames, display names and e-mail addresses can be changed by the user; only the id decides.
+    """
+    user = payload.get("user")
+    user = user if isinstance(user, dict) else {}
+    user_id = str(user.get("id") or "").strip()
+    label = str(user.get("username") or user.get("name") or "")[:100]
+    return (user_id if _SLACK_ID.match(user_id) else None), label
 
 
 def _summary(outcome: Outcome) -> str:
@@ -88,11 +96,13 @@ async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> J
     action = actions[0]
     decision = _DECISIONS[str(action["action_id"])]
     value = str(action.get("value") or "")
-    who, names = _user(payload)
+    user_id, label = _user(payload)
+    if user_id is None:
+        return _reply("Slack did not say who you are (no user id); nothing was decided.")
+    actor = f"slack:{user_id}"
     approvals = Approvals(rt)
-    if not approvals.allowed(*names):
-        return _reply(f"{who} is not on the list of approvers; nothing was decided.")
-    actor = f"slack:{who}"
+    if not approvals.allowed(actor):
+        return _reply(f"{actor} ({label}) is not on the list of approvers; nothing was decided.")
     try:
         if len(value) == 43:
             outcome = await approvals.decide(value, decision, actor=actor, source="slack")

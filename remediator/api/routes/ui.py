@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, identity_of, message_page, outcome_notice, outcome_status
+from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.engine.approvals import Approvals, Decision
 from remediator.engine.guardrail_status import guardrail_status
@@ -28,7 +29,7 @@ __all__ = ["router"]
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(tags=["ui"], include_in_schema=False)
+router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
 _DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
 
@@ -76,7 +77,9 @@ async def index(
 
 
 @router.get("/remediations/{rem_id}", response_class=HTMLResponse)
-async def detail(rem_id: str, request: Request, rt: RuntimeDep, decided: str | None = None) -> Response:
+async def detail(
+    rem_id: str, request: Request, rt: RuntimeDep, who: SignedIn, decided: str | None = None
+) -> Response:
     rem = await rt.repo.get(rem_id)
     if rem is None:
         return message_page("Not found", f"There is no remediation {rem_id}.", 404, link="/")
@@ -98,10 +101,8 @@ async def detail(rem_id: str, request: Request, rt: RuntimeDep, decided: str | N
         "banner": await _banner(rt),
         "status": _definitions_status(rt),
         "csrf": csrf.token(nonce, f"ui:{rem_id}"),
-        "needs_name": not rt.settings.approver_header,
-        "identity": (request.headers.get(rt.settings.approver_header or "") or None)
-        if rt.settings.approver_header
-        else None,
+        "needs_name": who is None and not rt.settings.approver_header,
+        "identity": who,
         "decided": decided if decided in ("approved", "rejected") else None,
         "refresh": 5 if rem.state in ("pending", "running", "reverting") else 0,
     }
@@ -112,7 +113,7 @@ async def detail(rem_id: str, request: Request, rt: RuntimeDep, decided: str | N
 
 
 @router.post("/remediations/{rem_id}/decision", response_class=HTMLResponse)
-async def decide(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> Response:
+async def decide(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep, who: SignedIn) -> Response:
     form = await request.form()
     field, typed, comment = (str(form.get(k) or "") for k in ("csrf", "name", "comment"))
     back = f"/remediations/{rem_id}"
@@ -127,11 +128,12 @@ async def decide(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDe
     decision = _DECISIONS.get(str(form.get("decision") or ""))
     if decision is None:
         return message_page("No decision", "Choose Approve or Reject.", 400, link=back)
-    who, problem = identity_of(request, rt, typed)
-    if who is None:
-        return message_page(
-            "Who are you?", problem or "", 400 if not rt.settings.approver_header else 403, link=back
-        )
+    if who is None:  # an open (loopback) UI without a signed-in person: the proxy header or the typed name
+        who, problem = identity_of(request, rt, typed)
+        if who is None:
+            return message_page(
+                "Who are you?", problem or "", 400 if not rt.settings.approver_header else 403, link=back
+            )
     approvals = Approvals(rt)
     if not approvals.allowed(who):
         return message_page(
