@@ -218,7 +218,9 @@ def test_a_passing_dcgm_diagnostic_on_path(tools: Tools, http: httpx.Client) -> 
     assert report.dcgm.available and report.dcgm.path == str(tools.bin / "dcgmi")
     assert report.dcgm.argv[1:] == ["diag", "-r", "2", "-i", "0", "-j"]
     assert (report.dcgm.exit_code, report.dcgm.version, report.dcgm.error) == (0, "4.2.3", None)
-    assert [(t.name, t.status) for t in report.dcgm.tests] == [("software", "Pass"), ("pcie", "Pass"), ("memory", "Pass")]
+    assert [(t.name, t.status) for t in report.dcgm.tests] == [
+        ("software", "Pass"), ("pcie", "Pass"), ("memory", "Pass"),
+    ]
     assert {n: c.verdict for n, c in checks(report).items() if n.startswith("dcgm")} == {
         "dcgm": "pass", "dcgm.software": "pass", "dcgm.pcie": "pass", "dcgm.memory": "pass",
     }
