@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +34,16 @@ from remediator.intake.normalize import GpuAlert
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
-__all__ = ["Executor", "run_with_retries"]
+__all__ = ["Executor", "StepFailure", "run_with_retries"]
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """A step that failed: the error text and what the action found before failing (ActionError.output)."""
+
+    error: str
+    output: dict[str, Any]
+
 
 log = logging.getLogger(__name__)
 PAUSE_KEY = "pause"
@@ -299,7 +308,7 @@ class Executor:
                 output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
             )
             return None
-        await self._step_failed(rem, step, idx, outcome, rendered)
+        await self._step_failed(rem, step, idx, outcome.error, rendered, output=outcome.output)
         return None
 
     async def _step_cancelled(self, rem: Remediation, step: Step, idx: int, cancel: CancelRemediation) -> None:
@@ -314,7 +323,9 @@ class Executor:
         if cancel.revert and self.revert_plan(playbook_of(rem), await self.rt.repo.steps(rem.id)):
             await self.rt.repo.start_revert(rem.id, cancel.reason)
 
-    async def _run(self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float) -> Any:
+    async def _run(
+        self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
+    ) -> ActionResult | StepFailure:
         started = time.perf_counter()
         if ctx.dry_run and self.rt.kube is None:
             result = ActionResult(
@@ -329,22 +340,25 @@ class Executor:
             self.rt.metrics.step_duration.labels(action=action.name, outcome="failed").observe(
                 time.perf_counter() - started
             )
-            return f"{type(exc).__name__}: {exc.message}"
+            return StepFailure(f"{type(exc).__name__}: {exc.message}", dict(exc.output or {}))
         self.rt.metrics.step_duration.labels(action=action.name, outcome="succeeded").observe(
             time.perf_counter() - started
         )
         return result
 
-    async def _step_failed(self, rem: Remediation, step: Step, idx: int, error: str, params: Mapping[str, Any]) -> None:
+    async def _step_failed(
+        self, rem: Remediation, step: Step, idx: int, error: str, params: Mapping[str, Any],
+        output: dict[str, Any] | None = None,
+    ) -> None:
         if step.on_failure == "continue":
             await self.rt.repo.finish_step(
                 rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                status="failed", error=error, extra={"on_failure": "continue"},
+                status="failed", output=output, error=error, extra={"on_failure": "continue"},
             )
             return
         await self.rt.repo.finish_step(
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-            status="failed", error=error, advance=False,
+            status="failed", output=output, error=error, advance=False,
         )
         await self.rt.repo.transition(rem.id, "fail", reason=f"step {step.name} failed: {error}", owner=self.rt.owner)
         self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="failed").inc()
@@ -455,7 +469,7 @@ class Executor:
                 output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
             )
             return
-        await self._revert_failed(rem, forward, idx, action_name, outcome)
+        await self._revert_failed(rem, forward, idx, action_name, outcome.error)
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
         await self.rt.repo.finish_step(
