@@ -200,12 +200,12 @@ class CollectDiagnosticsParams(StrictParams):
     """`bug_report: true` also has the node run nvidia-bug-report.sh (bounded by `timeout`)."""
 
     bug_report: bool = False
-    timeout: str = "10m"
+    timeout: str | float = "10m"
     safe_mode: bool = True
 
     @field_validator("timeout")
     @classmethod
-    def _timeout(cls, value: str) -> str:
+    def _timeout(cls, value: str | float) -> str | float:
         seconds = parse_duration(value).total_seconds()
         if not 0 < seconds <= 3600:
             raise ValueError("timeout must be more than 0 and at most 1h")

@@ -35,7 +35,7 @@ class ValidateGpuParams(StrictParams):
     dcgm_level: int = Field(default=1, ge=1, le=4)
     require_dcgm: bool = False
     # How long one GPU's DCGM diagnostic may run before the sidecar kills it (level 2: minutes).
-    timeout: str = "15m"
+    timeout: str | float = "15m"
     aggregate_uncorrectable_baseline: int | None = Field(default=None, ge=0)
     temperature_margin_c: int = Field(default=10, ge=0, le=60)
     expected_gpus: list[str] = Field(default_factory=list)
@@ -49,7 +49,7 @@ class ValidateGpuParams(StrictParams):
 
     @field_validator("timeout")
     @classmethod
-    def _timeout(cls, value: str) -> str:
+    def _timeout(cls, value: str | float) -> str | float:
         seconds = parse_duration(value).total_seconds()
         if not 0 < seconds <= 4 * 3600:
             raise ValueError("timeout must be more than 0 and at most 4h")

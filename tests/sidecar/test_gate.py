@@ -12,15 +12,21 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from remediator.actions.base import ActionContext, Target
+from remediator.actions.gpu import CollectDiagnostics
+from remediator.actions.validation import ValidateGpu
+from remediator.adapters.sidecar import SidecarClient
+from remediator.errors import StepFailed
+from remediator.settings import Settings
 from remediator.sidecar.schemas import DiagnosticsReport, ValidationReport
-from tests.sidecar.conftest import AUTH, SidecarEnv, running_env
+from tests.sidecar.conftest import AUTH, TOKEN, SidecarEnv, running_env
 from tests.sidecar.fakenvml import gpu_uuid
 
 SAMPLES = Path(__file__).resolve().parent / "dcgm"
@@ -340,3 +346,90 @@ async def test_one_report_at_a_time(tools: Tools, env: SidecarEnv) -> None:
         second = await client.post("/v1/diagnostics")
         assert second.status_code == 409
         assert (await first).status_code == 200
+
+
+# ------------------------------------------------------------------------------------------ the actions
+
+
+def action_context(client: SidecarClient, *, uuid: str | None = None, index: str | None = None) -> ActionContext:
+    kind = "gpu" if uuid or index else "node"
+    return ActionContext(
+        remediation_id="r1", step_name="validate",
+        target=Target(kind=kind, node="gpu-a", gpu_uuid=uuid, gpu_index=index),
+        settings=Settings(sidecar_token=TOKEN), dry_run=False, sidecar=client,
+        context={"node": {"internal_ip": "127.0.0.1"}},
+    )
+
+
+@pytest.fixture
+async def client(env: SidecarEnv) -> AsyncIterator[SidecarClient]:
+    settings = Settings(sidecar_token=TOKEN, sidecar_port=env.sidecar.port)
+    async with httpx.AsyncClient() as http:
+        yield SidecarClient(settings, http, backoff_seconds=0)
+
+
+async def test_validate_gpu_passes_the_remediation_s_gpu(client: SidecarClient) -> None:
+    action = ValidateGpu()
+    result = await action.run(action_context(client, uuid=gpu_uuid(1)), action.parse({}))
+    assert result.output["verdict"] == "pass" and result.output["failed"] == {}
+    [report] = result.output["gpus"]
+    assert report["uuid"] == gpu_uuid(1) and report["checks"][0]["name"] == "present"
+    assert result.message.startswith(f"{gpu_uuid(1)} passed validation")
+
+
+async def test_validate_gpu_fails_the_step_naming_the_checks(
+    env: SidecarEnv, tools: Tools, client: SidecarClient
+) -> None:
+    env.nvml.set("gpu.0.remap.pending", 1)
+    tools.dcgmi("fail-r2-v4.json", exit_code=226)
+    action = ValidateGpu()
+    params = action.parse({"dcgm_level": 2, "require_dcgm": True, "timeout": "2m"})
+    with pytest.raises(StepFailed) as caught:
+        await action.run(action_context(client, index="0"), params)
+    message = caught.value.message
+    assert message.startswith(f"GPU validation failed: {gpu_uuid(0)}: remapped_rows.pending (a row remap is pending")
+    assert "dcgm.memory (Hardware: GPU 0 had memory errors and row remappings are pending)" in message
+    output = caught.value.output or {}
+    assert output["verdict"] == "fail"
+    assert output["failed"] == {gpu_uuid(0): ["remapped_rows.pending", "dcgm.memory"]}
+    assert output["gpus"][0]["dcgm"]["level"] == 2
+
+
+async def test_validate_all_gpus_includes_the_one_that_vanished(env: SidecarEnv, client: SidecarClient) -> None:
+    env.nvml.set("gpu.1.removed", 1)
+    action = ValidateGpu()
+    with pytest.raises(StepFailed) as caught:
+        await action.run(action_context(client, uuid=gpu_uuid(1)), action.parse({"gpu": "all"}))
+    output = caught.value.output or {}
+    assert [g["uuid"] for g in output["gpus"]] == [gpu_uuid(0), gpu_uuid(1)]
+    assert output["failed"] == {gpu_uuid(1): ["present"]}
+    assert caught.value.message == (
+        f"GPU validation failed: {gpu_uuid(1)}: present ({gpu_uuid(1)} is not in NVML's device list)"
+    )
+
+
+def test_validate_gpu_parameters_are_checked() -> None:
+    action = ValidateGpu()
+    for bad in ({"gpu": "nvidia0"}, {"dcgm_level": 0}, {"timeout": "5h"}, {"expected_gpus": ["0"]}, {"x": 1}):
+        with pytest.raises(ValueError, match="validation error"):
+            action.parse(bad)
+    assert action.parse({"gpu": "all", "timeout": 90}).timeout == 90  # type: ignore[attr-defined]
+
+
+async def test_collect_diagnostics_references_the_bug_report(tools: Tools, client: SidecarClient) -> None:
+    tools.script("nvidia-bug-report.sh", BUG_REPORT.format(size=500, tail="exit 0"))
+    action = CollectDiagnostics()
+    result = await action.run(action_context(client), action.parse({"bug_report": True, "timeout": "1m"}))
+    report = result.output["bug_report"]
+    assert report["available"] and report["path"].startswith(str(tools.reports))
+    assert len(report["sha256"]) == 64
+    assert [g["uuid"] for g in result.output["gpus"]] == [gpu_uuid(0), gpu_uuid(1)]  # a node target: every GPU
+    assert f"bug report {report['path']}" in result.message
+
+
+async def test_collect_diagnostics_without_the_script_still_succeeds(client: SidecarClient) -> None:
+    action = CollectDiagnostics()
+    result = await action.run(action_context(client, uuid=gpu_uuid(0)), action.parse({"bug_report": True}))
+    assert result.output["bug_report"]["available"] is False
+    assert result.output["gpu"]["uuid"] == gpu_uuid(0)
+    assert "no bug report: not available" in result.message
