@@ -16,9 +16,9 @@ __all__ = [
     "check_event",
     "check_labels",
     "check_node_taints",
-    "node_condition_time_problem",
     "check_object_name",
     "label_value_problem",
+    "node_condition_time_problem",
     "qualified_name_problem",
 ]
 
