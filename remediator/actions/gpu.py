@@ -213,8 +213,10 @@ class CollectDiagnosticsParams(StrictParams):
 
 
 class CollectDiagnostics(Action):
-    """Snapshot the GPU (inventory entry, driver, pods and processes) into the step output; with
-    `bug_report: true` also collect NVIDIA's bug report on the node and reference it (path, size, SHA-256).
+    """Snapshot the GPU (inventory, driver, pods, processes) into the step output, and the bug report if asked.
+
+    With `bug_report: true` the node also runs nvidia-bug-report.sh, keeps the report and the output
+    references it (path, size, SHA-256).
 
     A node target without a GPU gets the whole inventory. A node without nvidia-bug-report.sh is not a
     failure: the output says the report is not available.
