@@ -28,6 +28,8 @@ this tree so the engine never sees a kubernetes, httpx or pynvml exception.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "ActionError",
     "ApprovalError",
@@ -111,14 +113,21 @@ class ApprovalError(RemediatorError):
 
 
 class ActionError(RemediatorError):
-    """A step could not do its work at run time."""
+    """A step could not do its work at run time.
+
+    `output` is what the step found before it failed (e.g. every check of a failed validation gate); the
+    engine stores it as the failed step's output, so the UI, the audit log and later steps can read it.
+    """
 
     retryable = False
 
-    def __init__(self, message: str, *, status: int | None = None, details: object = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, details: object = None, output: dict[str, Any] | None = None
+    ) -> None:
         self.message = message
         self.status = status
         self.details = details
+        self.output = output
         super().__init__(message)
 
 
@@ -134,8 +143,9 @@ class TemporaryError(ActionError):
         status: int | None = None,
         details: object = None,
         retry_after: float | None = None,
+        output: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message, status=status, details=details)
+        super().__init__(message, status=status, details=details, output=output)
         self.retry_after = retry_after
 
 

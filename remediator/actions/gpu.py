@@ -13,19 +13,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.adapters.sidecar import SidecarClient
+from remediator.durations import parse_duration
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
+from remediator.sidecar.schemas import DiagnosticsRequest
 
 __all__ = [
     "CollectDiagnostics",
+    "CollectDiagnosticsParams",
     "GpuReset",
     "PowerLimit",
     "PowerLimitParams",
     "RestorePowerLimit",
     "node_internal_ip",
+    "sidecar_client",
 ]
 
 
@@ -46,7 +50,7 @@ async def node_internal_ip(ctx: ActionContext) -> str:
     raise StepFailed(f"node {name} reports no InternalIP address")
 
 
-def _client(ctx: ActionContext) -> SidecarClient:
+def sidecar_client(ctx: ActionContext) -> SidecarClient:
     if ctx.sidecar is None:
         raise NotSupported("no sidecar client configured (REMEDIATOR_SIDECAR_TOKEN / plan-only mode)")
     return ctx.sidecar
@@ -64,7 +68,7 @@ def _find(inventory: Mapping[str, Any], uuid: str | None, index: str | None) -> 
 
 async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, dict[str, Any]]:
     """(client, node IP, inventory entry of the target GPU)."""
-    client = _client(ctx)
+    client = sidecar_client(ctx)
     ip = await node_internal_ip(ctx)
     if ctx.target.gpu_uuid is None and ctx.target.gpu_index is None:
         raise Invalid("the remediation target names no GPU (neither UUID nor index)")
@@ -205,28 +209,69 @@ class GpuReset(Action):
         )
 
 
+class CollectDiagnosticsParams(StrictParams):
+    """`bug_report: true` also has the node run nvidia-bug-report.sh (bounded by `timeout`)."""
+
+    bug_report: bool = False
+    timeout: str | float = "10m"
+    safe_mode: bool = True
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | float) -> str | float:
+        seconds = parse_duration(value).total_seconds()
+        if not 0 < seconds <= 3600:
+            raise ValueError("timeout must be more than 0 and at most 1h")
+        return value
+
+
 class CollectDiagnostics(Action):
-    """Snapshot the GPU (inventory entry, driver, pods and processes) into the step output."""
+    """Snapshot the GPU (inventory, driver, pods, processes) into the step output, and the bug report if asked.
+
+    With `bug_report: true` the node also runs nvidia-bug-report.sh, keeps the report and the output
+    references it (path, size, SHA-256).
+
+    A node target without a GPU gets the whole inventory. A node without nvidia-bug-report.sh is not a
+    failure: the output says the report is not available.
+    """
 
     name: ClassVar[str] = "collect_diagnostics"
-    Params: ClassVar[type[StrictParams]] = NoParams
+    Params: ClassVar[type[StrictParams]] = CollectDiagnosticsParams
     mutating: ClassVar[bool] = False
 
-    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
-        client = _client(ctx)
+    async def run(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+        client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         inventory = await client.gpus(ip)
-        gpu = _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
         output: dict[str, Any] = {
             "node_ip": ip,
             "driver_version": inventory.get("driver_version"),
             "nvml_version": inventory.get("nvml_version"),
-            "gpu": gpu,
         }
-        try:
-            output["pods"] = await client.gpu_pods(ip, str(gpu["uuid"]))
-        except ActionError as exc:
-            output["pods_error"] = exc.message
-        return ActionResult(
-            changed=False, message=f"collected diagnostics of {gpu.get('uuid')}", output=output
-        )
+        if ctx.target.gpu_uuid is None and ctx.target.gpu_index is None:
+            output["gpus"] = inventory.get("gpus", [])
+            message = f"collected diagnostics of node {ctx.target.node}"
+        else:
+            gpu = _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
+            output["gpu"] = gpu
+            try:
+                output["pods"] = await client.gpu_pods(ip, str(gpu["uuid"]))
+            except ActionError as exc:
+                output["pods_error"] = exc.message
+            message = f"collected diagnostics of {gpu.get('uuid')}"
+        if params.bug_report:
+            if ctx.dry_run:
+                output["bug_report"] = {"dry_run": True}
+                message += "; would collect nvidia-bug-report.sh output on the node"
+            else:
+                request = DiagnosticsRequest(
+                    timeout_seconds=parse_duration(params.timeout).total_seconds(), safe_mode=params.safe_mode
+                )
+                report = await client.collect_diagnostics(ip, request)
+                output["bug_report"] = report.model_dump(mode="json")
+                if report.path:
+                    message += f"; bug report {report.path} ({report.size_bytes} bytes)"
+                    message += " truncated" if report.truncated else ""
+                else:
+                    message += f"; no bug report: {report.detail}"
+        return ActionResult(changed=False, message=message, output=output)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from remediator.actions.base import Action
+from remediator.actions.conditions import ClearNodeCondition, SetNodeCondition
 from remediator.actions.drain import Drain
 from remediator.actions.gpu import CollectDiagnostics, GpuReset, PowerLimit, RestorePowerLimit
 from remediator.actions.kube_event import Event
@@ -10,6 +11,7 @@ from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, 
 from remediator.actions.notify import Notify
 from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
 from remediator.actions.quota import ReclaimQuota, RestoreQuota
+from remediator.actions.validation import ValidateGpu
 from remediator.actions.wait import Wait
 from remediator.actions.workload import RestoreWorkload, ScaleWorkload
 
@@ -41,5 +43,8 @@ def default_registry() -> dict[str, Action]:
         UnannotatePods(),
         NotifyOwner(),
         Wait(),
+        ValidateGpu(),
+        SetNodeCondition(),
+        ClearNodeCondition(),
     ]
     return {action.name: action for action in actions}

@@ -247,6 +247,18 @@ class KubeAdapter:
         )
         return result
 
+    async def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+        """Strategic merge patch of the `nodes/status` subresource: only `status` changes (conditions merge
+        by `type`, so other writers' conditions stay); `metadata.resourceVersion` in the patch guards it."""
+        result: KubeObject = await self._call(
+            self._method("core", "patch_node_status"),
+            name,
+            dict(patch),
+            field_manager=FIELD_MANAGER,
+            _content_type=STRATEGIC_MERGE,
+        )
+        return result
+
     # ------------------------------------------------------------------ pods
 
     async def get_pod(self, namespace: str, name: str) -> KubeObject:

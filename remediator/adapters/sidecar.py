@@ -24,12 +24,15 @@ from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import ActionError, Invalid, ServiceUnavailable, error_for_status
 from remediator.names import gpu_uuid_problem
 from remediator.settings import Settings
+from remediator.sidecar.schemas import DiagnosticsReport, DiagnosticsRequest, ValidateRequest, ValidationReport
 
-__all__ = ["DEFAULT_TIMEOUT", "SidecarClient"]
+__all__ = ["DEFAULT_TIMEOUT", "SidecarClient", "gpu_path"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 # A reset drains, detaches and rediscovers the GPU, then waits for it: allow minutes, not seconds.
 RESET_TIMEOUT = httpx.Timeout(180.0, connect=3.0)
+# What the sidecar may need beyond a DCGM diagnostic's or bug report's own time bound (NVML checks, hashing).
+BOUNDED_RUN_MARGIN = 60.0
 
 
 def _retry_any(exc: BaseException) -> bool:
@@ -205,3 +208,39 @@ class SidecarClient:
             limits=RESET_TIMEOUT,
             idempotent=False,
         )
+
+    async def validate(self, ip: str, gpu: str, request: ValidateRequest) -> ValidationReport:
+        """Run the validation gate on one GPU (UUID or index); the answer says pass or fail and why.
+
+        Waits as long as the DCGM diagnostic may take (`request.dcgm_timeout_seconds`, which the caller
+        should set: the sidecar's own default is not known here) plus a margin. Retried only when the
+        request never reached the sidecar: a level 2 diagnostic loads the GPU for minutes.
+        """
+        wait = (request.dcgm_timeout_seconds or 900.0) + BOUNDED_RUN_MARGIN
+        document = await self._request(
+            "POST",
+            ip,
+            gpu_path(gpu) + "/validate",
+            request.model_dump(exclude_none=True),
+            limits=httpx.Timeout(wait, connect=3.0),
+            idempotent=False,
+        )
+        return ValidationReport.model_validate(document)
+
+    async def collect_diagnostics(self, ip: str, request: DiagnosticsRequest) -> DiagnosticsReport:
+        """Have the node run nvidia-bug-report.sh and keep the report; answers where it lies, or why not."""
+        wait = (request.timeout_seconds or 600.0) + BOUNDED_RUN_MARGIN
+        document = await self._request(
+            "POST",
+            ip,
+            "/v1/diagnostics",
+            request.model_dump(exclude_none=True),
+            limits=httpx.Timeout(wait, connect=3.0),
+            idempotent=False,
+        )
+        return DiagnosticsReport.model_validate(document)
+
+
+def gpu_path(gpu: str) -> str:
+    """`/v1/gpus/<gpu>` with the UUID or index quoted for a path."""
+    return "/v1/gpus/" + quote(gpu, safe="")

@@ -44,7 +44,16 @@ from remediator.intake.normalize import GpuAlert
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
-__all__ = ["Executor", "RevertStep", "failure_reason", "last_line", "run_with_retries"]
+__all__ = ["Executor", "RevertStep", "StepFailure", "failure_reason", "last_line", "run_with_retries"]
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """A step that failed: the error text and what the action found before failing (ActionError.output)."""
+
+    error: str
+    output: dict[str, Any]
+
 
 log = logging.getLogger(__name__)
 PAUSE_KEY = "pause"
@@ -376,7 +385,7 @@ class Executor:
         except Exception as exc:
             await self._step_failed(rem, step, idx, f"{stage} error: {failure_reason(exc)}", rendered)
             return None
-        await self._step_failed(rem, step, idx, outcome, rendered)
+        await self._step_failed(rem, step, idx, outcome.error, rendered, output=outcome.output)
         return None
 
     async def _step_cancelled(self, rem: Remediation, step: Step, idx: int, cancel: CancelRemediation) -> None:
@@ -393,7 +402,7 @@ class Executor:
 
     async def _run(
         self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
-    ) -> ActionResult | str:
+    ) -> ActionResult | StepFailure:
         """The action's result, or why it failed (any error but the engine's and the store's signals)."""
         started = time.perf_counter()
         if ctx.dry_run and self.rt.kube is None:
@@ -414,22 +423,25 @@ class Executor:
             if not isinstance(exc, ActionError):
                 log.warning("step %s of remediation %s failed unexpectedly", ctx.step_name, ctx.remediation_id,
                             exc_info=True)
-            return failure_reason(exc)
+            return StepFailure(failure_reason(exc), dict(getattr(exc, "output", None) or {}))
         self.rt.metrics.step_duration.labels(action=action.name, outcome="succeeded").observe(
             time.perf_counter() - started
         )
         return result
 
-    async def _step_failed(self, rem: Remediation, step: Step, idx: int, error: str, params: Mapping[str, Any]) -> None:
+    async def _step_failed(
+        self, rem: Remediation, step: Step, idx: int, error: str, params: Mapping[str, Any],
+        output: dict[str, Any] | None = None,
+    ) -> None:
         if step.on_failure == "continue":
             await self.rt.repo.finish_step(
                 rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                status="failed", error=error, extra={"on_failure": "continue"},
+                status="failed", output=output, error=error, extra={"on_failure": "continue"},
             )
             return
         await self.rt.repo.finish_step(
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-            status="failed", error=error, advance=False,
+            status="failed", output=output, error=error, advance=False,
         )
         await self.rt.repo.transition(rem.id, "fail", reason=f"step {step.name} failed: {error}", owner=self.rt.owner)
         self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="failed").inc()
@@ -565,7 +577,8 @@ class Executor:
             raise
         except Exception as exc:
             outcome = f"{stage} error: {failure_reason(exc)}"
-        await self._revert_failed(rem, forward, idx, action_name, outcome)
+        error = outcome.error if isinstance(outcome, StepFailure) else outcome
+        await self._revert_failed(rem, forward, idx, action_name, error)
         return None
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:

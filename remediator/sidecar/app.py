@@ -24,7 +24,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
+from remediator.sidecar.gate import Gate
 from remediator.sidecar.inventory import GpuNotFound, find_handle, identities, snapshot, snapshot_all
 from remediator.sidecar.metrics import SidecarMetrics
 from remediator.sidecar.nvml import Nvml, NvmlError
@@ -33,6 +35,7 @@ from remediator.sidecar.pods import PodQuery, gpu_pods
 from remediator.sidecar.power import restore_power_limit, set_power_limit
 from remediator.sidecar.problems import Problem, from_nvml
 from remediator.sidecar.reset import ResetConfig, reset_gpu
+from remediator.sidecar.schemas import DiagnosticsReport, DiagnosticsRequest, ValidateRequest, ValidationReport
 from remediator.sidecar.settings import SidecarSettings
 from remediator.sidecar.state import PowerStateStore
 from remediator.sidecar.worker import NvmlWorker
@@ -81,6 +84,8 @@ class Sidecar:
     metrics: SidecarMetrics
     reset: ResetConfig
     pods: PodQuery
+    gate: Gate
+    bug_reports: BugReporter
 
     async def call(self, what: str, work: Callable[[Nvml], T]) -> T:
         """Run `work` on the NVML thread (initialising NVML first if needed), mapping its errors."""
@@ -127,6 +132,18 @@ def _valid_uuid(uuid: str) -> str:
 
 
 Uuid = Annotated[str, Depends(_valid_uuid)]
+
+
+def _valid_gpu(gpu: str) -> str:
+    """A GPU UUID or a decimal GPU index."""
+    if gpu.isdigit() and len(gpu) <= 4:
+        return gpu
+    if not UUID_PATTERN.fullmatch(gpu) or gpu.startswith("MIG-"):
+        raise Problem(422, f"not a GPU UUID or index: {gpu[:80]!r} (expected GPU-... or 0, 1, ...)")
+    return gpu
+
+
+GpuId = Annotated[str, Depends(_valid_gpu)]
 
 
 def _routes() -> APIRouter:
@@ -194,6 +211,14 @@ def _routes() -> APIRouter:
         dry_run = body.dry_run if body else False
         return await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
 
+    @router.post("/gpus/{gpu}/validate")
+    async def validate(gpu: GpuId, sidecar: SidecarDep, body: ValidateRequest | None = None) -> ValidationReport:
+        return await sidecar.gate.validate(sidecar.call, gpu, body or ValidateRequest())
+
+    @router.post("/diagnostics")
+    async def diagnostics(sidecar: SidecarDep, body: DiagnosticsRequest | None = None) -> DiagnosticsReport:
+        return await sidecar.bug_reports.collect(body or DiagnosticsRequest())
+
     return router
 
 
@@ -245,6 +270,13 @@ def create_app(
             strategy=settings.device_id_strategy,
             resource_prefix=settings.gpu_resource_prefix,
             proc_root=settings.proc_root,
+        ),
+        gate=Gate(settings.dcgmi, settings.dcgm_diag_timeout),
+        bug_reports=BugReporter(
+            settings.nvidia_bug_report,
+            settings.diagnostics_dir,
+            settings.diagnostics_timeout,
+            settings.diagnostics_max_bytes,
         ),
     )
 

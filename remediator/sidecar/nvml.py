@@ -24,6 +24,7 @@ __all__ = [
     "Nvml",
     "NvmlError",
     "Observer",
+    "PcieLink",
     "Process",
     "RemappedRows",
     "error_name",
@@ -101,6 +102,7 @@ _PCIE_LINK_KEEP = 0
 _FEATURE_DISABLED = 0
 _FEATURE_ENABLED = 1
 _NOT_AVAILABLE_U64 = 2**64 - 1
+_FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 
 
 def error_name(code: int) -> str:
@@ -124,6 +126,16 @@ class Process:
 
     pid: int
     used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """PCIe link now and at most (generation 1-6, width in lanes)."""
+
+    generation: int
+    max_generation: int
+    width: int
+    max_width: int
 
 
 @dataclass(frozen=True)
@@ -379,6 +391,54 @@ class Nvml:
                 "nvmlDeviceModifyDrainState",
                 lambda: pynvml.nvmlDeviceModifyDrainState(pci, _FEATURE_DISABLED),
             )
+
+
+    # -- validation reads (the return-to-service gate) ---------------------------------------------
+
+    def pcie_link(self, handle: DeviceHandle) -> PcieLink:
+        """Current and maximum PCIe generation and width (max = what this GPU in this slot can reach)."""
+        return PcieLink(
+            generation=int(self._call("nvmlDeviceGetCurrPcieLinkGeneration",
+                                      lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle))),
+            max_generation=int(self._call("nvmlDeviceGetMaxPcieLinkGeneration",
+                                          lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))),
+            width=int(self._call("nvmlDeviceGetCurrPcieLinkWidth",
+                                 lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle))),
+            max_width=int(self._call("nvmlDeviceGetMaxPcieLinkWidth",
+                                     lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle))),
+        )
+
+    def gpu_max_pcie_generation(self, handle: DeviceHandle) -> int:
+        """The highest PCIe generation the GPU itself supports (the slot may allow less)."""
+        return int(self._call("nvmlDeviceGetGpuMaxPcieLinkGeneration",
+                              lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(handle)))
+
+    def clock_event_reasons(self, handle: DeviceHandle) -> int:
+        """Bit mask of active clock-event (formerly "throttle") reasons; older drivers' name as fallback."""
+        try:
+            return int(self._call("nvmlDeviceGetCurrentClocksEventReasons",
+                                  lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)))
+        except NvmlError as exc:
+            if exc.code != FUNCTION_NOT_FOUND:
+                raise
+        return int(self._call("nvmlDeviceGetCurrentClocksThrottleReasons",
+                              lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle)))
+
+    def retired_pages_pending(self, handle: DeviceHandle) -> bool:
+        """Pages waiting to be retired at the next reset (NOT_SUPPORTED where rows are remapped instead)."""
+        return bool(self._call("nvmlDeviceGetRetiredPagesPendingStatus",
+                               lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)))
+
+    def recovery_action(self, handle: DeviceHandle) -> int:
+        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain
+        and reset, ... (see RECOVERY_ACTIONS). A per-field error (e.g. an older driver) raises NvmlError."""
+        values = self._call("nvmlDeviceGetFieldValues",
+                            lambda: pynvml.nvmlDeviceGetFieldValues(handle, [_FI_GPU_RECOVERY_ACTION]))
+        value = values[0]
+        code = int(value.nvmlReturn)
+        if code != SUCCESS:
+            raise NvmlError(code, "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)")
+        return int(value.value.uiVal)
 
 
 def _remove_gpu(pci: Any) -> None:

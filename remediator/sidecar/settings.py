@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from remediator.settings import TcpPort
@@ -41,8 +41,22 @@ class SidecarSettings(BaseSettings):
     reset_timeout: float = 120.0
     # Seconds the post-reset check waits for the GPU to reappear.
     reset_settle_seconds: float = 10.0
+    # The validation gate's DCGM diagnostic: dcgmi's path (unset: `dcgmi` on PATH) and the seconds a
+    # diagnostic may take when the request names no timeout (level 2 takes minutes).
+    dcgmi: Path | None = None
+    dcgm_diag_timeout: float = Field(default=900.0, gt=0)
+    # nvidia-bug-report.sh (unset: on PATH), where its reports are kept, and their time and size bounds.
+    nvidia_bug_report: Path | None = None
+    diagnostics_dir: Path = Path("/var/lib/gpu-remediator/diagnostics")
+    diagnostics_timeout: float = Field(default=600.0, gt=0)
+    diagnostics_max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
 
     @field_validator("sidecar_token")
     @classmethod
     def _token(cls, value: str | None) -> str | None:
         return value or None
+
+    @field_validator("dcgmi", "nvidia_bug_report", mode="before")
+    @classmethod
+    def _unset_path(cls, value: object) -> object:
+        return None if value == "" else value

@@ -206,7 +206,8 @@ def test_quarantine_taint_values(defs: DefinitionSet) -> None:
     assert _rendered(defs, "GPUXidError", 79, "drain") == {"pods": "gpu", **common}
     assert _rendered(defs, "GPUXidError", 119, "drain") == {"pods": "gpu:GPU-1", **common}
     quarantine = defs.playbooks["quarantine-node"]
-    drain = render_params(quarantine.steps[2].params, _variables(defs, "GPUXidError", 79, dict(quarantine.params)))
+    drain_step = next(s for s in quarantine.steps if s.name == "drain")
+    drain = render_params(drain_step.params, _variables(defs, "GPUXidError", 79, dict(quarantine.params)))
     assert drain == {"pods": "gpu", **common}
     assert quarantine.on_resolved == "revert"
 

@@ -37,6 +37,7 @@ EXPECTED_CLUSTER_GRANTS = {
     ("", "nodes", "list"),
     ("", "nodes", "watch"),
     ("", "nodes", "patch"),
+    ("", "nodes/status", "patch"),
     ("", "pods", "get"),
     ("", "pods", "list"),
     ("", "pods", "patch"),

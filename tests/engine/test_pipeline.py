@@ -49,14 +49,19 @@ async def test_xid79_taints_cordons_drains_marks_for_reboot_and_resolve_reverts(
     assert rem["state"] == "succeeded" and rem["rule"] == "xid-reboot-node" and rem["playbook"] == "reboot-node"
     forward = [s for s in rem["steps"] if s["phase"] == "forward"]
     assert [(s["name"], s["status"]) for s in forward] == [
-        ("taint", "succeeded"), ("cordon", "succeeded"), ("drain", "succeeded"), ("mark", "succeeded"),
-        ("event", "succeeded"),
+        ("taint", "succeeded"), ("cordon", "succeeded"), ("drain", "succeeded"), ("condition", "succeeded"),
+        ("mark", "succeeded"), ("event", "succeeded"),
     ]
     owners = {p["name"]: [o["kind"] for o in p["owners"]] for p in rem["context"]["pods"]}
     assert owners["trainer-abc-1"] == ["ReplicaSet", "Deployment"]
     audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
     kinds = [e["kind"] for e in audit]
-    assert kinds.count("step.succeeded") == 5 and "state.running" in kinds and "state.succeeded" in kinds
+    assert kinds.count("step.succeeded") == 6 and "state.running" in kinds and "state.succeeded" in kinds
+    assert gpu_condition(fake)[:3] == (
+        "False", "Xid79",
+        "GPU GPU-8e6a1c2d-0000-4000-8000-000000000001 needs a node reboot; quarantined by gpu-remediator "
+        "(GPUXidError, Xid 79: GPU has fallen off the bus)",
+    )
 
     # The shipped rule keeps Xid 79 firing until the gauge resets (the node was rebooted): resolving lifts
     # exactly what the remediation added.
@@ -69,6 +74,25 @@ async def test_xid79_taints_cordons_drains_marks_for_reboot_and_resolve_reverts(
     assert node is not None and not node["spec"].get("unschedulable")
     assert not [t for t in taints(fake, "gpu-1") if t["key"] == TAINT_KEY]
     assert not [k for k in node["metadata"].get("labels", {}) if k.startswith("remediator.io/")]
+    assert gpu_condition(fake)[:2] == ("True", "Recovered")
+
+    # In the write history: the condition appeared and cleared through nodes/status only, merged by type
+    # (Ready untouched), once each way.
+    status_writes = [c for c in fake.writes("nodes") if c.subresource == "status" and c.ok]
+    assert [c.body["status"]["conditions"][0]["status"] for c in status_writes] == ["False", "True"]
+    assert all(set(c.body) == {"metadata", "status"} and c.params["fieldManager"] == "remediator"
+               for c in status_writes)
+    assert not [c for c in fake.writes("nodes") if c.subresource is None and "status" in (c.body or {})]
+    history = [[(x["type"], x["status"]) for x in (c.object or {}).get("status", {}).get("conditions", [])]
+               for c in fake.history("nodes")]
+    assert [("Ready", "True"), ("GPUHealthy", "False")] in history
+    assert history[-1] == [("Ready", "True"), ("GPUHealthy", "True")]
+
+
+def gpu_condition(fake: FakeKube) -> tuple[str, str, str, str]:
+    node = fake.node("gpu-1") or {}
+    found = next(c for c in node["status"]["conditions"] if c["type"] == "GPUHealthy")
+    return found["status"], found["reason"], found["message"], found["lastTransitionTime"]
 
 
 async def test_a_finished_remediation_can_be_reverted_on_request(make_cluster: MakeCluster) -> None:

@@ -44,6 +44,7 @@ from tests.fakekube.validation import (
     check_labels,
     check_node_taints,
     check_object_name,
+    node_condition_time_problem,
 )
 
 __all__ = ["Call", "FakeKube"]
@@ -625,6 +626,8 @@ class FakeKube:
             raise _error(501, "NotImplemented", f"tests.fakekube: {exc}") from exc
         if not isinstance(new, dict):
             raise bad_request("the patch must produce a JSON object")
+        if rt.plural == "nodes" and (problem := node_condition_time_problem(new)):
+            raise bad_request(problem)
         patch_rv = (
             ((body or {}).get("metadata") or {}).get("resourceVersion") if isinstance(body, Mapping) else None
         )

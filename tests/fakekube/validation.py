@@ -18,6 +18,7 @@ __all__ = [
     "check_node_taints",
     "check_object_name",
     "label_value_problem",
+    "node_condition_time_problem",
     "qualified_name_problem",
 ]
 
@@ -163,3 +164,22 @@ def check_event(event: Mapping[str, Any], namespace: str) -> list[tuple[str, str
             if not event.get(field):
                 causes.append((field, "Required value"))
     return causes
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+def node_condition_time_problem(node: Mapping[str, Any]) -> str | None:
+    """Why a node condition's time cannot be decoded (a real apiserver answers 400: the body does not
+    unmarshal into metav1.Time, which takes RFC 3339 only), or None."""
+    for index, condition in enumerate(((node.get("status") or {}).get("conditions")) or []):
+        if not isinstance(condition, Mapping):
+            continue
+        for key in ("lastHeartbeatTime", "lastTransitionTime"):
+            value = condition.get(key)
+            if value is not None and not (isinstance(value, str) and _RFC3339.fullmatch(value)):
+                return (
+                    f"Node in version \"v1\" cannot be handled as a Node: status.conditions[{index}].{key}: "
+                    f"parsing time {value!r} as \"2006-01-02T15:04:05Z07:00\": not RFC 3339"
+                )
+    return None

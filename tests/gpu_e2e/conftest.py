@@ -111,12 +111,13 @@ async def gpu_cluster(
     make_cluster: MakeCluster,  # noqa: F811  (the fixture imported above)
     sidecar: SidecarEnv,
 ) -> AsyncIterator[MakeGpuCluster]:
-    """make(reachable=True): the controller, dialling the node's sidecar (or a port nobody listens on)."""
+    """make(reachable=True, **settings): the controller, dialling the node's sidecar (or a port nobody listens
+    on)."""
     made: list[Cluster] = []
 
-    async def make(*, reachable: bool = True) -> Cluster:
+    async def make(*, reachable: bool = True, **overrides: Any) -> Cluster:
         port = sidecar.sidecar.port if reachable else free_port(NODE_IP)
-        cluster: Cluster = await make_cluster(sidecar_port=port, sidecar_token=TOKEN)
+        cluster: Cluster = await make_cluster(sidecar_port=port, sidecar_token=TOKEN, **overrides)
         made.append(cluster)
         return cluster
 

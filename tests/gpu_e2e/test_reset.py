@@ -41,7 +41,9 @@ async def test_reset_is_refused_while_a_process_holds_the_gpu_and_the_taint_stay
     assert gpu_node.evicted() == ["trainer-0"]  # only GPU 0's pod
     rem = await cluster.only_remediation()
     assert (rem["rule"], rem["playbook"], rem["state"]) == ("xid-reset-gpu", "reset-gpu", "failed")
-    assert forward(rem) == [("taint", "succeeded"), ("drain", "succeeded"), ("reset", "failed")]
+    assert forward(rem) == [
+        ("taint", "succeeded"), ("condition", "succeeded"), ("drain", "succeeded"), ("reset", "failed"),
+    ]
     [reset] = [s for s in rem["steps"] if s["name"] == "reset"]
     assert f"{gpu_uuid(0)} is still in use: pid 4999" in reset["error"]
     assert "step reset failed" in rem["state_reason"]
@@ -68,8 +70,9 @@ async def test_reset_succeeds_once_the_gpu_is_free_and_the_node_returns_to_servi
     rem = await cluster.only_remediation()
     assert rem["state"] == "succeeded", rem["state_reason"]
     assert forward(rem) == [
-        ("taint", "succeeded"), ("drain", "succeeded"), ("reset", "succeeded"), ("verify", "succeeded"),
-        ("untaint", "succeeded"), ("uncordon", "succeeded"), ("event", "succeeded"),
+        ("taint", "succeeded"), ("condition", "succeeded"), ("drain", "succeeded"), ("reset", "succeeded"),
+        ("validate", "succeeded"), ("verify", "succeeded"), ("healthy", "succeeded"), ("untaint", "succeeded"),
+        ("uncordon", "succeeded"), ("event", "succeeded"),
     ]
     assert gpu_node.evicted() == ["trainer-0"]
     assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == 1

@@ -67,6 +67,7 @@ def h200_state(count: int) -> dict[str, str]:
         }.items():
             state[f"gpu.{i}.{field}"] = str(value)
         state[f"err.nvmlDeviceGetRetiredPages.{i}"] = "3"  # NOT_SUPPORTED, as on H100/H200
+        state[f"err.nvmlDeviceGetRetiredPagesPendingStatus.{i}"] = "3"  # likewise
     return state
 
 

@@ -527,3 +527,94 @@ int nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci) {
     save();
     return NVML_SUCCESS;
 }
+
+/* ---- validation gate: PCIe link, clock events, field values, retired-page status -------------- */
+/*
+ * Keys (defaults are what an idle H200 reports):
+ *   gpu.i.pcie.gen .pcie.gen_max .pcie.gpu_gen_max (5)   gpu.i.pcie.width .pcie.width_max (16)
+ *   gpu.i.clock_events   bit mask of nvmlClocksEventReason* (1 = GPU idle)
+ *   gpu.i.recovery_action   NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none .. 4 drain and reset)
+ *   gpu.i.retired_pending   nvmlDeviceGetRetiredPagesPendingStatus (h200_state makes it NOT_SUPPORTED)
+ */
+
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    unsigned int nvmlReturn;
+    union {
+        double dVal;
+        unsigned int uiVal;
+        unsigned long ulVal;
+        unsigned long long ullVal;
+        long long sllVal;
+        int siVal;
+        unsigned short usVal;
+    } value;
+} nvmlFieldValue_t;
+
+int nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    ENTER_DEVICE("nvmlDeviceGetCurrPcieLinkGeneration", device);
+    *gen = (unsigned int)gnum(g, "pcie.gen", 5);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    ENTER_DEVICE("nvmlDeviceGetMaxPcieLinkGeneration", device);
+    *gen = (unsigned int)gnum(g, "pcie.gen_max", 5);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    ENTER_DEVICE("nvmlDeviceGetGpuMaxPcieLinkGeneration", device);
+    *gen = (unsigned int)gnum(g, "pcie.gpu_gen_max", 5);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    ENTER_DEVICE("nvmlDeviceGetCurrPcieLinkWidth", device);
+    *width = (unsigned int)gnum(g, "pcie.width", 16);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    ENTER_DEVICE("nvmlDeviceGetMaxPcieLinkWidth", device);
+    *width = (unsigned int)gnum(g, "pcie.width_max", 16);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    ENTER_DEVICE("nvmlDeviceGetCurrentClocksEventReasons", device);
+    *reasons = (unsigned long long)gnum(g, "clock_events", 1);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    ENTER_DEVICE("nvmlDeviceGetRetiredPagesPendingStatus", device);
+    *pending = (int)gnum(g, "retired_pending", 0);
+    return NVML_SUCCESS;
+}
+
+/* Fills every entry; a field the fake does not know gets nvmlReturn NOT_SUPPORTED, as the driver does. */
+int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    ENTER_DEVICE("nvmlDeviceGetFieldValues", device);
+    if (count < 0 || (count > 0 && values == NULL)) return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < count; i++) {
+        values[i].timestamp = 0;
+        values[i].latencyUsec = 0;
+        if (values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            values[i].value.ullVal = 0;
+            values[i].value.uiVal = (unsigned int)gnum(g, "recovery_action", 0);
+            values[i].nvmlReturn = NVML_SUCCESS;
+        } else {
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}

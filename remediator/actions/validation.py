@@ -1,0 +1,153 @@
+"""`validate_gpu`: the return-to-service gate, run by the node's sidecar on one GPU or every GPU of the node.
+
+Playbooks that lift their own quarantine run it before untainting and uncordoning: the step FAILS when any
+GPU fails the gate (a check failed or could not be read), naming the failing checks in its error, so the
+remediation fails and the node stays quarantined. The full per-GPU reports (every check with its value and
+threshold, and each DCGM test) are the step's output whether it passes or fails.
+
+`gpu` picks what to validate: unset, the remediation's GPU (UUID, else index); a UUID or an index; `all`,
+every GPU in the sidecar's inventory plus the remediation's GPU and `expected_gpus` when they are missing
+from it (a GPU that did not come back after a reset or reboot fails `present`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.gpu import node_internal_ip, sidecar_client
+from remediator.durations import parse_duration
+from remediator.errors import Invalid, StepFailed
+from remediator.sidecar.schemas import ValidateRequest, ValidationReport
+
+__all__ = ["ValidateGpu", "ValidateGpuParams", "failure_summary"]
+
+_GPU = re.compile(r"^(all|\d{1,4}|GPU-[0-9a-fA-F-]{8,64})$")
+_UUID = re.compile(r"^GPU-[0-9a-fA-F-]{8,64}$")
+
+
+class ValidateGpuParams(StrictParams):
+    gpu: str | None = None
+    dcgm_level: int = Field(default=1, ge=1, le=4)
+    require_dcgm: bool = False
+    # How long one GPU's DCGM diagnostic may run before the sidecar kills it (level 2: minutes).
+    timeout: str | float = "15m"
+    aggregate_uncorrectable_baseline: int | None = Field(default=None, ge=0)
+    temperature_margin_c: int = Field(default=10, ge=0, le=60)
+    expected_gpus: list[str] = Field(default_factory=list)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str | None) -> str | None:
+        if value is not None and not _GPU.fullmatch(value):
+            raise ValueError(f"gpu must be a GPU UUID, an index or 'all', got {value[:80]!r}")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | float) -> str | float:
+        seconds = parse_duration(value).total_seconds()
+        if not 0 < seconds <= 4 * 3600:
+            raise ValueError("timeout must be more than 0 and at most 4h")
+        return value
+
+    @field_validator("expected_gpus")
+    @classmethod
+    def _expected(cls, value: list[str]) -> list[str]:
+        for uuid in value:
+            if not _UUID.fullmatch(uuid):
+                raise ValueError(f"expected_gpus takes GPU UUIDs, got {uuid[:80]!r}")
+        return value
+
+
+def failure_summary(reports: list[ValidationReport]) -> str:
+    """`GPU-x: remapped_rows.pending (a row remap is pending ...), dcgm.memory (...)` per failed GPU."""
+    parts = []
+    for report in reports:
+        if report.verdict == "pass":
+            continue
+        by_name = {c.name: c for c in report.checks}
+        named = []
+        for name in report.failed:
+            detail = by_name[name].detail if name in by_name else ""
+            detail = detail if len(detail) <= 160 else detail[:159] + "…"
+            named.append(f"{name} ({detail})" if detail else name)
+        parts.append(f"{report.uuid or report.gpu}: {', '.join(named)}")
+    return "; ".join(parts)
+
+
+def _target_gpu(ctx: ActionContext) -> str | None:
+    return ctx.target.gpu_uuid or ctx.target.gpu_index
+
+
+async def _gpus(ctx: ActionContext, params: ValidateGpuParams, ip: str) -> list[str]:
+    if params.gpu is not None and params.gpu != "all":
+        return [params.gpu]
+    if params.gpu is None:
+        gpu = _target_gpu(ctx)
+        if gpu is None:
+            raise Invalid("validate_gpu: the remediation names no GPU; give gpu: <uuid>, <index> or all")
+        return [gpu]
+    inventory = await sidecar_client(ctx).gpus(ip)
+    wanted: list[str] = []
+    for entry in inventory.get("gpus", []):
+        if isinstance(entry, Mapping):
+            wanted.append(str(entry.get("uuid") or entry.get("index")))
+    for uuid in [ctx.target.gpu_uuid, *params.expected_gpus]:
+        if uuid and uuid not in wanted:
+            wanted.append(uuid)
+    if not wanted:
+        raise StepFailed(f"the sidecar at {ip} reports no GPU at all")
+    return wanted
+
+
+class ValidateGpu(Action):
+    """Prove a GPU (or every GPU of the node) healthy; fail the step, naming the checks, when it is not."""
+
+    name: ClassVar[str] = "validate_gpu"
+    Params: ClassVar[type[StrictParams]] = ValidateGpuParams
+    mutating: ClassVar[bool] = False
+
+    def describe(self, target: Target, params: Any) -> str:
+        p: ValidateGpuParams = params
+        which = p.gpu or "the remediation's GPU"
+        dcgm = f"DCGM level {p.dcgm_level}" + (" (required)" if p.require_dcgm else " where installed")
+        return f"validate_gpu({which}: NVML checks and {dcgm}) on {target.key}"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: ValidateGpuParams = params
+        if ctx.dry_run:
+            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
+                                output={"dry_run": True, "gpu": p.gpu or _target_gpu(ctx)})
+        client = sidecar_client(ctx)
+        ip = await node_internal_ip(ctx)
+        request = ValidateRequest(
+            dcgm_level=p.dcgm_level,
+            require_dcgm=p.require_dcgm,
+            dcgm_timeout_seconds=parse_duration(p.timeout).total_seconds(),
+            aggregate_uncorrectable_baseline=p.aggregate_uncorrectable_baseline,
+            temperature_margin_c=p.temperature_margin_c,
+        )
+        reports = [await client.validate(ip, gpu, request) for gpu in await _gpus(ctx, p, ip)]
+        failed = [r for r in reports if r.verdict != "pass"]
+        output: dict[str, Any] = {
+            "node_ip": ip,
+            "verdict": "fail" if failed else "pass",
+            "failed": {r.uuid or r.gpu: r.failed for r in failed},
+            "dcgm_level": p.dcgm_level,
+            "require_dcgm": p.require_dcgm,
+            "gpus": [r.model_dump(mode="json") for r in reports],
+        }
+        if failed:
+            raise StepFailed(f"GPU validation failed: {failure_summary(reports)}", output=output)
+        names = ", ".join(r.uuid or r.gpu for r in reports)
+        warnings = [f"{r.uuid}: {c.name}: {c.warning}" for r in reports for c in r.checks if c.warning]
+        message = f"{names} passed validation ({sum(len(r.checks) for r in reports)} checks)"
+        if warnings:
+            output["warnings"] = warnings
+            message += f"; {len(warnings)} warning(s)"
+        return ActionResult(changed=False, message=message, output=output)
