@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from remediator.durations import parse_duration
 from remediator.errors import ConfigError
+from remediator.intake.normalize import EXPORTER_POD_PREFIXES
 
 __all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "TcpPort", "is_loopback", "load_settings", "parse_window"]
 
@@ -108,8 +109,11 @@ class Settings(BaseSettings):
     excluded_namespaces: CommaList = Field(default_factory=lambda: ["kube-system", "gpu-operator"])
     own_namespace: str | None = None
     node_label_precedence: CommaList = Field(
-        default_factory=lambda: ["node", "kubernetes_node", "Hostname", "instance"]
+        default_factory=lambda: ["node", "kubernetes_node", "Hostname", "hostname", "instance"]
     )
+    # Pods whose name starts with one of these are the exporter's own (dcgm-exporter scraped with
+    # honorLabels false labels its series with its own pod): never taken for the workload of an alert.
+    exporter_pod_prefixes: CommaList = Field(default_factory=lambda: list(EXPORTER_POD_PREFIXES))
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: timedelta = timedelta(milliseconds=500)
     worker_concurrency: int = 16
@@ -188,7 +192,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
-        mode="before",
+        "exporter_pod_prefixes", mode="before",
     )
     @classmethod
     def _comma_lists(cls, value: Any) -> Any:

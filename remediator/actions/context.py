@@ -7,12 +7,13 @@ the alert labels say; a missing owner is recorded as missing, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from remediator.actions.base import Target
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import NotFound, NotSupported, PermanentError
+from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
 from remediator.settings import Settings
 
 __all__ = ["alert_pod", "gather_context", "gpu_request", "owner_chain", "uses_gpu"]
@@ -59,10 +60,14 @@ def uses_gpu(pod: Mapping[str, Any]) -> bool:
     return any(_container_gpus(c) > 0 for c in containers)
 
 
-def alert_pod(labels: Mapping[str, str], target: Target) -> tuple[str, str] | None:
-    """(namespace, pod) named by the alert; the exported_* forms win (they are the workload's own)."""
-    name = labels.get("exported_pod") or labels.get("pod") or target.pod
-    namespace = labels.get("exported_namespace") or labels.get("namespace") or target.namespace
+def alert_pod(
+    labels: Mapping[str, str], target: Target, exporter_pod_prefixes: Sequence[str] = EXPORTER_POD_PREFIXES
+) -> tuple[str, str] | None:
+    """(namespace, pod) named by the alert; the exported_* forms win (they are the workload's own) and the
+    exporter's own pod (dcgm-exporter scraped with honorLabels false) never counts."""
+    pod, pod_namespace, _ = workload_pod(labels, exporter_pod_prefixes)
+    name = pod or target.pod
+    namespace = pod_namespace or target.namespace
     if name and namespace:
         return namespace, name
     return None
@@ -194,7 +199,7 @@ async def gather_context(
     kube: KubeAdapter | None, target: Target, labels: Mapping[str, str], settings: Settings
 ) -> dict[str, Any]:
     """{"pods": [...], "pod_source": "alert+node" | "alert" | "none", "node": {...}} for `target`."""
-    named = alert_pod(labels, target)
+    named = alert_pod(labels, target, settings.exporter_pod_prefixes)
     if kube is None:
         return _labels_only(target, named)
     node, on_node = await _node_info(kube, target.node)

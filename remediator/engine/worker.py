@@ -42,6 +42,7 @@ def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
         node_precedence=rt.settings.node_label_precedence,
         nodes_by_ip=rt.nodes_by_ip,
         starts_at=row.starts_at.isoformat() if row.starts_at else "",
+        exporter_pod_prefixes=rt.settings.exporter_pod_prefixes,
     )
 
 

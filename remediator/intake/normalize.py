@@ -1,10 +1,12 @@
 """Label normalisation: an Alertmanager alert's labels -> GpuAlert, the one shape the engine reads.
 
-dcgm-exporter names things its own way (`Hostname`, `UUID`, `gpu`, `modelName`, `pci_bus_id`) and
-Prometheus renames target labels to `exported_*` when honor_labels is off. Everything that varies between
-installations (which label names the node, which alertname is which kind) is an input, not a constant.
+dcgm-exporter names things its own way (`Hostname`, `UUID`, `gpu`, `modelName`, `pci_bus_id`; its main
+branch says `hostname`) and Prometheus renames target labels to `exported_*` when honor_labels is off: then
+`pod`/`namespace` name the exporter itself, which is never taken for the workload (`workload_pod`).
 A node name must be an RFC 1123 subdomain (what the API server accepts): any other value leaves the alert
 without a node, with `node_problem` saying why, so it never becomes part of an API path.
+Everything that varies between installations (which label names the node, which alertname is which kind,
+the exporter's pod names) is an input, not a constant.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from typing import Literal
 
 from remediator.names import object_name_problem
 
-__all__ = ["AlertKind", "GpuAlert", "normalize", "parse_xid"]
+__all__ = ["EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid", "workload_pod"]
 
 AlertKind = Literal["xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other"]
 KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other")
+
+# dcgm-exporter's pod names (GPU operator: nvidia-dcgm-exporter-<hash>; its Helm chart: dcgm-exporter-<hash>).
+EXPORTER_POD_PREFIXES: tuple[str, ...] = ("nvidia-dcgm-exporter-", "dcgm-exporter-")
 
 _PORT = re.compile(r"^(?P<host>\[[^\]]+\]|[^:]+)(?::\d+)?$")
 _INT = re.compile(r"^\s*(\d{1,5})(?:\.0+)?\s*$")
@@ -74,6 +79,19 @@ def parse_xid(labels: Mapping[str, str], annotations: Mapping[str, str]) -> int 
     return None
 
 
+def workload_pod(
+    labels: Mapping[str, str], exporter_pod_prefixes: Sequence[str] = EXPORTER_POD_PREFIXES
+) -> tuple[str | None, str | None, str | None]:
+    """(pod, namespace, container) of the workload an alert names: the `exported_*` labels when present,
+    else `pod`/`namespace`/`container` unless the pod is the exporter's own; (None, None, None) otherwise."""
+    if labels.get("exported_pod"):
+        return (labels["exported_pod"], _first(labels, "exported_namespace"), _first(labels, "exported_container"))
+    pod = labels.get("pod")
+    if not pod or pod.startswith(tuple(exporter_pod_prefixes)):
+        return None, None, None
+    return pod, _first(labels, "namespace"), _first(labels, "container")
+
+
 def normalize(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
@@ -84,6 +102,7 @@ def normalize(
     node_precedence: Sequence[str],
     nodes_by_ip: Mapping[str, str] | None = None,
     starts_at: str = "",
+    exporter_pod_prefixes: Sequence[str] = EXPORTER_POD_PREFIXES,
 ) -> GpuAlert:
     """Build the GpuAlert. `kinds` maps alertname -> kind (from the rules); `nodes_by_ip` resolves IPs."""
     alertname = labels.get("alertname", "")
@@ -103,6 +122,7 @@ def normalize(
         break
     node, node_problem = _valid_node(node, node_source)
     xid = parse_xid(labels, annotations)
+    pod, namespace, container = workload_pod(labels, exporter_pod_prefixes)
     if kind == "other" and xid is not None and "xid" in labels:
         kind = "xid"
     return GpuAlert(
@@ -117,9 +137,9 @@ def normalize(
         pci_bus_id=_first(labels, "pci_bus_id"),
         model=_first(labels, "modelName", "model"),
         device=_first(labels, "device"),
-        pod=_first(labels, "exported_pod", "pod"),
-        namespace=_first(labels, "exported_namespace", "namespace"),
-        container=_first(labels, "exported_container", "container"),
+        pod=pod,
+        namespace=namespace,
+        container=container,
         xid=xid,
         starts_at=starts_at,
         labels=dict(labels),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from remediator.actions.base import Target
-from remediator.actions.context import gather_context
+from remediator.actions.context import alert_pod, gather_context
 from remediator.adapters.kube import KubeAdapter
 from remediator.settings import Settings
 from tests.actions.conftest import NODE
@@ -143,3 +143,12 @@ async def test_without_a_cluster_only_the_labels_speak(settings: Settings) -> No
     assert [(p["namespace"], p["name"], p["from_alert"]) for p in context["pods"]] == [("ml", "p", True)]
     empty = await gather_context(None, TARGET, {}, settings)
     assert (empty["pod_source"], empty["pods"]) == ("none", [])
+
+
+def test_the_exporters_own_pod_is_not_the_alerts_pod() -> None:
+    exporter = {"pod": "nvidia-dcgm-exporter-7x2kq", "namespace": "gpu-operator"}
+    assert alert_pod(exporter, TARGET) is None
+    assert alert_pod({**exporter, "exported_pod": "trainer-0", "exported_namespace": "ml"}, TARGET) == (
+        "ml", "trainer-0")
+    assert alert_pod({"pod": "trainer-0", "namespace": "ml"}, TARGET) == ("ml", "trainer-0")
+    assert alert_pod({"pod": "mon-1", "namespace": "mon"}, TARGET, ["mon-"]) is None

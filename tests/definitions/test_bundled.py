@@ -60,6 +60,18 @@ def test_alert_kinds(defs: DefinitionSet) -> None:
         "GPUIdle": "idle",
         "GPUUtilizationLow": "idle",
         "GPUMemoryUsageHigh": "other",
+        "GPULost": "other",
+        "GPUMemoryTemperatureHigh": "thermal",
+        "GPUThermalSlowdown": "thermal",
+        "GPUPowerBrakeSlowdown": "power",
+        "GPURowRemapFailure": "ecc_dbe",
+        "GPURowRemapPending": "ecc_dbe",
+        "GPURetiredPagesPending": "ecc_dbe",
+        "GPUUncorrectableRemappedRows": "ecc_dbe",
+        "GPUNVLinkErrors": "other",
+        "GPUPCIeReplayRateHigh": "other",
+        "GPUPCIeLinkDegraded": "other",
+        "GPUOrphanedMemory": "idle",
     }
 
 
@@ -83,11 +95,36 @@ def test_application_xid_regex_is_the_restart_app_bucket(defs: DefinitionSet) ->
     assert _regex_codes(defs, "xid-application") == defs.xid.codes("RESTART_APP")
 
 
+def test_nvlink_xid_regex_is_the_nvlink_workflow_buckets(defs: DefinitionSet) -> None:
+    nvlink = defs.xid.codes("WORKFLOW_NVLINK_ERR") + defs.xid.codes("WORKFLOW_NVLINK5_ERR")
+    assert _regex_codes(defs, "xid-nvlink") == sorted(nvlink) == [74, *range(144, 151)]
+
+
+def test_catalog_follows_nvidias_current_catalog(defs: DefinitionSet) -> None:
+    assert defs.xid.lookup(160).resolution == "IGNORE"  # Blackwell channel retirement: informational
+    assert defs.xid.lookup(162).resolution == "IGNORE"  # no action
+    assert all(code in defs.xid.entries for code in range(163, 173))
+    assert defs.xid.lookup(167).description == "PCIE Fatal Timeout"
+    assert defs.xid.lookup(167).resolution == "RESTART_BM"
+    assert defs.xid.lookup(169).resolution == "RESET_GPU"
+
+
+def test_thermal_rules_have_no_cooldown(defs: DefinitionSet) -> None:
+    # A GPU that heats up again right after its cap was restored must be capped again at once.
+    thermal = [r for r in defs.rules if r.name in ("thermal-high", "thermal-critical")]
+    assert len(thermal) == 2 and all(r.cooldown is None for r in thermal)
+
+
 @pytest.mark.parametrize(
     ("labels", "rule", "playbook"),
     [
         ({"alertname": "GPUXidError", "xid": "79"}, "xid-reboot-node", "reboot-node"),
-        ({"alertname": "GPUXidError", "xid": "160"}, "xid-reboot-node", "reboot-node"),
+        ({"alertname": "GPUXidError", "xid": "167"}, "xid-reboot-node", "reboot-node"),
+        ({"alertname": "GPUXidError", "xid": "160"}, None, None),
+        ({"alertname": "GPUXidError", "xid": "162"}, None, None),
+        ({"alertname": "GPUXidError", "xid": "74"}, "xid-nvlink", "reset-gpu"),
+        ({"alertname": "GPUXidError", "xid": "145"}, "xid-nvlink", "reset-gpu"),
+        ({"alertname": "GPUXidError", "xid": "169"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "48"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "119"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "13"}, "xid-application", "notify-pods"),
@@ -96,7 +133,19 @@ def test_application_xid_regex_is_the_restart_app_bucket(defs: DefinitionSet) ->
         ({"alertname": "GPUECCUncorrectableError"}, "ecc-uncorrectable", "reset-gpu"),
         ({"alertname": "GPUECCCorrectableRateHigh"}, "ecc-correctable-rate", "observe-node"),
         ({"alertname": "GPUTemperatureHigh"}, "thermal-high", "power-cap-gpu"),
-        ({"alertname": "GPUTemperatureCritical"}, "thermal-critical", "power-cap-gpu"),
+        ({"alertname": "GPUTemperatureCritical"}, "thermal-critical", "power-cap-gpu-hard"),
+        ({"alertname": "GPULost"}, "gpu-lost", "reboot-node"),
+        ({"alertname": "GPURowRemapFailure"}, "row-remap-failure", "rma-gpu"),
+        ({"alertname": "GPURowRemapPending"}, "row-remap-pending", "reset-gpu"),
+        ({"alertname": "GPURetiredPagesPending"}, "retired-pages-pending", "reset-gpu"),
+        ({"alertname": "GPUUncorrectableRemappedRows"}, "uncorrectable-remapped-rows", "observe-node"),
+        ({"alertname": "GPUNVLinkErrors"}, "nvlink-errors", "observe-node"),
+        ({"alertname": "GPUPCIeReplayRateHigh"}, "pcie-replay-rate", "observe-node"),
+        ({"alertname": "GPUPCIeLinkDegraded"}, "pcie-link-degraded", "observe-node"),
+        ({"alertname": "GPUMemoryTemperatureHigh"}, "hbm-temperature", "observe-node"),
+        ({"alertname": "GPUThermalSlowdown"}, "thermal-slowdown", "observe-node"),
+        ({"alertname": "GPUPowerBrakeSlowdown"}, "power-brake", "observe-node"),
+        ({"alertname": "GPUOrphanedMemory"}, "orphaned-memory", "reclaim-orphaned-memory"),
         ({"alertname": "GPUPowerDrawHigh"}, "power-draw-high", "record-event"),
         ({"alertname": "GPUIdle"}, "gpu-idle", "reclaim-idle-gpu"),
         ({"alertname": "GPUUtilizationLow"}, "gpu-underused", "record-event"),
@@ -165,6 +214,12 @@ def _variables(
         ("GPUPowerDrawHigh", None),
         ("GPUIdle", None),
         ("GPUUtilizationLow", None),
+        ("GPUXidError", 74),
+        ("GPULost", None),
+        ("GPURowRemapFailure", None),
+        ("GPURowRemapPending", None),
+        ("GPUNVLinkErrors", None),
+        ("GPUOrphanedMemory", None),
     ],
 )
 def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str, xid: int | None) -> None:
@@ -218,6 +273,10 @@ def test_what_happens_when_the_alert_resolves(defs: DefinitionSet) -> None:
     assert defs.playbooks["power-cap-gpu"].on_resolved == "revert"
     assert defs.playbooks["reset-gpu"].on_resolved == "keep"
     assert defs.playbooks["reboot-node"].on_resolved == "revert"
+    # The hard cap stays when the critical alert resolves: the high-temperature remediation restores.
+    assert defs.playbooks["power-cap-gpu-hard"].on_resolved == "keep"
+    assert defs.playbooks["power-cap-gpu-hard"].step("cap").revert is False
+    assert defs.playbooks["rma-gpu"].on_resolved == "keep"
 
 
 def test_power_cap_is_a_percent_of_the_default_clamped_into_range(defs: DefinitionSet) -> None:

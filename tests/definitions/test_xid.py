@@ -15,9 +15,9 @@ def _span(a: int, b: int) -> list[int]:
 
 
 BUCKETS: dict[str, list[int]] = {
-    "RESET_GPU": [46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158, 162],
+    "RESET_GPU": [46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158, 166, 169, 170, 171, 172],
     "WORKFLOW_XID_48": [48],
-    "RESTART_BM": [79, 160],
+    "RESTART_BM": [79, 167],
     "RESTART_VM": [151],
     "WORKFLOW_XID_45": [45],
     "WORKFLOW_NVLINK_ERR": [74],
@@ -25,6 +25,7 @@ BUCKETS: dict[str, list[int]] = {
     "CHECK_MECHANICALS": [54],
     "UPDATE_SWFW": [78],
     "CHECK_UVM": [159],
+    "CONTACT_SUPPORT": [165, 168],
     "RESTART_APP": [
         8,
         11,
@@ -45,7 +46,7 @@ BUCKETS: dict[str, list[int]] = {
         *_span(126, 135),
         139,
     ],
-    "IGNORE": [14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 121, 137, 141, 152, 153, 157, 161],
+    "IGNORE": [14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 121, 137, 141, 152, 153, 157, 160, 161, 162, 163, 164],
 }
 
 

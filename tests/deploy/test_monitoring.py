@@ -26,11 +26,31 @@ CONTRACT_ALERTS = {
     "GPUIdle",
     "GPUUtilizationLow",
     "GPUMemoryUsageHigh",
+    "GPULost",
 }
-DCGM_LABELS = ["Hostname", "UUID", "gpu", "modelName", "pci_bus_id", "pod", "namespace", "container"]
+# Alerts the rules raise beyond CONTRACT_ALERTS: the failure modes a GPU fleet has.
+FAILURE_MODE_ALERTS = {
+    "GPUMemoryTemperatureHigh",
+    "GPUThermalSlowdown",
+    "GPUPowerBrakeSlowdown",
+    "GPURowRemapFailure",
+    "GPURowRemapPending",
+    "GPURetiredPagesPending",
+    "GPUUncorrectableRemappedRows",
+    "GPUNVLinkErrors",
+    "GPUPCIeReplayRateHigh",
+    "GPUPCIeLinkDegraded",
+    "GPUOrphanedMemory",
+}
+ROUTED_ALERTS = CONTRACT_ALERTS | FAILURE_MODE_ALERTS
+# Every alert identifies the GPU by these (Hostname copied from the main branch's `hostname`).
+GPU_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id"]
+# Alerts about a workload also name its pod (the exported_* labels are folded into these).
+WORKLOAD_LABELS = [*GPU_LABELS, "modelName", "pod", "namespace", "container"]
+WORKLOAD_ALERTS = {"GPUIdle", "GPUUtilizationLow"}
 DCGM_METRICS = {
     "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_DBE_VOL_TOTAL",
+    "DCGM_EXP_XID_ERRORS_COUNT",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     "DCGM_FI_DEV_GPU_TEMP",
@@ -39,6 +59,35 @@ DCGM_METRICS = {
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",
     "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+}
+# The node sidecar's series (docs/sidecar.md) and Prometheus's own ALERTS (the thermal hysteresis).
+SIDECAR_METRICS = {
+    "gpu_remediator_temperature_slowdown_celsius",
+    "gpu_remediator_remapped_rows_pending",
+    "gpu_remediator_remapped_rows_failure",
+    "gpu_remediator_pcie_link_width",
+    "gpu_remediator_pcie_link_width_max",
+    "gpu_remediator_pcie_link_generation",
+    "gpu_remediator_pcie_link_generation_max",
+    "gpu_remediator_orphaned_memory_bytes",
+    "gpu_remediator_xid_events_total",
+    "gpu_remediator_gpu_lost",
+    "gpu_remediator_gpus_expected",
+    "gpu_remediator_gpus_visible",
+    "ALERTS",
 }
 CONTROLLER_METRICS = {
     "remediator_alerts_received_total": "counter",
@@ -268,7 +317,7 @@ def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
 def test_promtool_unit_tests_can_fail(tmp_path: Any) -> None:
     promtool = require_binary("promtool", "prometheus")
     tests = yaml.safe_load((MONITORING / "rules_test.yml").read_text())
-    xid = next(t for t in tests["tests"] if "Xid 79" in t["name"])
+    xid = next(t for t in tests["tests"] if t["name"].startswith("Xid 79"))
     xid["alert_rule_test"][1]["exp_alerts"][0]["exp_labels"]["xid"] = "48"
     tests["rule_files"] = [str(MONITORING / "rules.yml")]
     (tmp_path / "broken_test.yml").write_text(yaml.safe_dump(tests))
@@ -308,46 +357,71 @@ def test_prometheus_rule_is_structurally_valid() -> None:
     assert rule["metadata"]["namespace"] == NAMESPACE
 
 
-def test_rules_raise_exactly_the_contract_alert_names() -> None:
+def test_rules_raise_the_contract_and_failure_mode_alert_names() -> None:
     names = [rule["alert"] for rule in rules()]
-    # GPUXidError has two rules: RESTART_BM codes persist until the reboot, every other Xid while fresh.
-    assert sorted(n for n in names if n != "GPUXidError") == sorted(CONTRACT_ALERTS - {"GPUXidError"})
-    assert names.count("GPUXidError") == 2
-    assert set(names) == CONTRACT_ALERTS
+    # GPUXidError has two rules: the gauge (both exporter shapes) and the counter DCGM_EXP_XID_ERRORS_COUNT;
+    # the node sidecar's group adds GPULost (and its own GPUXidError).
+    assert set(names) - {"GPULost"} == ROUTED_ALERTS - {"GPULost"}
+    assert names.count("GPUXidError") >= 2
 
 
-def test_rules_use_only_dcgm_exporter_metrics() -> None:
+def test_rules_use_only_dcgm_exporter_and_sidecar_metrics() -> None:
     for rule in rules():
         used = metric_names(rule["expr"])
         assert used, rule["alert"]
-        assert used <= DCGM_METRICS, (rule["alert"], used - DCGM_METRICS)
+        assert used <= DCGM_METRICS | SIDECAR_METRICS, (rule["alert"], used - DCGM_METRICS - SIDECAR_METRICS)
+    assert "DCGM_FI_DEV_DBE_VOL_TOTAL" not in (MONITORING / "rules.yml").read_text(), "not a dcgm-exporter metric"
 
 
-def test_rules_keep_the_dcgm_exporter_labels() -> None:
+def test_rules_keep_the_gpu_identity_and_the_workload_pod() -> None:
     for rule in rules():
-        for keyword, labels in grouping_labels(rule["expr"]):
+        clauses = grouping_labels(rule["expr"])
+        assert clauses, f"{rule['alert']}: aggregate to the GPU identity"
+        for keyword, labels in clauses:
             assert keyword == "by", f"{rule['alert']}: `without` could drop labels silently"
-            missing = [label for label in DCGM_LABELS if label not in labels]
+            if labels == ["UUID"]:
+                continue  # a per-GPU threshold joined on UUID
+            wanted = WORKLOAD_LABELS if rule["alert"] in WORKLOAD_ALERTS else GPU_LABELS
+            missing = [label for label in wanted if label not in labels]
             assert not missing, f"{rule['alert']} aggregates away {missing}"
 
 
-def test_xid_alert_carries_the_code_as_a_label() -> None:
-    reboot, fresh = [rule for rule in rules() if rule["alert"] == "GPUXidError"]
-    for xid in (reboot, fresh):
-        assert xid["labels"]["xid"] == "{{ $value }}"
-        assert "DCGM_FI_DEV_XID_ERRORS" in metric_names(xid["expr"])
-    assert reboot["labels"]["xid_persistence"] == "until-reboot"
-    assert "== 79" in reboot["expr"] and "== 160" in reboot["expr"] and "changes(" not in reboot["expr"]
-    assert fresh["labels"]["xid_persistence"] == "10m"
-    assert re.search(r"changes\(DCGM_FI_DEV_XID_ERRORS\[", fresh["expr"]), "fires on a change, not forever"
-    assert "unless" in fresh["expr"], "the reboot codes are left to the first rule"
+def test_rules_normalise_the_lower_case_hostname() -> None:
+    for rule in rules():
+        for selector in re.findall(r"\b(DCGM_\w+|gpu_remediator_\w+)\b", rule["expr"]):
+            assert 'label_replace(' in rule["expr"] and '"hostname"' in rule["expr"], (rule["alert"], selector)
+
+
+def test_no_rule_takes_the_exporter_pod_for_the_workload() -> None:
+    for rule in rules():
+        if rule["alert"] not in WORKLOAD_ALERTS:
+            assert "pod" not in [label for _, labels in grouping_labels(rule["expr"]) for label in labels]
+            continue
+        assert 'exported_pod!=""' in rule["expr"]
+        assert 'pod!~"nvidia-dcgm-exporter-.*|dcgm-exporter-.*"' in rule["expr"]
+
+
+def test_xid_alert_carries_the_code_and_the_sidecar_label_set() -> None:
+    gauge, counter = [rule for rule in rules() if rule["alert"] == "GPUXidError"][:2]
+    assert gauge["labels"] == {"severity": "critical", "xid": "{{ $value }}"}
+    assert metric_names(gauge["expr"]) == {"DCGM_FI_DEV_XID_ERRORS"}
+    assert "== 79" in gauge["expr"] and "== 167" in gauge["expr"] and "== 160" not in gauge["expr"]
+    assert re.search(r"changes\(DCGM_FI_DEV_XID_ERRORS\{err_code=\"\"\}\[", gauge["expr"]), "old shape: a change"
+    assert 'unless on (UUID, err_code)' in gauge["expr"], "err_code shape: a new series"
+    assert counter["labels"] == {"severity": "critical"}
+    assert metric_names(counter["expr"]) == {"DCGM_EXP_XID_ERRORS_COUNT"}
+    for rule in (gauge, counter):
+        for _, labels in grouping_labels(rule["expr"]):
+            assert set(labels) - {"xid"} == set(GPU_LABELS), "same labels as the sidecar's GPUXidError"
 
 
 @pytest.mark.parametrize(
     ("alert", "threshold", "duration"),
     [
-        ("GPUTemperatureHigh", "> 85", "5m"),
-        ("GPUTemperatureCritical", ">= 90", "1m"),
+        ("GPUTemperatureHigh", ">= 83", "1m"),
+        ("GPUTemperatureHigh", ">= 73", "1m"),
+        ("GPUTemperatureCritical", "- 3", "30s"),
+        ("GPUTemperatureCritical", "+ 86", "30s"),
         ("GPUIdle", "< 5", "30m"),
         ("GPUUtilizationLow", "< 30", "1h"),
     ],
@@ -386,7 +460,7 @@ def test_alertmanager_sends_the_contract_alerts_to_the_controller() -> None:
     (matcher,) = route["matchers"]
     found = re.fullmatch(r'alertname=~"([^"]+)"', matcher)
     assert found is not None
-    assert regex_alternatives(found.group(1)) == CONTRACT_ALERTS
+    assert regex_alternatives(found.group(1)) == ROUTED_ALERTS
     assert route["group_by"] == ["alertname", "Hostname", "UUID"]
     (receiver,) = [r for r in config["receivers"] if r["name"] == "gpu-remediator"]
     (webhook,) = receiver["webhook_configs"]
@@ -406,7 +480,7 @@ def test_alertmanager_config_crd_is_structurally_valid_and_equivalent() -> None:
     assert route["receiver"] == plain["receiver"]
     (matcher,) = route["matchers"]
     assert (matcher["name"], matcher["matchType"]) == ("alertname", "=~")
-    assert regex_alternatives(matcher["value"]) == CONTRACT_ALERTS
+    assert regex_alternatives(matcher["value"]) == ROUTED_ALERTS
     assert route["groupBy"] == plain["group_by"]
     for camel, snake in (
         ("groupWait", "group_wait"),

@@ -96,13 +96,25 @@ async def eventually(
 # ---------------------------------------------------------------------------------------------- configs
 
 
-def shorten_rules(source: Path, dest: Path, hold: str = "0s") -> Path:
-    """Copy a Prometheus rule file with every `for:` set to `hold`; expressions and labels stay as shipped."""
+# Range windows shortened in the end-to-end copy of the rules: the thermal settling time (10 minutes
+# shipped) becomes seconds so a test can walk a GPU through cap, hold and restore.
+SHORT_WINDOWS: dict[str, dict[str, str]] = {"GPUTemperatureHigh": {"[10m]": "[6s]"}}
+
+
+def shorten_rules(
+    source: Path, dest: Path, hold: str = "0s", windows: Mapping[str, Mapping[str, str]] = SHORT_WINDOWS
+) -> Path:
+    """Copy a Prometheus rule file with every `for:` set to `hold` and the range windows of `windows`
+    (alertname -> {shipped: shortened}) replaced; everything else stays as shipped."""
     doc = yaml.safe_load(source.read_text())
     for group in doc["groups"]:
         for rule in group["rules"]:
             if "for" in rule:
                 rule["for"] = hold
+            for shipped, short in windows.get(rule.get("alert", ""), {}).items():
+                if shipped not in rule["expr"]:
+                    raise ValueError(f"{source}: {rule['alert']} has no {shipped} to shorten")
+                rule["expr"] = rule["expr"].replace(shipped, short)
     dest.write_text(yaml.safe_dump(doc, sort_keys=False))
     return dest
 
@@ -191,6 +203,15 @@ DCGM_FIELDS: dict[str, tuple[str, str, float]] = {
 }
 
 
+# dcgm-exporter's err_msg texts (internal/pkg/collector/xid_errors.go) for the codes the tests use.
+XID_MESSAGES = {
+    0: "No Error",
+    13: "Graphics Engine Exception",
+    48: "Double Bit ECC Error",
+    79: "GPU has fallen off the bus",
+}
+
+
 @dataclass
 class Gpu:
     host: str
@@ -201,6 +222,11 @@ class Gpu:
     pod: str | None = None
     namespace: str | None = None
     container: str | None = None
+    # "legacy": dcgm-exporter before 3.3.6 (the Xid gauge has no err_code); "err_code": 3.3.6 and later
+    err_shape: str = "legacy"
+    # "Hostname" (released versions) or "hostname" (dcgm-exporter's main branch)
+    host_label: str = "Hostname"
+    hidden: bool = False  # the exporter is restarting: no series for this GPU
     values: dict[str, float] = field(default_factory=lambda: {k: v[2] for k, v in DCGM_FIELDS.items()})
 
     def labels(self) -> dict[str, str]:
@@ -210,11 +236,19 @@ class Gpu:
             "pci_bus_id": self.pci_bus_id,
             "device": f"nvidia{self.index}",
             "modelName": self.model,
-            "Hostname": self.host,
+            self.host_label: self.host,
             "DCGM_FI_DRIVER_VERSION": "580.159.04",
         }
         if self.pod:
             labels.update(container=self.container or "main", namespace=self.namespace or "default", pod=self.pod)
+        return labels
+
+    def series_labels(self, name: str) -> dict[str, str]:
+        """The labels of one series; from 3.3.6 the Xid gauge carries err_code and err_msg (attributes last)."""
+        labels = self.labels()
+        if name == "DCGM_FI_DEV_XID_ERRORS" and self.err_shape == "err_code":
+            code = int(self.values[name])
+            labels.update(err_code=str(code), err_msg=XID_MESSAGES.get(code, "Unknown Error"))
         return labels
 
 
@@ -277,12 +311,25 @@ class DcgmExporter:
         self.gpus[(host, index)].values[metric] = value
         return time.monotonic()
 
+    async def restart(self, host: str, *, scrapes: int = 3) -> None:
+        """An exporter restart on `host`: its series vanish for `scrapes` scrapes and come back with the Xid
+        gauge at 0 (a restarted embedded hostengine has seen no Xid yet); counters keep their totals."""
+        gpus = [g for (h, _), g in self.gpus.items() if h == host]
+        for gpu in gpus:
+            gpu.hidden = True
+        await self.scraped(scrapes)
+        for gpu in gpus:
+            gpu.values["DCGM_FI_DEV_XID_ERRORS"] = 0
+            gpu.hidden = False
+
     def render(self) -> str:
         lines: list[str] = []
         for name, (kind, help_text, _default) in DCGM_FIELDS.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
             for gpu in self.gpus.values():
-                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in gpu.labels().items())
+                if gpu.hidden:
+                    continue
+                labels = ",".join(f'{k}="{_escape(v)}"' for k, v in gpu.series_labels(name).items())
                 lines.append(f"{name}{{{labels}}} {gpu.values[name]:g}")
         return "\n".join(lines) + "\n"
 

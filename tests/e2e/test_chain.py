@@ -27,10 +27,14 @@ def node_uuid(node: str, index: int) -> str:
     return f"GPU-{zlib.crc32(node.encode()):08x}-0000-4000-8000-{index:012x}"
 
 
-def gpu_node(stack: Stack, name: str, ip: str, pods: int = 2, *, nvml_uuids: bool = False) -> None:
+def gpu_node(
+    stack: Stack, name: str, ip: str, pods: int = 2, *, nvml_uuids: bool = False, err_shape: str = "legacy",
+    host_label: str = "Hostname",
+) -> None:
     """A GPU node running `pods` GPU pods of one Deployment, a CPU pod and a DaemonSet pod; GPU i is pod i's.
 
     With `nvml_uuids` the GPUs carry the fake NVML's UUIDs (the node whose sidecar runs on fake NVML).
+    `err_shape` and `host_label` pick the dcgm-exporter generation the node's series look like.
     """
     fake = stack.fake
     fake.add_node(name, ip=ip, labels={"nvidia.com/gpu.present": "true"})
@@ -39,7 +43,8 @@ def gpu_node(stack: Stack, name: str, ip: str, pods: int = 2, *, nvml_uuids: boo
     for i in range(pods):
         fake.add_pod(f"{name}-trainer-{i}", "ml", node=name, gpus=1, owner=rs)
         uuid = gpu_uuid(i) if nvml_uuids else node_uuid(name, i)
-        stack.exporter.add_gpu(name, i, uuid, pod=f"{name}-trainer-{i}", namespace="ml", container="trainer")
+        stack.exporter.add_gpu(name, i, uuid, pod=f"{name}-trainer-{i}", namespace="ml", container="trainer",
+                               err_shape=err_shape, host_label=host_label)
     fake.add_pod(f"{name}-web", "apps", node=name, gpus=0)
     ds = fake.add_daemonset(f"{name}-dcgm-exporter", "monitoring")
     fake.add_pod(f"{name}-dcgm-exporter-x", "monitoring", node=name, gpus=0, owner=ds)
@@ -65,7 +70,8 @@ async def test_xid79_taints_cordons_and_drains_and_the_reboot_returns_the_node(s
     assert stack.cordoned(node)
     assert sorted(evictions(stack, node)) == [f"{node}-trainer-0", f"{node}-trainer-1"]
     assert rem["alert_labels"]["alertname"] == "GPUXidError" and rem["alert_labels"]["xid"] == "79"
-    assert rem["alert_labels"]["UUID"] == node_uuid(node, 0) and rem["alert_labels"]["pod"] == f"{node}-trainer-0"
+    # The alert names the GPU only (the same labels as the node sidecar's Xid alert, so the two merge).
+    assert rem["alert_labels"]["UUID"] == node_uuid(node, 0) and "pod" not in rem["alert_labels"]
 
     # Xid 79 (fallen off the bus): the alert stays firing while the gauge holds 79, long after the value
     # stopped changing; the gauge resets when the node reboots, the alert resolves, the quarantine is lifted.
@@ -83,7 +89,7 @@ async def _resolved(stack: Stack, rem_id: str) -> bool:
     return bool((await stack.remediation(rem_id))["alert_resolved"])
 
 
-async def test_hot_gpu_is_power_capped_through_the_sidecar_and_restored_when_it_cools(stack: Stack) -> None:
+async def test_hot_gpu_is_capped_at_84_held_at_80_and_restored_once_settled_below_73(stack: Stack) -> None:
     sidecar = stack.sidecar
     assert sidecar is not None
     node = "gpu-hot"
@@ -92,7 +98,7 @@ async def test_hot_gpu_is_power_capped_through_the_sidecar_and_restored_when_it_
     def limit(gpu: int) -> int:
         return int(sidecar.nvml.get(f"gpu.{gpu}.power_limit"))
 
-    stack.exporter.set(node, 0, TEMP, 91)
+    stack.exporter.set(node, 0, TEMP, 84)
     await eventually(lambda: limit(0) < DEFAULT_LIMIT_MW, timeout=30,
                      what=f"a lower power limit on {node} GPU 0 (sidecar log: {sidecar.sidecar.log})")
     assert limit(1) == DEFAULT_LIMIT_MW
@@ -107,9 +113,20 @@ async def test_hot_gpu_is_power_capped_through_the_sidecar_and_restored_when_it_
 
     capped = await eventually(capping, timeout=10, what=f"the remediation that capped {node}")
     assert len(capped) == 1 and capped[0]["gpu_uuid"] == gpu_uuid(0)
-    assert capped[0]["alert_labels"]["alertname"].startswith("GPUTemperature")
+    assert capped[0]["rule"] == "thermal-high" and capped[0]["alert_labels"]["alertname"] == "GPUTemperatureHigh"
+    capped_mw = limit(0)
 
-    stack.exporter.set(node, 0, TEMP, 40)
+    # 80 C is below the 83 C cap threshold but above 73 C: the alert stays firing and the cap is held.
+    stack.exporter.set(node, 0, TEMP, 80)
+    await stack.exporter.scraped(10)
+    assert limit(0) == capped_mw
+    held = await stack.remediation(capped[0]["id"])
+    assert held["state"] == "succeeded" and not held["alert_resolved"]
+    assert len(await capping()) == 1
+
+    # 72 C: once the GPU has been below 73 C for the (shortened) settling time the alert resolves and the
+    # original limit comes back.
+    stack.exporter.set(node, 0, TEMP, 72)
     await eventually(lambda: limit(0) == DEFAULT_LIMIT_MW, timeout=30, what=f"{node} GPU 0 back at 700 W")
     rem = await eventually(
         lambda: _in_state(stack, capped[0]["id"], "reverted"), timeout=30,
@@ -162,3 +179,76 @@ async def test_alertmanager_retry_after_503_delivers_once_the_store_is_back_and_
 
 async def _above(value: Any, floor: float) -> bool:
     return bool(await value > floor)
+
+
+# -- dcgm-exporter 3.3.6 and later: the Xid gauge carries err_code/err_msg, one series per code -----------
+
+
+def pod_events(stack: Stack, pod: str, reason: str) -> list[Any]:
+    return [
+        c for c in stack.fake.requests("create", "events", namespace="ml")
+        if c.ok and (c.body or {}).get("involvedObject", {}).get("name") == pod
+        and (c.body or {}).get("reason") == reason
+    ]
+
+
+async def remediations_of(stack: Stack, node: str) -> list[dict[str, Any]]:
+    return [await stack.remediation(r["id"]) for r in await stack.remediations(node=node)]
+
+
+@pytest.mark.parametrize(("node", "ip", "host_label"), [
+    ("gpu-ec-upper", "127.0.0.20", "Hostname"),
+    ("gpu-ec-lower", "127.0.0.21", "hostname"),
+])
+async def test_err_code_xid13_notifies_the_pod_then_xid48_on_the_same_gpu_resets_it(
+    stack: Stack, node: str, ip: str, host_label: str,
+) -> None:
+    gpu_node(stack, node, ip, err_shape="err_code", host_label=host_label)
+    await stack.exporter.scraped(2)
+
+    stack.exporter.set(node, 0, XID, 13)
+    await eventually(lambda: pod_events(stack, f"{node}-trainer-0", "GPUApplicationXid"), timeout=30,
+                     what=f"an Xid 13 event on {node}-trainer-0")
+    [first] = await remediations_of(stack, node)
+    assert (first["rule"], first["playbook"]) == ("xid-application", "notify-pods")
+    assert first["alert_labels"]["xid"] == "13" and first["alert_labels"]["Hostname"] == node
+    assert first["gpu_uuid"] == node_uuid(node, 0)
+    assert TAINT_KEY not in [t["key"] for t in stack.taints(node)]
+
+    # A second, different Xid on the same GPU: a new series, a new alert, a second remediation.
+    stack.exporter.set(node, 0, XID, 48)
+    await eventually(lambda: quarantine_taint("xid-48") in stack.taints(node), timeout=30,
+                     what=f"the xid-48 taint on {node}")
+    rems = await remediations_of(stack, node)
+    second = [r for r in rems if r["id"] != first["id"]]
+    assert len(rems) == 2 and len(second) == 1
+    assert (second[0]["rule"], second[0]["playbook"]) == ("xid-reset-gpu", "reset-gpu")
+    assert second[0]["alert_labels"]["xid"] == "48" and second[0]["gpu_uuid"] == node_uuid(node, 0)
+
+
+async def test_err_code_xid79_with_lower_case_hostname_quarantines_the_node(stack: Stack) -> None:
+    node = "gpu-ec-79"
+    gpu_node(stack, node, "127.0.0.22", err_shape="err_code", host_label="hostname")
+    await stack.exporter.scraped(2)
+    stack.exporter.set(node, 1, XID, 79)
+    await eventually(lambda: quarantine_taint("xid-79") in stack.taints(node), timeout=30,
+                     what=f"the xid-79 taint on {node}")
+    rem = await stack.remediation_in(node, {"succeeded"})
+    assert (rem["rule"], rem["playbook"]) == ("xid-reboot-node", "reboot-node")
+    assert rem["alert_labels"]["xid"] == "79" and rem["alert_labels"]["UUID"] == node_uuid(node, 1)
+    assert stack.cordoned(node)
+
+
+@pytest.mark.parametrize(("node", "ip", "err_shape"), [
+    ("gpu-restart-ec", "127.0.0.23", "err_code"),
+    ("gpu-restart-legacy", "127.0.0.24", "legacy"),
+])
+async def test_an_exporter_restart_raises_nothing(stack: Stack, node: str, ip: str, err_shape: str) -> None:
+    gpu_node(stack, node, ip, err_shape=err_shape, host_label="hostname")
+    await stack.exporter.scraped(3)
+    since = stack.exporter.set(node, 0, TEMP, 40)
+    await stack.exporter.restart(node, scrapes=3)
+    await stack.exporter.scraped(6)
+    assert stack.bare.first(since=since, Hostname=node) is None
+    assert await stack.remediations(node=node) == []
+    assert stack.taints(node) == []

@@ -115,7 +115,7 @@ async def test_revert_restores_exactly_the_prior_state(make_cluster: MakeCluster
     fake = cluster.fake
     foreign = {"key": "example.com/maintenance", "value": "disk", "effect": "NoSchedule"}
     gpu_node(fake, unschedulable=True, taints=[foreign])
-    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 160))))
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 167))))
     await cluster.settle()
     rem = await cluster.only_remediation()
     assert (await cluster.api.post(f"/api/v1/remediations/{rem['id']}/revert")).status_code == 200

@@ -59,3 +59,29 @@ def test_xid_from_label_then_value_annotation() -> None:
     assert parse_xid({}, {"value": "79.0"}) == 79
     assert parse_xid({"xid": "not-a-number"}, {}) is None
     assert parse_xid({}, {}) is None
+
+
+def test_the_main_branchs_lower_case_hostname_names_the_node_by_default() -> None:
+    from remediator.settings import Settings
+
+    precedence = Settings().node_label_precedence
+    a = _n({"alertname": "GPUXidError", "hostname": "gpu-node-2", "UUID": "GPU-1", "gpu": "0", "xid": "13"},
+           precedence=precedence)
+    assert a.node == "gpu-node-2" and a.node_source == "hostname"
+    # a released exporter's Hostname still works, and wins when both are there
+    assert _n({"alertname": "X", "Hostname": "h1", "hostname": "h2"}, precedence=precedence).node == "h1"
+
+
+def test_the_exporters_own_pod_is_never_the_workload() -> None:
+    # honorLabels false, GPU held by no pod: pod/namespace/container are dcgm-exporter's own
+    a = _n({"alertname": "GPUIdle", "Hostname": "n", "pod": "nvidia-dcgm-exporter-7x2kq",
+            "namespace": "gpu-operator", "container": "nvidia-dcgm-exporter"})
+    assert (a.pod, a.namespace, a.container) == (None, None, None)
+    b = _n({"alertname": "GPUIdle", "Hostname": "n", "pod": "dcgm-exporter-abcde", "namespace": "monitoring"})
+    assert b.pod is None
+    # honorLabels true: pod is the workload's
+    c = _n({"alertname": "GPUIdle", "Hostname": "n", "pod": "trainer-0", "namespace": "ml", "container": "main"})
+    assert (c.pod, c.namespace, c.container) == ("trainer-0", "ml", "main")
+    # the prefixes are a setting
+    d = _n({"alertname": "GPUIdle", "pod": "my-exporter-1", "namespace": "mon"}, exporter_pod_prefixes=["my-exporter-"])
+    assert d.pod is None
