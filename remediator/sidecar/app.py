@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
+from remediator.sidecar.detector_service import DetectorService
 from remediator.sidecar.gate import Gate
 from remediator.sidecar.inventory import GpuNotFound, find_handle, identities, snapshot, snapshot_all
 from remediator.sidecar.metrics import SidecarMetrics
@@ -280,13 +281,17 @@ def create_app(
         ),
     )
 
+    detector = DetectorService(settings, sidecar.nvml, sidecar.worker, sidecar.podresources, metrics)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             await sidecar.worker.run(sidecar.nvml.init)
         except NvmlError as exc:
             log.error("NVML is not available (%s); /healthz answers 503 until it is", exc)
+        await detector.start()
         yield
+        await detector.stop()
         await sidecar.podresources.close()
         try:
             await sidecar.worker.run(sidecar.nvml.shutdown)
@@ -296,6 +301,7 @@ def create_app(
 
     app = FastAPI(title="gpu-remediator sidecar", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.sidecar = sidecar
+    app.state.detector = detector
     _install_handlers(app, metrics)
     app.include_router(_routes())
 
@@ -311,6 +317,7 @@ def create_app(
             metrics.observe_gpus(gpus)
         except Problem as exc:
             log.warning("metrics: inventory unavailable: %s", exc.error)
+        await detector.refresh()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

@@ -2,18 +2,47 @@
 
 Per-GPU gauges are refreshed from each inventory read (a scrape of /metrics reads the inventory first);
 request counts and latency come from a middleware; NVML call errors from the `Nvml` observer hook.
+The `gpu_remediator_*` families are the node detector's (see `detector.py`): Xid/SXid counters, GPUs
+expected/visible/lost and the health fields DCGM does not export, labelled like dcgm-exporter's series
+(`Hostname`, `UUID`, `gpu`, `pci_bus_id`, `modelName`) so rules can join and merge them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from remediator.sidecar.nvml import error_name
 
-__all__ = ["SidecarMetrics"]
+__all__ = ["HEALTH_GAUGES", "SidecarMetrics", "replace_series"]
+
+GPU_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "modelName"]
+# Detector health gauge (without the gpu_remediator_ prefix) -> help text.
+HEALTH_GAUGES = {
+    "pcie_link_generation": "Current PCIe link generation of the GPU",
+    "pcie_link_generation_max": "Highest PCIe link generation the GPU and its slot support",
+    "pcie_link_width": "Current PCIe link width (lanes) of the GPU",
+    "pcie_link_width_max": "Widest PCIe link the GPU and its slot support",
+    "temperature_slowdown_celsius": "GPU temperature at which the GPU slows itself down (NVML threshold)",
+    "temperature_shutdown_celsius": "GPU temperature at which the GPU shuts down (NVML threshold)",
+    "recovery_action": "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, "
+    "3 drain P2P, 4 drain and reset",
+    "remapped_rows_pending": "1 while a row remap waits for a GPU reset",
+    "remapped_rows_failure": "1 when a row remap failed (the GPU needs replacing)",
+    "orphaned_memory_bytes": "Framebuffer used by compute processes on a GPU that no pod holds",
+}
+
+
+def replace_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> None:
+    """Set `values` on `gauge` and remove every other label set it had (GPUs that went away)."""
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    wanted = {tuple(labels) for labels in values}
+    for existing in list(gauge._metrics):  # prometheus_client keeps children by label tuple
+        if tuple(existing) not in wanted:
+            gauge.remove(*existing)
 
 
 class SidecarMetrics:
@@ -50,6 +79,53 @@ class SidecarMetrics:
             "remediator_sidecar_nvml_errors_total",
             "NVML calls that returned an error",
             ["function", "error"],
+            registry=self.registry,
+        )
+
+        # -- the node detector ----------------------------------------------------------------------
+        self.xid_events = Counter(
+            "gpu_remediator_xid_events",
+            "Xid errors reported by the GPU driver (kernel log and NVML events, each event once)",
+            [*GPU_LABELS, "xid"],
+            registry=self.registry,
+        )
+        self.sxid_events = Counter(
+            "gpu_remediator_sxid_events",
+            "SXid errors reported by the NVSwitch driver in the kernel log",
+            ["Hostname", "pci_bus_id", "sxid", "fatal"],
+            registry=self.registry,
+        )
+        self.gpus_expected = Gauge(
+            "gpu_remediator_gpus_expected",
+            "GPUs this node should have (EXPECTED_GPUS, else the GPUs seen since the first start)",
+            ["Hostname"],
+            registry=self.registry,
+        )
+        self.gpus_visible = Gauge(
+            "gpu_remediator_gpus_visible", "GPUs NVML lists that answer", ["Hostname"], registry=self.registry
+        )
+        self.gpu_lost = Gauge(
+            "gpu_remediator_gpu_lost",
+            "1 when a GPU this node had is lost (NVML says so, or it is no longer listed), else 0",
+            ["Hostname", "UUID", "gpu", "pci_bus_id"],
+            registry=self.registry,
+        )
+        self.health = {
+            name: Gauge(f"gpu_remediator_{name}", text, GPU_LABELS, registry=self.registry)
+            for name, text in HEALTH_GAUGES.items()
+        }
+        self.kmsg_overruns = Counter(
+            "gpu_remediator_kmsg_overruns",
+            "Times the kernel overwrote log records before the sidecar read them (EPIPE)",
+            registry=self.registry,
+        )
+        self.kmsg_lines = Counter(
+            "gpu_remediator_kmsg_lines", "Kernel log lines read", registry=self.registry
+        )
+        self.detector_sources = Gauge(
+            "gpu_remediator_detector_source_up",
+            "1 while a detector source (kmsg, nvml_events) is running",
+            ["source"],
             registry=self.registry,
         )
 

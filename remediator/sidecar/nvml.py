@@ -27,6 +27,7 @@ __all__ = [
     "PcieLink",
     "Process",
     "RemappedRows",
+    "XidNotice",
     "error_name",
 ]
 
@@ -90,7 +91,7 @@ _ERROR_NAMES = {
     999: "UNKNOWN",
 }
 
-_THRESHOLDS = {"shutdown": 0, "slowdown": 1}
+_THRESHOLDS = {"shutdown": 0, "slowdown": 1, "memory_max": 2, "gpu_max": 3}
 _ECC_ERROR = {"corrected": 0, "uncorrected": 1}
 _ECC_COUNTER = {"volatile": 0, "aggregate": 1}
 # Page retirement causes: multiple single-bit ECC errors, double-bit ECC error.
@@ -102,7 +103,8 @@ _PCIE_LINK_KEEP = 0
 _FEATURE_DISABLED = 0
 _FEATURE_ENABLED = 1
 _NOT_AVAILABLE_U64 = 2**64 - 1
-_FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+EVENT_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 
 
 def error_name(code: int) -> str:
@@ -136,6 +138,14 @@ class PcieLink:
     max_generation: int
     width: int
     max_width: int
+
+
+@dataclass(frozen=True)
+class XidNotice:
+    """An Xid NVML delivered through an event set: the GPU's UUID (None when unreadable) and the code."""
+
+    uuid: str | None
+    xid: int
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,9 @@ class Nvml:
             )
         )
 
-    def temperature_threshold(self, handle: DeviceHandle, kind: Literal["slowdown", "shutdown"]) -> int:
+    def temperature_threshold(
+        self, handle: DeviceHandle, kind: Literal["slowdown", "shutdown", "memory_max", "gpu_max"]
+    ) -> int:
         threshold = _THRESHOLDS[kind]
         return int(
             self._call(
@@ -429,16 +441,79 @@ class Nvml:
         return bool(self._call("nvmlDeviceGetRetiredPagesPendingStatus",
                                lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle)))
 
-    def recovery_action(self, handle: DeviceHandle) -> int:
-        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain
-        and reset, ... (see RECOVERY_ACTIONS). A per-field error (e.g. an older driver) raises NvmlError."""
-        values = self._call("nvmlDeviceGetFieldValues",
-                            lambda: pynvml.nvmlDeviceGetFieldValues(handle, [_FI_GPU_RECOVERY_ACTION]))
+    # -- detector reads (health fields DCGM does not give, PCI lookup, Xid event sets) ---------------
+
+    def handle_by_pci_bus_id(self, bus_id: str) -> DeviceHandle:
+        return DeviceHandle(
+            self._call(
+                "nvmlDeviceGetHandleByPciBusId", lambda: pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+            )
+        )
+
+    def field_value(self, handle: DeviceHandle, field_id: int) -> int:
+        """One integer field (nvmlDeviceGetFieldValues); the field's own error is raised as NvmlError."""
+        values = self._call(
+            "nvmlDeviceGetFieldValues", lambda: pynvml.nvmlDeviceGetFieldValues(handle, [field_id])
+        )
         value = values[0]
         code = int(value.nvmlReturn)
         if code != SUCCESS:
-            raise NvmlError(code, "nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)")
-        return int(value.value.uiVal)
+            self._observer("nvmlDeviceGetFieldValues", 0.0, code)
+            raise NvmlError(code, "nvmlDeviceGetFieldValues")
+        kind = int(value.valueType)
+        union = value.value
+        return int(
+            {0: union.dVal, 1: union.uiVal, 2: union.ulVal, 3: union.ullVal, 4: union.sllVal, 5: union.siVal,
+             6: union.usVal}.get(kind, union.ullVal)
+        )
+
+    def recovery_action(self, handle: DeviceHandle) -> int:
+        """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain
+        and reset (newer drivers add more)."""
+        return self.field_value(handle, FI_DEV_GET_GPU_RECOVERY_ACTION)
+
+    def xid_event_set(self, handles: list[DeviceHandle]) -> tuple[Any, int]:
+        """An event set with every GPU that supports it registered for Xid critical errors.
+
+        Returns (event set, number of GPUs registered); registering is read-only. Free it with
+        `free_event_set`.
+        """
+        event_set = self._call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
+        registered = 0
+        for handle in handles:
+            try:
+                supported = int(self._call("nvmlDeviceGetSupportedEventTypes",
+                                           partial(pynvml.nvmlDeviceGetSupportedEventTypes, handle)))
+                if not supported & EVENT_XID_CRITICAL:
+                    continue
+                self._call("nvmlDeviceRegisterEvents",
+                           partial(pynvml.nvmlDeviceRegisterEvents, handle, EVENT_XID_CRITICAL, event_set))
+                registered += 1
+            except NvmlError as exc:
+                if exc.code in (UNINITIALIZED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND):
+                    self.free_event_set(event_set)
+                    raise
+        return event_set, registered
+
+    def wait_xid(self, event_set: Any, timeout_ms: int) -> XidNotice | None:
+        """The next Xid event, or None when none came within `timeout_ms` (or the event was no Xid)."""
+        try:
+            data = self._call("nvmlEventSetWait", lambda: pynvml.nvmlEventSetWait_v2(event_set, timeout_ms))
+        except NvmlError as exc:
+            if exc.code == TIMEOUT:
+                return None
+            raise
+        if not int(data.eventType) & EVENT_XID_CRITICAL:
+            return None
+        try:
+            uuid: str | None = self.uuid(DeviceHandle(data.device))
+        except NvmlError:
+            uuid = None
+        return XidNotice(uuid=uuid, xid=int(data.eventData))
+
+    def free_event_set(self, event_set: Any) -> None:
+        with contextlib.suppress(NvmlError):
+            self._call("nvmlEventSetFree", lambda: pynvml.nvmlEventSetFree(event_set))
 
 
 def _remove_gpu(pci: Any) -> None:

@@ -50,6 +50,20 @@ class SidecarSettings(BaseSettings):
     diagnostics_dir: Path = Path("/var/lib/gpu-remediator/diagnostics")
     diagnostics_timeout: float = Field(default=600.0, gt=0)
     diagnostics_max_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    # -- the node detector (docs/sidecar.md, "Node detector") --
+    # The node's name as the `Hostname` label of the detector's series (downward API spec.nodeName);
+    # empty: the host name.
+    node_name: str = ""
+    # The kernel log the Xid/SXid reader follows; a file or FIFO works too; empty turns the reader off.
+    kmsg_path: str = "/dev/kmsg"
+    # Where the kernel's boot id is read: kernel record numbers restart at each boot.
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    # Use NVML event sets (Xid critical errors) as a second Xid source where the driver supports them.
+    nvml_events: bool = True
+    # Reports of one (GPU, Xid) by the kernel log and by NVML within this many seconds are one event.
+    xid_dedupe_seconds: float = Field(default=10.0, ge=0, le=3600)
+    # GPUs this node should have (its nvidia.com/gpu capacity); unset: the GPUs seen since the first start.
+    expected_gpus: int | None = Field(default=None, ge=0, le=1024)
 
     @field_validator("sidecar_token")
     @classmethod

@@ -1,11 +1,12 @@
-"""The node-local record of power limits in force before the sidecar first changed them.
+"""The node-local state file: power limits in force before the sidecar first changed them, and more.
 
 A restore must put back the limit an operator (or the default) had set, even if the sidecar restarted
 in between, so the original is written to disk before the first change and removed after the restore.
 Beside it the file keeps the limit the sidecar itself set last (read back from NVML), so a restore can
 tell whether someone else changed the limit since and leave their value alone.
 Writes are atomic (temp file in the same directory, fsync, rename, fsync of the directory): a crash
-leaves either the old or the new file, never half of one.
+leaves either the old or the new file, never half of one. Each user owns one top-level key and
+`update_state` rewrites only that key, so the GPU-error detector can keep its records in the same file.
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 from remediator.sidecar.problems import Problem
 
-__all__ = ["PowerStateStore"]
+__all__ = ["PowerStateStore", "read_state", "update_state"]
+
+# One lock for every read-modify-write of a state file: the power-limit records and the detector's
+# records (`detector_state.py`) share the file, written from different threads.
+_LOCK = threading.RLock()
 
 
 ORIGINALS = "original_power_limit_mw"
@@ -88,23 +95,52 @@ class PowerStateStore:
             self._write_all(maps)
 
     def _write_all(self, maps: dict[str, dict[str, int]]) -> None:
-        directory = self.path.parent
+        """Rewrite the power-limit sections only; every other user's key stays as it is."""
+        with _LOCK:
+            doc = read_state(self.path)
+            doc.update(maps)
+            _write_atomic(self.path, doc)
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The whole state file as a dict ({} when it does not exist)."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise Problem(500, f"state file {path} is unreadable: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise Problem(500, f"state file {path} has an unexpected shape")
+    return raw
+
+
+def update_state(path: Path, key: str, value: Any) -> None:
+    """Replace one top-level key of the state file atomically, keeping every other key as it is."""
+    with _LOCK:
+        doc = read_state(path)
+        doc[key] = value
+        _write_atomic(path, doc)
+
+
+def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+    directory = path.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=directory)
-            try:
-                with os.fdopen(fd, "w") as fh:
-                    json.dump(maps, fh, sort_keys=True)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            raise Problem(500, f"cannot write power-limit state file {self.path}: {exc}") from exc
+            with os.fdopen(fd, "w") as fh:
+                json.dump(doc, fh, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise Problem(500, f"cannot write state file {path}: {exc}") from exc

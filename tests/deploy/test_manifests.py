@@ -28,7 +28,7 @@ render_definitions = load_script(DEPLOY / "render_definitions.py")
 
 Objects = tuple[dict[str, Any], ...]
 IMAGE = "ghcr.io/gpu-remediator/gpu-remediator:0.1.0"
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "AlertmanagerConfig"}
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "PodMonitor", "AlertmanagerConfig"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 
@@ -410,12 +410,17 @@ def test_network_policy_admits_only_the_controller_on_9410(overlay: tuple[str, O
     assert selects(policy["spec"]["podSelector"]["matchLabels"], sidecar_labels)
     assert not selects(policy["spec"]["podSelector"]["matchLabels"], controller_labels)
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    (rule,) = policy["spec"]["ingress"]
+    rule, scrape = policy["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 9410}]
     (peer,) = rule["from"]
     assert peer == {"podSelector": {"matchLabels": CONTROLLER_LABELS}}, "no namespaceSelector or ipBlock"
     assert selects(peer["podSelector"]["matchLabels"], controller_labels)
     assert not selects(peer["podSelector"]["matchLabels"], sidecar_labels)
+    # the second rule admits only Prometheus (the PodMonitor's scrapes), never every pod of a namespace
+    assert scrape["ports"] == [{"protocol": "TCP", "port": 9410}]
+    (prometheus,) = scrape["from"]
+    assert set(prometheus) == {"namespaceSelector", "podSelector"}, "no ipBlock, no bare namespace"
+    assert prometheus["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
 
 
 # What each peer of the controller's policy is, by the pod label it selects (docs/deploy.md lists them).

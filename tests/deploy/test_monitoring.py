@@ -288,9 +288,26 @@ def monitoring_objects() -> tuple[dict[str, Any], ...]:
     return rendered(MONITORING)
 
 
-def rules() -> list[dict[str, Any]]:
+SIDECAR_GROUP = "gpu-remediator-sidecar"
+SIDECAR_XID_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "xid"]
+
+
+def all_rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load((MONITORING / "rules.yml").read_text())
     return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def rules() -> list[dict[str, Any]]:
+    """The rules on dcgm-exporter's series (every group but the node sidecar's)."""
+    doc = yaml.safe_load((MONITORING / "rules.yml").read_text())
+    return [rule for group in doc["groups"] if group["name"] != SIDECAR_GROUP for rule in group["rules"]]
+
+
+def sidecar_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((MONITORING / "rules.yml").read_text())
+    (group,) = [g for g in doc["groups"] if g["name"] == SIDECAR_GROUP]
+    assert doc["groups"][-1] is group, "the sidecar group comes last"
+    return list(group["rules"])
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -304,12 +321,19 @@ def test_promtool_accepts_the_rules_file() -> None:
     promtool = require_binary("promtool", "prometheus")
     done = run([promtool, "check", "rules", "rules.yml"])
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"SUCCESS: {len(rules())} rules found" in done.stdout
+    assert f"SUCCESS: {len(all_rules())} rules found" in done.stdout
 
 
 def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
     promtool = require_binary("promtool", "prometheus")
     done = run([promtool, "test", "rules", "rules_test.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
+
+
+def test_promtool_unit_tests_of_the_sidecar_rules_pass() -> None:
+    promtool = require_binary("promtool", "prometheus")
+    done = run([promtool, "test", "rules", "rules_sidecar_test.yml"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
@@ -604,3 +628,108 @@ def test_controller_metric_names_match_the_code() -> None:
         assert exposed.get(name) == kind, (
             f"{name}: the controller exposes {exposed.get(name)!r}, not a {kind}"
         )
+
+
+# -- the node sidecar's rules and PodMonitor -----------------------------------------------------------
+
+SIDECAR_METRICS = {
+    "gpu_remediator_xid_events_total",
+    "gpu_remediator_xid_events_created",
+    "gpu_remediator_gpu_lost",
+    "gpu_remediator_gpus_visible",
+    "gpu_remediator_gpus_expected",
+}
+
+
+def test_sidecar_rules_raise_xid_and_lost_alerts_on_sidecar_series() -> None:
+    found = sidecar_rules()
+    assert [r["alert"] for r in found] == ["GPUXidError", "GPULost"]
+    for rule in found:
+        assert metric_names(rule["expr"]) <= SIDECAR_METRICS, rule["alert"]
+
+
+def test_sidecar_xid_alert_has_exactly_the_labels_it_merges_on() -> None:
+    """Alertmanager holds one alert per label set: the sidecar's and dcgm-exporter's GPUXidError for one
+    Xid become one alert only when they carry the same labels, so the rule keeps exactly these."""
+    (xid,) = [r for r in sidecar_rules() if r["alert"] == "GPUXidError"]
+    groupings = grouping_labels(xid["expr"])
+    assert groupings, "the rule aggregates (target labels such as pod and instance must go)"
+    for keyword, labels in groupings:
+        assert keyword == "by" and sorted(labels) == sorted(SIDECAR_XID_LABELS), labels
+    assert xid["labels"] == {"severity": "critical"}
+    assert "increase(gpu_remediator_xid_events_total[" in xid["expr"]
+    assert "gpu_remediator_xid_events_created" in xid["expr"], "a new series (first event) fires too"
+
+
+PODMONITOR_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PodMonitor"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "podMetricsEndpoints"],
+            "properties": {
+                "selector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchLabels": _STRINGS},
+                },
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+                },
+                "podMetricsEndpoints": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["port"],
+                        "properties": {
+                            "port": {"type": "string"},
+                            "path": {"type": "string"},
+                            "interval": _DURATION,
+                            "scrapeTimeout": _DURATION,
+                            "relabelings": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["targetLabel"],
+                                    "properties": {
+                                        "sourceLabels": {"type": "array", "items": {"type": "string"}},
+                                        "targetLabel": {"type": "string"},
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_pod_monitor_scrapes_the_sidecar_metrics() -> None:
+    monitor = only(monitoring_objects(), "PodMonitor")
+    jsonschema.validate(monitor, PODMONITOR_SCHEMA)
+    daemonset = only(rendered(OVERLAYS["single"]), "DaemonSet", "gpu-remediator-sidecar")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [daemonset["metadata"]["namespace"]]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert endpoint["port"] in {p["name"] for p in container["ports"]}
+    assert endpoint["path"] == "/metrics"
+    instance = [r for r in endpoint["relabelings"] if r["targetLabel"] == "instance"]
+    assert instance == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"}]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REMEDIATOR_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["REMEDIATOR_KMSG_PATH"]["value"] == "/dev/kmsg"

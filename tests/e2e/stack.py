@@ -161,8 +161,10 @@ def alertmanager_overlay(
     return dest
 
 
-def prometheus_config(dest: Path, *, exporter: str, alertmanager: str, rules: Path) -> Path:
-    doc = {
+def prometheus_config(
+    dest: Path, *, exporter: str, alertmanager: str, rules: Path, sidecar: str | None = None
+) -> Path:
+    doc: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
         "rule_files": [str(rules)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
@@ -170,6 +172,8 @@ def prometheus_config(dest: Path, *, exporter: str, alertmanager: str, rules: Pa
             {"job_name": "dcgm-exporter", "honor_labels": True, "static_configs": [{"targets": [exporter]}]}
         ],
     }
+    if sidecar is not None:  # the node sidecar's detector series, as the shipped PodMonitor scrapes them
+        doc["scrape_configs"].append({"job_name": "gpu-remediator-sidecar", "static_configs": [{"targets": [sidecar]}]})
     dest.write_text(yaml.safe_dump(doc, sort_keys=False))
     return dest
 
@@ -630,13 +634,15 @@ class Stack:
         rules = shorten_rules(SHIPPED_RULES, self.workdir / "rules.yml")
         config = prometheus_config(
             self.workdir / "prometheus.yml", exporter=self.exporter.address, alertmanager=f"127.0.0.1:{am_port}",
-            rules=rules,
+            rules=rules, sidecar=self._sidecar_address(),
         )
         self.prometheus_url = f"http://127.0.0.1:{port}"
         proc = self._process(
             "prometheus",
             [binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-             f"--web.listen-address=127.0.0.1:{port}", f"--web.external-url={self.prometheus_url}"],
+             f"--web.listen-address=127.0.0.1:{port}", f"--web.external-url={self.prometheus_url}",
+             # an alert's new value/annotations reach Alertmanager at the next resend (default 1m)
+             "--rules.alert.resend-delay=1s"],
             _clean_env({}),
         )
         await wait_http(proc, f"{self.prometheus_url}/-/ready", timeout=30)
@@ -652,6 +658,11 @@ class Stack:
                         what="Prometheus's first scrape of the exporter")
         await wait_http(proc, f"{self.prometheus_url}/api/v1/alertmanagers", timeout=30, ok=discovered,
                         what="Prometheus to discover Alertmanager")
+
+    def _sidecar_address(self) -> str | None:
+        if self.sidecar is None:
+            return None
+        return f"{self.sidecar.sidecar.host}:{self.sidecar.sidecar.port}"
 
     # -- the controller ----------------------------------------------------------------------------
 

@@ -206,6 +206,9 @@ def make_env(
     base: Path, lib_dir: Path, extra: dict[str, str] | None = None, host: str = "127.0.0.1"
 ) -> SidecarEnv:
     base.mkdir(parents=True, exist_ok=True)
+    (base / "kmsg").touch()
+    if not (base / "boot_id").exists():
+        (base / "boot_id").write_text("3f0c2a1e-0000-4000-8000-000000000001\n")
     nvml = FakeNvml(base / "nvml-state.txt")
     nvml.write(h200_state(2))
     sock = base / "kubelet.sock"
@@ -221,6 +224,10 @@ def make_env(
         "REMEDIATOR_DEVICE_CHECKPOINT": str(base / "kubelet_internal_checkpoint"),
         "REMEDIATOR_NVIDIA_SMI": str(base / "nvidia-smi"),
         "REMEDIATOR_RESET_SETTLE_SECONDS": "0.5",
+        # The detector follows a file in the temp dir, never the test machine's own kernel log.
+        "REMEDIATOR_KMSG_PATH": str(base / "kmsg"),
+        "REMEDIATOR_BOOT_ID_FILE": str(base / "boot_id"),
+        "REMEDIATOR_NODE_NAME": "gpu-node-1",
         **(extra or {}),
     }
     return SidecarEnv(

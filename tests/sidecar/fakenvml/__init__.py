@@ -98,5 +98,10 @@ class FakeNvml:
     def get(self, key: str) -> str | None:
         return self.read().get(key)
 
+    def nvml_event(self, gpu: int, xid: int) -> None:
+        """Queue one Xid critical-error event of GPU `gpu` for the fake's event sets."""
+        with self.path.with_name(self.path.name + ".events").open("a") as events:
+            events.write(f"{gpu} {xid}\n")
+
     def calls(self, function: str) -> int:
         return int(self.read().get(f"calls.{function}", "0"))

@@ -15,6 +15,12 @@
  *   gpu.i.mig_mode .mig.count .mig.j.uuid
  *   gpu.i.procs          "pid:bytes,pid:bytes"
  *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
+ *   gpu.i.lost           1: every call on GPU i answers NVML_ERROR_GPU_IS_LOST (it stays listed)
+ *   gpu.i.temp_mem_max .temp_gpu_max .pcie_gen .pcie_gen_max .pcie_width .pcie_width_max
+ *   gpu.i.field.<id>     value of NVML field <id> (nvmlDeviceGetFieldValues; absent: NOT_SUPPORTED)
+ *   gpu.i.events         event types nvmlDeviceGetSupportedEventTypes reports (default Xid critical, 8)
+ *   $FAKE_NVML_STATE.events   one NVML event per line, "<gpu> <xid>", appended by tests: an event set
+ *                        delivers the lines added after it was created, each once
  *   err.<function>       NVML return code for every call of that function
  *   err.<function>.i     the same, for GPU i only
  *   calls.<function>     incremented by the fake on every mutating call
@@ -161,6 +167,8 @@ static int enter(const char *fn, int gpu) {
     if (gpu >= 0) {
         snprintf(key, sizeof key, "err.%s.%d", fn, gpu);
         if ((e = num(key, 0)) != 0) return (int)e;
+        snprintf(key, sizeof key, "gpu.%d.lost", gpu);
+        if (num(key, 0) != 0 && init_count > 0) return 15; /* NVML_ERROR_GPU_IS_LOST */
     }
     snprintf(key, sizeof key, "err.%s", fn);
     if ((e = num(key, 0)) != 0) return (int)e;
@@ -343,6 +351,8 @@ int nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, int threshold, unsign
     ENTER_DEVICE("nvmlDeviceGetTemperatureThreshold", device);
     if (threshold == 0) *temp = (unsigned int)gnum(g, "temp_shutdown", 95);
     else if (threshold == 1) *temp = (unsigned int)gnum(g, "temp_slowdown", 89);
+    else if (threshold == 2) *temp = (unsigned int)gnum(g, "temp_mem_max", 95);
+    else if (threshold == 3) *temp = (unsigned int)gnum(g, "temp_gpu_max", 87);
     else return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
 }
@@ -540,6 +550,36 @@ int nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci) {
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 
+/* ---- node detector: PCI lookup, Xid event sets (PCIe link and field values above serve both) ------------------------ */
+
+#define NVML_ERROR_TIMEOUT 10
+#define EVENT_XID_CRITICAL 0x8ULL
+#define MAX_EVENT_SETS 16
+
+static int hexeq(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        char x = *a >= 'a' && *a <= 'f' ? (char)(*a - 32) : *a;
+        char y = *b >= 'a' && *b <= 'f' ? (char)(*b - 32) : *b;
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+int nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevice_t *device) {
+    int rc = enter("nvmlDeviceGetHandleByPciBusId_v2", -1);
+    if (rc) return rc;
+    for (int i = 0; i < gpu_count(); i++) {
+        const char *b = gstr(i, "bus_id");
+        if (present(i) && b && busId && hexeq(b, busId)) {
+            if (gnum(i, "lost", 0)) return 15;
+            *device = (nvmlDevice_t)(uintptr_t)(GPU_BASE + i);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+
 typedef struct {
     unsigned int fieldId;
     unsigned int scopeId;
@@ -607,14 +647,114 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *v
     for (int i = 0; i < count; i++) {
         values[i].timestamp = 0;
         values[i].latencyUsec = 0;
-        if (values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+        char field[64];
+        snprintf(field, sizeof field, "field.%u", values[i].fieldId);
+        const char *v = gstr(g, field);
+        if (v || values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
             values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             values[i].value.ullVal = 0;
-            values[i].value.uiVal = (unsigned int)gnum(g, "recovery_action", 0);
+            values[i].value.uiVal = v ? (unsigned int)strtoul(v, NULL, 10)
+                                      : (unsigned int)gnum(g, "recovery_action", 0);
             values[i].nvmlReturn = NVML_SUCCESS;
         } else {
             values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static struct {
+    int used;
+    long consumed;            /* event lines of the events file already delivered (or older than the set) */
+    unsigned int registered;  /* bit i: GPU i registered for Xid events */
+} event_sets[MAX_EVENT_SETS];
+
+static long read_event_line(long wanted, int *gpu, unsigned long long *xid) {
+    /* Returns the number of lines in the events file; fills gpu/xid with line `wanted` when it exists. */
+    const char *state = getenv("FAKE_NVML_STATE");
+    char path[4096], line[128];
+    long n = 0;
+    if (!state) return 0;
+    snprintf(path, sizeof path, "%s.events", state);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n')) break; /* a line still being written */
+        if (n == wanted && gpu && xid) sscanf(line, "%d %llu", gpu, xid);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+int nvmlEventSetCreate(void **set) {
+    int rc = enter("nvmlEventSetCreate", -1);
+    if (rc) return rc;
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (!event_sets[i].used) {
+            event_sets[i].used = 1;
+            event_sets[i].registered = 0;
+            event_sets[i].consumed = read_event_line(-1, NULL, NULL);
+            *set = (void *)(uintptr_t)(i + 1);
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+int nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    ENTER_DEVICE("nvmlDeviceGetSupportedEventTypes", device);
+    *types = (unsigned long long)gnum(g, "events", (long long)EVENT_XID_CRITICAL);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, void *set) {
+    ENTER_DEVICE("nvmlDeviceRegisterEvents", device);
+    int s = (int)(uintptr_t)set - 1;
+    if (s < 0 || s >= MAX_EVENT_SETS || !event_sets[s].used) return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~(unsigned long long)gnum(g, "events", (long long)EVENT_XID_CRITICAL)) return NVML_ERROR_NOT_SUPPORTED;
+    if (types & EVENT_XID_CRITICAL) event_sets[s].registered |= 1u << g;
+    return NVML_SUCCESS;
+}
+
+int nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned int timeoutms) {
+    int s = (int)(uintptr_t)set - 1;
+    if (s < 0 || s >= MAX_EVENT_SETS || !event_sets[s].used) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int waited = 0;; waited += 20) {
+        int rc = enter("nvmlEventSetWait_v2", -1);
+        if (rc) return rc;
+        int gpu = -1;
+        unsigned long long xid = 0;
+        long lines = read_event_line(event_sets[s].consumed, &gpu, &xid);
+        if (lines > event_sets[s].consumed) {
+            event_sets[s].consumed++;
+            if (gpu >= 0 && gpu < 32 && (event_sets[s].registered & (1u << gpu))) {
+                memset(data, 0, sizeof *data);
+                data->device = (nvmlDevice_t)(uintptr_t)(GPU_BASE + gpu);
+                data->eventType = EVENT_XID_CRITICAL;
+                data->eventData = xid;
+                data->gpuInstanceId = 0xFFFFFFFF;
+                data->computeInstanceId = 0xFFFFFFFF;
+                return NVML_SUCCESS;
+            }
+            continue;
+        }
+        if (waited >= timeoutms) return NVML_ERROR_TIMEOUT;
+        usleep(20000);
+    }
+}
+
+int nvmlEventSetFree(void *set) {
+    int s = (int)(uintptr_t)set - 1;
+    if (s < 0 || s >= MAX_EVENT_SETS || !event_sets[s].used) return NVML_ERROR_INVALID_ARGUMENT;
+    event_sets[s].used = 0;
     return NVML_SUCCESS;
 }

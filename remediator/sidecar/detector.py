@@ -1,0 +1,297 @@
+"""The node detector: Xid/SXid from the kernel log and NVML events, lost GPUs, GPU health, as metrics.
+
+It works without DCGM. Two sources report Xids: the kernel log (every Xid the driver prints, the
+lost-GPU ones included) and, where the driver supports it, an NVML event set (`XidCriticalError`).
+Each event is counted once:
+
+- across both sources: a report of the same (GPU, Xid) by the *other* source within
+  `XID_DEDUPE_SECONDS` is the same event and is not counted again; two reports by one source are two
+  events (the kernel numbers its records, NVML delivers each event once);
+- across restarts: the sequence number of the last kernel record handled (with the boot it belongs
+  to) is kept in the state file, written after each batch of records; after a restart, records up to
+  it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
+
+The GPUs seen at the first start are kept in the state file too: a GPU that later goes missing is
+reported lost with its UUID and PCI address, and an Xid the kernel reports for a GPU NVML can no
+longer reach (Xid 79) still carries them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from remediator.sidecar.devices import GpuIdentity, parse_device_id
+from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, parse_event, parse_record
+from remediator.sidecar.metrics import SidecarMetrics, replace_series
+from remediator.sidecar.node_health import GpuRecord, NodeHealth
+from remediator.sidecar.nvml import XidNotice
+from remediator.sidecar.podresources import PodAllocation
+from remediator.sidecar.problems import Problem
+from remediator.sidecar.state import read_state, update_state
+
+__all__ = ["Detector", "DetectorConfig", "nvml_bus_id"]
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "detector"
+KMSG = "kmsg"
+NVML_EVENTS = "nvml_events"
+
+
+def nvml_bus_id(key: tuple[int, int, int]) -> str:
+    """NVML's form of a PCI address: `00000000:CB:00.0`."""
+    domain, bus, device = key
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    node_name: str
+    state_file: Path
+    boot_id_file: Path
+    expected_gpus: int | None = None
+    dedupe_seconds: float = 10.0
+    resource_prefix: str = "nvidia.com/"
+    device_id_strategy: str = "uuid"
+
+    @property
+    def hostname(self) -> str:
+        return self.node_name or socket.gethostname()
+
+
+@dataclass
+class _Seen:
+    at: float
+    source: str
+    matched: bool = False
+
+
+class Detector:
+    """Counts Xid/SXid events once and keeps the node's GPU gauges; every method is thread-safe."""
+
+    def __init__(
+        self,
+        config: DetectorConfig,
+        metrics: SidecarMetrics,
+        lookup_bus: Callable[[str], GpuRecord | None] = lambda bus: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self._lookup_bus = lookup_bus
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._recent: dict[tuple[str, int], collections.deque[_Seen]] = {}
+        self._boot_id = self._read_boot_id()
+        self._inventory: dict[str, GpuRecord] = {}
+        self._sequence: int | None = None
+        self._saved_sequence: int | None = None
+        self._load()
+
+    # -- persisted state ----------------------------------------------------------------------------
+
+    def _read_boot_id(self) -> str:
+        try:
+            return self.config.boot_id_file.read_text().strip()
+        except OSError:
+            return ""
+
+    def _load(self) -> None:
+        try:
+            doc = read_state(self.config.state_file).get(STATE_KEY)
+        except Problem as exc:
+            log.error("detector: %s; starting without remembered state", exc.error)
+            doc = None
+        if not isinstance(doc, dict):
+            return
+        for uuid, gpu in (doc.get("inventory") or {}).items():
+            try:
+                self._inventory[str(uuid)] = GpuRecord(
+                    int(gpu["index"]), str(uuid), str(gpu["pci_bus_id"]), str(gpu.get("name", ""))
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+        sequence = doc.get("kmsg_sequence")
+        if isinstance(sequence, int) and doc.get("boot_id") == self._boot_id:
+            self._sequence = self._saved_sequence = sequence
+
+    def _save(self) -> None:
+        doc: dict[str, Any] = {
+            "boot_id": self._boot_id,
+            "kmsg_sequence": self._sequence,
+            "inventory": {
+                g.uuid: {"index": g.index, "pci_bus_id": g.pci_bus_id, "name": g.name}
+                for g in sorted(self._inventory.values(), key=lambda g: g.index)
+            },
+        }
+        try:
+            update_state(self.config.state_file, STATE_KEY, doc)
+            self._saved_sequence = self._sequence
+        except Problem as exc:
+            log.error("detector: %s", exc.error)
+
+    @property
+    def kmsg_sequence(self) -> int | None:
+        return self._sequence
+
+    @property
+    def inventory(self) -> list[GpuRecord]:
+        with self._lock:
+            return sorted(self._inventory.values(), key=lambda g: g.index)
+
+    # -- kernel log -----------------------------------------------------------------------------------
+
+    def handle_line(self, line: str) -> None:
+        """One kernel log line (from the reader thread)."""
+        record = parse_record(line)
+        if record is None:
+            return
+        with self._lock:
+            if record.sequence is not None:
+                if self._sequence is not None and record.sequence <= self._sequence:
+                    return  # handled before a restart
+                self._sequence = record.sequence
+            event = parse_event(record.message)
+            if isinstance(event, XidEvent):
+                self._count_kmsg_xid(event)
+            elif isinstance(event, SxidEvent):
+                self._count_sxid(event)
+
+    def end_batch(self) -> None:
+        """Persist the last sequence number handled (after each batch the reader reads)."""
+        with self._lock:
+            if self._sequence != self._saved_sequence:
+                self._save()
+
+    def _count_kmsg_xid(self, event: XidEvent) -> None:
+        key = bus_key(event.pci_bus_id)
+        if key is None:
+            return
+        gpu = self._gpu_by_bus(key)
+        bus = nvml_bus_id(key)
+        self._count_xid(gpu, bus, event.xid, KMSG)
+
+    def _count_sxid(self, event: SxidEvent) -> None:
+        key = bus_key(event.pci_bus_id)
+        bus = nvml_bus_id(key) if key else event.pci_bus_id
+        self.metrics.sxid_events.labels(
+            self.config.hostname, bus, str(event.sxid), "true" if event.fatal else "false"
+        ).inc()
+
+    def _gpu_by_bus(self, key: tuple[int, int, int]) -> GpuRecord | None:
+        for gpu in self._inventory.values():
+            if bus_key(gpu.pci_bus_id) == key:
+                return gpu
+        try:
+            found = self._lookup_bus(nvml_bus_id(key))
+        except Exception as exc:  # NVML may be gone with the GPU: count the event regardless
+            log.warning("detector: no GPU found at %s through NVML: %s", nvml_bus_id(key), exc)
+            return None
+        if found is not None:
+            self._remember([found])
+        return found
+
+    # -- NVML events ----------------------------------------------------------------------------------
+
+    def handle_nvml(self, notice: XidNotice) -> None:
+        """One Xid from the NVML event set (from the event thread)."""
+        with self._lock:
+            gpu = self._inventory.get(notice.uuid or "")
+            self._count_xid(gpu, gpu.pci_bus_id if gpu else "", notice.xid, NVML_EVENTS, notice.uuid)
+
+    # -- counting -------------------------------------------------------------------------------------
+
+    def _count_xid(
+        self, gpu: GpuRecord | None, bus: str, xid: int, source: str, uuid: str | None = None
+    ) -> None:
+        uuid = gpu.uuid if gpu else (uuid or "")
+        if self._duplicate((uuid or bus, xid), source):
+            return
+        self.metrics.xid_events.labels(
+            self.config.hostname,
+            uuid,
+            str(gpu.index) if gpu else "",
+            bus,
+            gpu.name if gpu else "",
+            str(xid),
+        ).inc()
+
+    def _duplicate(self, key: tuple[str, int], source: str) -> bool:
+        """Whether the other source already counted this (GPU, Xid) within the window."""
+        now = self._clock()
+        seen = self._recent.setdefault(key, collections.deque())
+        while seen and now - seen[0].at > self.config.dedupe_seconds:
+            seen.popleft()
+        for entry in seen:
+            if entry.source != source and not entry.matched:
+                entry.matched = True
+                return True
+        seen.append(_Seen(now, source))
+        if len(self._recent) > 4096:  # bound memory under a storm of distinct codes
+            for stale in [k for k, v in self._recent.items() if not v]:
+                del self._recent[stale]
+        return False
+
+    # -- inventory, lost GPUs and health --------------------------------------------------------------
+
+    def _remember(self, gpus: Sequence[GpuRecord]) -> bool:
+        changed = False
+        for gpu in gpus:
+            if self._inventory.get(gpu.uuid) != gpu:
+                self._inventory[gpu.uuid] = gpu
+                changed = True
+        return changed
+
+    def observe(self, health: NodeHealth, allocations: Sequence[PodAllocation] | None) -> None:
+        """Refresh the node gauges from one health read; `allocations` None when the kubelet is unreachable."""
+        host = self.config.hostname
+        with self._lock:
+            if self._remember([g.gpu for g in health.gpus]):
+                self._save()
+            visible = {g.gpu.uuid for g in health.gpus}
+            lost_series: dict[tuple[str, ...], float] = {}
+            for gpu in self._inventory.values():
+                missing = gpu.uuid not in visible
+                lost_series[(host, gpu.uuid, str(gpu.index), gpu.pci_bus_id)] = 1.0 if missing else 0.0
+            for lost in health.lost:
+                if not lost.uuid:
+                    known = next((g for g in self._inventory.values() if g.index == lost.index), None)
+                    if known is None:
+                        lost_series[(host, "", str(lost.index), "")] = 1.0
+            expected = self.config.expected_gpus
+            if expected is None:
+                expected = len(self._inventory)
+            self.metrics.gpus_expected.labels(host).set(expected)
+            self.metrics.gpus_visible.labels(host).set(len(health.gpus))
+            replace_series(self.metrics.gpu_lost, lost_series)
+            per_gauge: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in self.metrics.health}
+            for item in health.gpus:
+                labels = (host, item.gpu.uuid, str(item.gpu.index), item.gpu.pci_bus_id, item.gpu.name)
+                for name, value in item.values.items():
+                    if value is not None and name in per_gauge:
+                        per_gauge[name][labels] = float(value)
+                if allocations is not None:
+                    held = self._held(item.gpu, item.mig_uuids, allocations)
+                    per_gauge["orphaned_memory_bytes"][labels] = 0.0 if held else float(item.process_memory_bytes)
+            for name, series in per_gauge.items():
+                replace_series(self.metrics.health[name], series)
+
+    def _held(self, gpu: GpuRecord, mig_uuids: Sequence[str], allocations: Sequence[PodAllocation]) -> bool:
+        identity = GpuIdentity(index=gpu.index, uuid=gpu.uuid, mig_uuids=mig_uuids)
+        strategy: Literal["uuid", "index"] = "index" if self.config.device_id_strategy == "index" else "uuid"
+        for pod in allocations:
+            for dev in pod.devices:
+                if not dev.resource.startswith(self.config.resource_prefix):
+                    continue
+                for device_id in dev.device_ids:
+                    if parse_device_id(device_id, strategy).matches(identity, gpu.uuid):
+                        return True
+        return False

@@ -1,0 +1,106 @@
+"""Kernel log parsing: /dev/kmsg records, syslog and dmesg copies, Xid and SXid lines of several drivers."""
+
+from __future__ import annotations
+
+import pytest
+
+from remediator.sidecar.detector import nvml_bus_id
+from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, parse_event, parse_record
+
+# Shapes as the drivers print them (see the design notes' kernel-record facts).
+XID_13 = (
+    "NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception on "
+    "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
+)
+XID_109 = (
+    "NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH "
+    "TIMEOUT, Info 0x58005"
+)
+XID_79 = "NVRM: Xid (PCI:0000:01:00): 79, pid=2011, name=python3, GPU has fallen off the bus."
+XID_79_OLD = "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus."  # drivers before pid/name
+SXID = "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout error"
+SXID_NONFATAL = "nvidia-nvswitch3: SXid (PCI:0000:c6:00.0): 20034, Non-fatal, Link 12 LTSSM Fault Up"
+
+
+def test_kmsg_record_fields() -> None:
+    record = parse_record(f"4,1201,86472311,-;{XID_13}")
+    assert record is not None
+    assert record.sequence == 1201
+    assert record.message == XID_13
+    continued = parse_record(f"4,1202,86472312,c;{XID_109}\n")
+    assert continued is not None and continued.sequence == 1202 and continued.message == XID_109
+    # newer kernels append fields after the flags (caller id)
+    caller = parse_record(f"4,1203,86472313,-,caller=T412;{XID_79}")
+    assert caller is not None and caller.sequence == 1203 and caller.message == XID_79
+
+
+def test_dictionary_and_continuation_lines_are_not_records() -> None:
+    assert parse_record(" SUBSYSTEM=pci") is None
+    assert parse_record(" DEVICE=+pci:0000:cb:00.0") is None
+    assert parse_record("") is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"Dec  3 10:00:01 gpu-node-1 kernel: [ 8647.231100] {XID_13}",
+        f"2026-12-03T10:00:01.123456+00:00 gpu-node-1 kernel: {XID_13}",
+        f"[ 8647.231100] {XID_13}",
+    ],
+)
+def test_syslog_journal_and_dmesg_copies(line: str) -> None:
+    record = parse_record(line)
+    assert record is not None and record.sequence is None
+    event = parse_event(record.message)
+    assert isinstance(event, XidEvent) and event.xid == 13 and event.pci_bus_id == "0000:cb:00"
+
+
+def test_xid_lines_of_several_drivers() -> None:
+    event = parse_event(XID_13)
+    assert event == XidEvent(
+        pci_bus_id="0000:cb:00",
+        xid=13,
+        pid="<unknown>",
+        process="<unknown>",
+        text=XID_13.split("13, ", 1)[1],
+    )
+    event = parse_event(XID_109)
+    assert isinstance(event, XidEvent) and (event.xid, event.pid, event.process) == (109, "1797828", "pt_main_thread")
+    for line in (XID_79, XID_79_OLD):
+        event = parse_event(line)
+        assert isinstance(event, XidEvent) and event.xid == 79 and event.pci_bus_id == "0000:01:00"
+    assert isinstance(parse_event(XID_79_OLD), XidEvent) and parse_event(XID_79_OLD).pid is None  # type: ignore[union-attr]
+
+
+def test_sxid_lines() -> None:
+    assert parse_event(SXID) == SxidEvent(
+        pci_bus_id="0000:c3:00.0", sxid=24007, fatal=True, switch=0, text="Link 30 sourcetrack timeout error"
+    )
+    event = parse_event(SXID_NONFATAL)
+    assert isinstance(event, SxidEvent) and event.fatal is False and event.switch == 3 and event.sxid == 20034
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "NVRM: Xid (PCI:0000:cb:00): 1",  # cut short after the code: never read as Xid 1
+        "NVRM: Xid (PCI:0000:cb:0",
+        "NVRM: Xid (PCI:0000:cb:00): ",
+        "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007",
+        "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build",
+        "NVRM: GPU at PCI:0000:cb:00: GPU-8e6a1c2d-0000-4000-8000-000000000001",
+        "xhci_hcd 0000:00:14.0: Xid-like text that is not one",
+        "",
+    ],
+)
+def test_truncated_and_unknown_messages_are_no_events(message: str) -> None:
+    assert parse_event(message) is None
+
+
+def test_pci_addresses_match_across_widths_and_case() -> None:
+    assert bus_key("0000:cb:00") == bus_key("00000000:CB:00.0") == bus_key("PCI:0000:CB:00") == (0, 0xCB, 0)
+    assert bus_key("cb:00") == (0, 0xCB, 0)
+    assert bus_key("0001:18:00.0") != bus_key("0000:18:00.0")
+    assert bus_key("not:a:bus:id") is None
+    assert bus_key("zz:00") is None
+    assert nvml_bus_id((0, 0xCB, 0)) == "00000000:CB:00.0"
