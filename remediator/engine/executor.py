@@ -548,6 +548,7 @@ class Executor:
         name = f"revert:{forward.name}"
         # The step error boundary, as for forward steps.
         stage, rendered = "template", dict(undo.params)
+        outcome: ActionResult | StepFailure | str
         try:
             if undo.templated:
                 rendered = self._render(undo.params, self._variables(rem, rows))
@@ -577,7 +578,7 @@ class Executor:
             raise
         except Exception as exc:
             outcome = f"{stage} error: {failure_reason(exc)}"
-        error = outcome.error if isinstance(outcome, StepFailure) else outcome
+        error = outcome.error if isinstance(outcome, StepFailure) else str(outcome)
         await self._revert_failed(rem, forward, idx, action_name, error)
         return None
 

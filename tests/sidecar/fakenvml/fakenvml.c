@@ -16,7 +16,7 @@
  *   gpu.i.procs          "pid:bytes,pid:bytes"
  *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
  *   gpu.i.lost           1: every call on GPU i answers NVML_ERROR_GPU_IS_LOST (it stays listed)
- *   gpu.i.temp_mem_max .temp_gpu_max .pcie_gen .pcie_gen_max .pcie_width .pcie_width_max
+ *   gpu.i.temp_mem_max .temp_gpu_max (PCIe keys: see the validation gate section)
  *   gpu.i.field.<id>     value of NVML field <id> (nvmlDeviceGetFieldValues; absent: NOT_SUPPORTED)
  *   gpu.i.events         event types nvmlDeviceGetSupportedEventTypes reports (default Xid critical, 8)
  *   $FAKE_NVML_STATE.events   one NVML event per line, "<gpu> <xid>", appended by tests: an event set
