@@ -176,6 +176,8 @@ def test_health_gauges_and_orphaned_memory(env: SidecarEnv) -> None:
     assert value(env, "gpu_remediator_remapped_rows_pending", **GPU1) == 1
     assert value(env, "gpu_remediator_remapped_rows_failure", **GPU1) == 1
     assert value(env, "gpu_remediator_orphaned_memory_bytes", **GPU1) == 0  # held by trainer-1
+    assert value(env, "gpu_remediator_recovery_action", **GPU1) == 0  # none
+    env.nvml.set("gpu.1.recovery_action", "unsupported")  # a driver without the field
     assert ("gpu_remediator_recovery_action", frozenset(GPU1.items())) not in metrics(env)  # not reported
     # the kubelet unreachable: orphaned memory unknown, the series goes rather than lie
     env.kubelet.fail = True

@@ -300,8 +300,15 @@ def test_serve_tells_the_app_where_it_listens(
     from remediator.cli import app as cli
 
     served: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: served.update(app=app, **kwargs))
+
+    def run(server: uvicorn.Server) -> None:  # record what would be served instead of listening
+        config = server.config
+        served.update(app=config.app, host=config.host, proxy_headers=config.proxy_headers)
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setenv("REMEDIATOR_WEBHOOK_TOKEN", "hook-token")
+    monkeypatch.setenv("REMEDIATOR_AUDIT_KEY", "k" * 40)
     monkeypatch.setenv("REMEDIATOR_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
     result = CliRunner().invoke(cli, ["serve", "--host", host, "--port", "8080"])
     assert result.exit_code == 0, result.output

@@ -543,7 +543,8 @@ int nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci) {
  * Keys (defaults are what an idle H200 reports):
  *   gpu.i.pcie.gen .pcie.gen_max .pcie.gpu_gen_max (5)   gpu.i.pcie.width .pcie.width_max (16)
  *   gpu.i.clock_events   bit mask of nvmlClocksEventReason* (1 = GPU idle)
- *   gpu.i.recovery_action   NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none .. 4 drain and reset)
+ *   gpu.i.recovery_action   NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none .. 4 drain and reset; "unsupported":
+ *                           NOT_SUPPORTED, as on drivers before the field existed)
  *   gpu.i.retired_pending   nvmlDeviceGetRetiredPagesPendingStatus (h200_state makes it NOT_SUPPORTED)
  */
 
@@ -650,7 +651,9 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *v
         char field[64];
         snprintf(field, sizeof field, "field.%u", values[i].fieldId);
         const char *v = gstr(g, field);
-        if (v || values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+        const char *ra = gstr(g, "recovery_action");
+        int ra_supported = !(ra && strcmp(ra, "unsupported") == 0);
+        if (v || (values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION && ra_supported)) {
             values[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
             values[i].value.ullVal = 0;
             values[i].value.uiVal = v ? (unsigned int)strtoul(v, NULL, 10)
