@@ -105,6 +105,10 @@ class Settings(BaseSettings):
     escalation_count: int = 3
     escalation_pods: int = 2
     escalation_window: timedelta = timedelta(hours=1)
+    # The escalation ladder, per GPU (UUID) and node: a remediation whose GPU fails its validation gate, or
+    # faults again within RECURRENCE_WINDOW of returning to service, goes to the next playbook here.
+    escalation_ladder: CommaList = Field(default_factory=lambda: ["reset-gpu", "reboot-node", "rma-gpu"])
+    recurrence_window: timedelta = timedelta(hours=24)
     maintenance_windows: CommaList = Field(default_factory=list)
     excluded_namespaces: CommaList = Field(default_factory=lambda: ["kube-system", "gpu-operator"])
     own_namespace: str | None = None
@@ -192,7 +196,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "webhook_token", "approvers", "excluded_namespaces", "node_label_precedence", "maintenance_windows",
-        "exporter_pod_prefixes", mode="before",
+        "exporter_pod_prefixes", "escalation_ladder", mode="before",
     )
     @classmethod
     def _comma_lists(cls, value: Any) -> Any:
@@ -202,7 +206,7 @@ class Settings(BaseSettings):
         "approval_ttl", "worker_poll_interval", "lease_duration", "held_recheck_interval",
         "crash_backoff", "crash_backoff_max",
         "quarantine_rate_window", "flap_window",
-        "node_repeat_window", "escalation_window", "notify_backoff", "definitions_watch_interval",
+        "node_repeat_window", "escalation_window", "recurrence_window", "notify_backoff", "definitions_watch_interval",
         "definitions_load_timeout", mode="before",
     )
     @classmethod

@@ -115,6 +115,9 @@ class Action(ABC):
     quarantines: ClassVar[bool] = False
     # Name of the action that undoes this one when the playbook step gives no explicit `revert`.
     default_revert: ClassVar[str | None] = None
+    # A validation gate: when a step of this action fails, the GPU did not prove healthy and the
+    # remediation escalates to the next rung of the escalation ladder.
+    gate: ClassVar[bool] = False
 
     def parse(self, raw: Mapping[str, Any]) -> StrictParams:
         """Validate rendered parameters (raises pydantic.ValidationError)."""

@@ -16,7 +16,7 @@ from remediator.errors import NotFound, NotSupported, PermanentError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
 from remediator.settings import Settings
 
-__all__ = ["alert_pod", "gather_context", "gpu_request", "owner_chain", "uses_gpu"]
+__all__ = ["alert_pod", "gather_context", "gpu_request", "node_ready", "owner_chain", "uses_gpu"]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -141,7 +141,8 @@ def _node_summary(node: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in (meta.get("labels") or {}).items()
         if k in NODE_LABEL_KEYS or k.startswith(NODE_LABEL_PREFIXES)
     }
-    addresses = (node.get("status") or {}).get("addresses") or []
+    status = node.get("status") or {}
+    addresses = status.get("addresses") or []
     internal_ip = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
     return {
         "name": meta.get("name"),
@@ -149,7 +150,16 @@ def _node_summary(node: Mapping[str, Any]) -> dict[str, Any]:
         "taints": list(spec.get("taints") or []),
         "labels": labels,
         "internal_ip": internal_ip,
+        # Recorded at admission: `await_reboot` proves a reboot by a different boot ID before return.
+        "boot_id": (status.get("nodeInfo") or {}).get("bootID"),
+        "ready": node_ready(node),
     }
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True (the kubelet reports in and the node takes pods)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _labels_only(target: Target, named: tuple[str, str] | None) -> dict[str, Any]:

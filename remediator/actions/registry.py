@@ -11,6 +11,7 @@ from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, 
 from remediator.actions.notify import Notify
 from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
 from remediator.actions.quota import ReclaimQuota, RestoreQuota
+from remediator.actions.reboot import AwaitReboot
 from remediator.actions.validation import ValidateGpu
 from remediator.actions.wait import Wait
 from remediator.actions.workload import RestoreWorkload, ScaleWorkload
@@ -46,5 +47,6 @@ def default_registry() -> dict[str, Action]:
         ValidateGpu(),
         SetNodeCondition(),
         ClearNodeCondition(),
+        AwaitReboot(),
     ]
     return {action.name: action for action in actions}

@@ -111,6 +111,7 @@ class ValidateGpu(Action):
     name: ClassVar[str] = "validate_gpu"
     Params: ClassVar[type[StrictParams]] = ValidateGpuParams
     mutating: ClassVar[bool] = False
+    gate: ClassVar[bool] = True
 
     def describe(self, target: Target, params: Any) -> str:
         p: ValidateGpuParams = params

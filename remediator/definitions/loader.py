@@ -264,6 +264,17 @@ class _Builder:
                 except ValidationError:
                     continue  # already reported by the playbook validation
         self._check_steps(doc, path, steps)
+        raw_gate = item.get("return_gate")
+        gate: list[tuple[int, Step]] = []
+        if isinstance(playbook, Playbook):
+            gate = list(enumerate(playbook.return_gate))
+        elif isinstance(raw_gate, list):
+            for index, raw in enumerate(raw_gate):
+                try:
+                    gate.append((index, Step.model_validate(raw)))
+                except ValidationError:
+                    continue  # already reported by the playbook validation
+        self._check_steps(doc, path, gate, key="return_gate", taken={s.name: f"steps[{i}]" for i, s in steps})
         if not isinstance(playbook, Playbook):
             if isinstance(item.get("name"), str):
                 self.broken_playbooks.add(item["name"])
@@ -277,15 +288,18 @@ class _Builder:
         self.playbooks[playbook.name] = playbook
         self.playbook_at[playbook.name] = (doc, path)
 
-    def _check_steps(self, doc: Document, path: DocPath, steps: list[tuple[int, Step]]) -> None:
-        seen: dict[str, int] = {}
+    def _check_steps(
+        self, doc: Document, path: DocPath, steps: list[tuple[int, Step]], *, key: str = "steps",
+        taken: Mapping[str, str] | None = None,
+    ) -> None:
+        seen: dict[str, str] = dict(taken or {})
         for index, step in steps:
-            at: DocPath = (*path, "steps", index)
+            at: DocPath = (*path, key, index)
             if step.name in seen:
-                message = f"duplicate step name {step.name!r} (also steps[{seen[step.name]}])"
+                message = f"duplicate step name {step.name!r} (also {seen[step.name]})"
                 self.problems.add(doc, (*at, "name"), message)
             else:
-                seen[step.name] = index
+                seen[step.name] = f"{key}[{index}]"
             self._check_action(doc, at, step.action, step.params)
             self._check_templates(doc, (*at, "params"), step.params)
             if step.revert is not None and step.revert is not False:

@@ -108,11 +108,30 @@ class Playbook(_Strict):
     steps: tuple[Step, ...] = Field(min_length=1)
     on_resolved: Literal["revert", "keep"] = "keep"
     on_expiry: Literal["abort", "continue"] = "abort"
+    # Proof before return to service: checks run, in order, whenever the remediation is reverted (the alert
+    # resolved, a cancel, an operator's revert), before anything is undone. A gate step may wait (e.g.
+    # `await_reboot`); one that fails ends the undo with nothing undone, so the quarantine stays.
+    return_gate: tuple[Step, ...] = ()
 
     @field_validator("params", mode="before")
     @classmethod
     def _null_params(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @field_validator("return_gate", mode="before")
+    @classmethod
+    def _null_gate(cls, value: Any) -> Any:
+        return () if value is None else value
+
+    @field_validator("return_gate")
+    @classmethod
+    def _gate_steps(cls, value: tuple[Step, ...]) -> tuple[Step, ...]:
+        for step in value:
+            if step.revert is not None:
+                raise ValueError(f"return_gate step {step.name!r}: a gate step is never undone; drop its revert")
+            if step.approval is not None:
+                raise ValueError(f"return_gate step {step.name!r}: a gate step cannot wait for an approval")
+        return value
 
     def step(self, name: str) -> Step | None:
         return next((s for s in self.steps if s.name == name), None)

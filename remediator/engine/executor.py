@@ -36,6 +36,7 @@ from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
+from remediator.engine.ladder import Ladder
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
@@ -446,6 +447,9 @@ class Executor:
         await self.rt.repo.transition(rem.id, "fail", reason=f"step {step.name} failed: {error}", owner=self.rt.owner)
         self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="failed").inc()
         await self._notify(rem, "failed", error)
+        action = self.rt.actions.get(step.action)
+        if action is not None and action.gate:
+            await self._escalate(rem, output or {}, f"step {step.name} failed: {error}")
 
     async def _finish(self, rem: Remediation, playbook: Playbook) -> None:
         reason = "plan-only: nothing was changed" if self.rt.plan_only else "all steps done"
@@ -525,9 +529,12 @@ class Executor:
     async def _revert(self, rem: Remediation) -> timedelta | None:
         playbook = playbook_of(rem)
         rows = await self.rt.repo.steps(rem.id)
-        plan = self.revert_plan(playbook, rows)
         idx = rem.current_step
-        if idx >= len(plan):
+        gate = playbook.return_gate
+        if idx < len(gate):  # proof before return to service: nothing is undone until every gate step passed
+            return await self._gate(rem, gate[idx], idx, rows)
+        plan = self.revert_plan(playbook, rows)
+        if idx >= len(gate) + len(plan):
             await self.rt.repo.transition(
                 rem.id, "reverted", reason="prior state restored", owner=self.rt.owner, changes={"quarantined": False}
             )
@@ -535,7 +542,7 @@ class Executor:
             await self.rt.repo.wake_held()  # quarantine room may have freed
             await self._notify(rem, "reverted", "prior state restored")
             return None
-        undo = plan[idx]
+        undo = plan[idx - len(gate)]
         forward, action_name = undo.forward, undo.action
         action = self.rt.actions.get(action_name)
         if action is None or action.mutating:
@@ -581,6 +588,79 @@ class Executor:
         error = outcome.error if isinstance(outcome, StepFailure) else str(outcome)
         await self._revert_failed(rem, forward, idx, action_name, error)
         return None
+
+    async def _gate(self, rem: Remediation, step: Step, idx: int, rows: list[StepRow]) -> timedelta | None:
+        """One step of the playbook's `return_gate`: it passes, waits (ResumeLater, with its reason said once
+        in the audit log, the UI and a notification), or refuses the return (the quarantine stays)."""
+        name = f"gate:{step.name}"
+        action = self.rt.actions.get(step.action)
+        stage, rendered = "condition", {}
+        outcome: ActionResult | StepFailure | str
+        try:
+            variables = self._variables(rem, rows)
+            if not step_applies(step, variables):
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action,
+                    status="skipped", output={"reason": f"when: {step.when} is false"},
+                )
+                return None
+            stage = "template"
+            rendered = self._render(step.params, variables)
+            stage = "parameters"
+            if action is None:
+                raise LookupError(f"unknown action {step.action!r}")
+            params = action.parse(rendered)
+            stage = "action"
+            row = await self.rt.repo.begin_step(
+                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action, params=rendered
+            )
+            timeout = step.timeout.total_seconds()
+            ctx = self._context(rem, name, timeout, "revert", idx, row.progress, None)
+            outcome = await self._run(action, ctx, params, step.retries, timeout)
+            if isinstance(outcome, ActionResult):
+                stage = "output"
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action,
+                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+                )
+                return None
+        except ResumeLater as later:
+            if later.reason and later.reason != rem.state_reason:
+                await self.rt.repo.note_return_waiting(rem.id, self.rt.owner, later.reason)
+                await self._notify(rem, "return_waiting", later.reason)
+            return timedelta(seconds=later.delay)
+        except CancelRemediation as cancel:
+            outcome = f"a gate step cannot cancel its remediation: {cancel.reason}"
+        except _PASS_THROUGH:
+            raise
+        except Exception as exc:
+            outcome = f"{stage} error: {failure_reason(exc)}"
+        failure = outcome if isinstance(outcome, StepFailure) else StepFailure(str(outcome), {})
+        if step.on_failure == "continue":
+            await self.rt.repo.finish_step(
+                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action, status="failed",
+                output=failure.output, error=failure.error, extra={"on_failure": "continue"},
+            )
+            return None
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action, status="failed",
+            output=failure.output, error=failure.error, advance=False,
+        )
+        reason = f"return to service refused: gate {step.name} failed: {failure.error}; the quarantine stays"
+        await self.rt.repo.transition(rem.id, "revert_failed", reason=reason, owner=self.rt.owner,
+                                      data={"gate": step.name})
+        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="return_refused").inc()
+        await self._notify(rem, "return_refused", reason)
+        if action is not None and action.gate:
+            await self._escalate(rem, failure.output, f"gate {step.name} failed: {failure.error}")
+        return None
+
+    async def _escalate(self, rem: Remediation, gate: Mapping[str, Any], why: str) -> None:
+        """A GPU that failed its validation goes to the next rung of the escalation ladder."""
+        new_id = await Ladder(self.rt).after_failed_gate(rem, gate, why)
+        if new_id is not None:
+            await self._notify(rem, "escalated", f"escalated to remediation {new_id}: {why}")
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
         await self.rt.repo.finish_step(

@@ -39,6 +39,9 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "failed": ("Remediation failed", "danger"),
     "reverting": ("Reverting", "info"),
     "reverted": ("Reverted", "good"),
+    "return_waiting": ("Still quarantined", "warning"),
+    "return_refused": ("Return to service refused", "danger"),
+    "escalated": ("Escalated", "danger"),
     "message": ("Message", "info"),
 }
 

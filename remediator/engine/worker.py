@@ -10,19 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import asdict
 from typing import Any
 
 from remediator.engine.executor import Executor
+from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
-from remediator.engine.versions import persist_version, versions_for
+from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize, parse_xid
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head
 from remediator.store.models import AlertRow
-from remediator.store.repository import NewRemediation, utcnow
+from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
 from remediator.store.takeover import free_dead_claims
 
@@ -52,6 +52,7 @@ class Worker:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.executor = Executor(rt)
+        self.ladder = Ladder(rt)
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -255,24 +256,13 @@ class Worker:
                             "problem": alert.node_problem},
             )
             return
-        plan: dict[str, Any] = {
-            "playbook": proposal.playbook.model_dump(mode="json"),
-            "alert": asdict(alert),
-            "xid": xid_variables(alert, defs, None),
-            "require_approval": proposal.require_approval,
-            "versions": versions_for(defs, proposal.rule_name, proposal.playbook.name),
-        }
+        escalation: dict[str, Any] | None = None
+        recurred = await self.ladder.on_recurrence(alert, proposal)
+        if recurred is not None:
+            proposal, escalation = recurred
+        plan = remediation_plan(proposal, alert, defs, xid_variables(alert, defs, None), escalation=escalation)
         await persist_version(self.rt.repo, self.rt.definitions, defs)
-        await self.rt.repo.record_firing(
-            row,
-            NewRemediation(
-                rule=proposal.rule_name, playbook=proposal.playbook.name, definitions_version=defs.version,
-                target_kind=proposal.target.kind, target_key=proposal.target.key, node=proposal.target.node,
-                gpu_uuid=proposal.target.gpu_uuid, gpu_index=proposal.target.gpu_index,
-                namespace=proposal.target.namespace, pod=proposal.target.pod, params=proposal.params, plan=plan,
-                cooldown=proposal.cooldown,
-            ),
-        )
+        await self.rt.repo.record_firing(row, new_remediation(proposal, defs, plan))
 
     async def _escalation(self, alert: GpuAlert, row: AlertRow) -> Proposal | None:
         """Application-class Xids repeating on one GPU across pods escalate to the GPU-reset playbook."""

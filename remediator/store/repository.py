@@ -762,6 +762,72 @@ class Repository:
                 and gpu in (r.labels.get("UUID"), r.labels.get("gpu"))
             ]
 
+    async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
+        """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""
+        async with self.transaction() as session:
+            query = select(Remediation).where(Remediation.node == node)
+            if since is not None:
+                query = query.where(Remediation.created_at >= since)
+            rows = await session.scalars(query.order_by(Remediation.created_at.desc()).limit(limit))
+            return list(rows.all())
+
+    async def create_escalation(self, source: Remediation, new: NewRemediation, reason: str) -> tuple[str, str]:
+        """Start the next rung for `source` (same alert), or link to that rung's active remediation.
+
+        Returns (`started` or `linked`, remediation id); audited on both remediations.
+        """
+        active_key = f"{new.target_key}|{new.playbook}"
+        for _ in range(3):
+            try:
+                async with self.transaction() as session:
+                    return await self._create_escalation(session, source, new, reason, active_key)
+            except IntegrityError:
+                continue  # another replica started the same rung a moment ago: link to it
+        raise StoreUnavailable("could not record an escalation after concurrent starts")
+
+    async def _create_escalation(
+        self, session: AsyncSession, source: Remediation, new: NewRemediation, reason: str, active_key: str
+    ) -> tuple[str, str]:
+        now = self._clock()
+        active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
+        if active is not None:
+            await self.audit(session, "remediation.escalated", remediation_id=source.id,
+                             data={"to": active.id, "playbook": new.playbook, "reason": reason, "linked": True})
+            return "linked", active.id
+        rem_id = str(uuid.uuid4())
+        session.add(
+            Remediation(
+                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=reason,
+                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
+                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
+                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=source.alert_id,
+                alert_fingerprint=source.alert_fingerprint, alertname=source.alertname,
+                alert_labels=dict(source.alert_labels), alert_annotations=dict(source.alert_annotations),
+                alert_resolved=False, params=_jsonable(new.params), plan=_jsonable(new.plan), context={},
+                phase="forward", current_step=0, active_key=active_key, quarantined=False, linked_alerts=0,
+                next_run_at=now,
+            )
+        )
+        await session.flush()
+        await self.audit(session, "remediation.escalated", remediation_id=source.id,
+                         data={"to": rem_id, "playbook": new.playbook, "reason": reason, "linked": False})
+        await self.audit(
+            session, "remediation.created", remediation_id=rem_id,
+            data={"rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": source.alert_id,
+                  "alertname": source.alertname, "definitions_version": new.definitions_version,
+                  "escalated_from": source.id, "reason": reason},
+        )
+        return "started", rem_id
+
+    async def note_return_waiting(self, rem_id: str, owner: str, reason: str) -> None:
+        """Record why an undo waits at its return gate (`revert.waiting`), once per new reason."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.state_reason = reason
+            rem.updated_at = self._clock()
+            await self.audit(session, "revert.waiting", remediation_id=rem_id,
+                             data={"reason": reason, "step": rem.current_step})
+
     async def wake_held(self) -> int:
         """Make every held remediation, and every undo waiting out a pause, due now (after resume, or when
         quarantine room frees). A crash backoff (`not_before`) still applies."""

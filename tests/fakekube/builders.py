@@ -7,6 +7,7 @@ address, and tests must never send traffic outside 127.0.0.0/8.
 from __future__ import annotations
 
 import ipaddress
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -89,6 +90,8 @@ def node_body(
             "capacity": capacity,
             "allocatable": dict(capacity),
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            # The kubelet reports a new bootID after every boot (/proc/sys/kernel/random/boot_id).
+            "nodeInfo": {"bootID": str(uuid.uuid4()), "kubeletVersion": "v1.31.4", "kernelVersion": "6.8.0-49"},
         },
     }
 

@@ -983,6 +983,19 @@ class FakeKube:
             )
         )
 
+    def reboot_node(self, name: str, *, ready: bool = True) -> str:
+        """The kubelet after a reboot: a new status.nodeInfo.bootID and the Ready condition; returns the ID."""
+        boot_id = str(uuid.uuid4())
+        self.write("nodes", None, name, {"status": {
+            "nodeInfo": {"bootID": boot_id},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }})
+        return boot_id
+
+    def set_node_ready(self, name: str, ready: bool) -> None:
+        self.write("nodes", None, name, {"status": {"conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}})
+
     def add_pod(
         self,
         name: str,

@@ -1,0 +1,85 @@
+"""`await_reboot`: the proof that a node was rebooted before a reboot-only fault may leave quarantine.
+
+An alert resolving says nothing about a reboot: dcgm-exporter restarting zeroes its Xid gauge, and a GPU
+that fell off the bus can take its series with it. The kubelet reports a new `status.nodeInfo.bootID`
+after every boot, so this gate step compares it with the boot ID recorded when the node was quarantined
+(`context.node.boot_id`) and asks the engine to look again later (ResumeLater, with the reason) until the
+ID has changed and the node is Ready. It never fails for waiting; it fails only when there is nothing to
+compare with (no boot ID was recorded), because then a reboot cannot be proven.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.context import node_ready
+from remediator.actions.node import require_kube, target_node
+from remediator.actions.wait import ResumeLater
+from remediator.durations import parse_duration
+from remediator.errors import StepFailed
+
+__all__ = ["NOT_REBOOTED", "AwaitReboot", "AwaitRebootParams"]
+
+# The start of the reason a gate waits with while the boot ID is unchanged (read by tests and the UI).
+NOT_REBOOTED = "waiting for a reboot"
+
+
+class AwaitRebootParams(StrictParams):
+    # The boot ID recorded at quarantine, normally "{{ context.node.boot_id }}".
+    boot_id: str | None = Field(default=None, max_length=128)
+    # How often to look again while waiting.
+    poll: str | float = "30s"
+    # After the reboot the node must also report Ready.
+    require_ready: bool = True
+
+    @field_validator("poll")
+    @classmethod
+    def _poll(cls, value: str | float) -> str | float:
+        seconds = parse_duration(value).total_seconds()
+        if not 1 <= seconds <= 3600:
+            raise ValueError("poll must be between 1s and 1h")
+        return value
+
+
+class AwaitReboot(Action):
+    """Wait until the node's boot ID differs from the one recorded at quarantine and the node is Ready."""
+
+    name: ClassVar[str] = "await_reboot"
+    Params: ClassVar[type[StrictParams]] = AwaitRebootParams
+    mutating: ClassVar[bool] = False
+
+    def describe(self, target: Target, params: Any) -> str:
+        p: AwaitRebootParams = params
+        ready = " and Ready" if p.require_ready else ""
+        return f"await_reboot({target.node}: boot ID other than {p.boot_id or 'unknown'}{ready})"
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        p: AwaitRebootParams = params
+        if ctx.dry_run:
+            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
+                                output={"dry_run": True, "boot_id_before": p.boot_id})
+        name = target_node(ctx)
+        if not p.boot_id:
+            raise StepFailed(
+                f"no boot ID was recorded when node {name} was quarantined, so a reboot cannot be proven; "
+                "check the node and lift the quarantine by hand"
+            )
+        node = await require_kube(ctx).get_node(name)
+        current = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+        poll = parse_duration(p.poll).total_seconds()
+        if not current or current == p.boot_id:
+            raise ResumeLater(poll, reason=(
+                f"{NOT_REBOOTED}: node {name} still runs boot {p.boot_id}, the one it was quarantined in; "
+                "a resolved alert alone does not return it to service"
+            ))
+        ready = node_ready(node)
+        if p.require_ready and not ready:
+            raise ResumeLater(poll, reason=f"node {name} rebooted (boot {p.boot_id} -> {current}); waiting for Ready")
+        return ActionResult(
+            changed=False,
+            message=f"node {name} rebooted (boot {p.boot_id} -> {current})" + (" and is Ready" if ready else ""),
+            output={"boot_id_before": p.boot_id, "boot_id_after": current, "ready": ready},
+        )
