@@ -11,6 +11,7 @@ from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, 
 from remediator.actions.notify import Notify
 from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
 from remediator.actions.quota import ReclaimQuota, RestoreQuota
+from remediator.actions.rma import RmaReport
 from remediator.actions.validation import ValidateGpu
 from remediator.actions.wait import Wait
 from remediator.actions.workload import RestoreWorkload, ScaleWorkload
@@ -44,6 +45,7 @@ def default_registry() -> dict[str, Action]:
         NotifyOwner(),
         Wait(),
         ValidateGpu(),
+        RmaReport(),
         SetNodeCondition(),
         ClearNodeCondition(),
     ]
