@@ -62,6 +62,10 @@ FIELD_HELP: dict[type[BaseModel], dict[str, str]] = {
         "on_resolved": "`revert`: when the alert resolves, undo the steps that changed something, newest "
                        "first; `keep`: leave everything as it is.",
         "on_expiry": "When an approval request expires: `abort` the remediation or `continue` without it.",
+        "return_gate": "Steps (same form as `steps`) that must all pass whenever the remediation is reverted, "
+        "before anything is undone: proof before return to service (e.g. `await_reboot`, `validate_gpu`). "
+        "A gate step may wait; one that fails ends the undo with nothing undone (the quarantine stays) and, "
+        "for a validation gate, escalates to the next rung of ESCALATION_LADDER.",
     },
     Step: {
         "name": "Unique within the playbook; later steps read this step's output as `steps.<name>`.",

@@ -12,6 +12,7 @@ from remediator.actions.notify import Notify
 from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
 from remediator.actions.quota import ReclaimQuota, RestoreQuota
 from remediator.actions.reboot import AwaitReboot
+from remediator.actions.rma import RmaReport
 from remediator.actions.validation import ValidateGpu
 from remediator.actions.wait import Wait
 from remediator.actions.workload import RestoreWorkload, ScaleWorkload
@@ -45,6 +46,7 @@ def default_registry() -> dict[str, Action]:
         NotifyOwner(),
         Wait(),
         ValidateGpu(),
+        RmaReport(),
         SetNodeCondition(),
         ClearNodeCondition(),
         AwaitReboot(),

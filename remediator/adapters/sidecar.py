@@ -24,7 +24,13 @@ from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import ActionError, Invalid, ServiceUnavailable, error_for_status
 from remediator.names import gpu_uuid_problem
 from remediator.settings import Settings
-from remediator.sidecar.schemas import DiagnosticsReport, DiagnosticsRequest, ValidateRequest, ValidationReport
+from remediator.sidecar.schemas import (
+    DiagnosticsReport,
+    DiagnosticsRequest,
+    GpuIdentity,
+    ValidateRequest,
+    ValidationReport,
+)
 
 __all__ = ["DEFAULT_TIMEOUT", "SidecarClient", "gpu_path"]
 
@@ -226,6 +232,15 @@ class SidecarClient:
             idempotent=False,
         )
         return ValidationReport.model_validate(document)
+
+    async def identity(self, ip: str, gpu: str, *, attempts: int | None = None) -> GpuIdentity:
+        """Serial, board part number, VBIOS, driver, remapped rows of one GPU (UUID or index); fields NVML
+        could not read are null and named in `unreadable`."""
+        if not (gpu.isdigit() and len(gpu) <= 4) and gpu_uuid_problem(gpu) is not None:
+            raise Invalid(f"refused before calling the sidecar: not a GPU UUID or index: {gpu[:80]!r}",
+                          details={"field": "gpu"})
+        document = await self._request("GET", ip, gpu_path(gpu) + "/identity", attempts=attempts)
+        return GpuIdentity.model_validate(document)
 
     async def collect_diagnostics(self, ip: str, request: DiagnosticsRequest) -> DiagnosticsReport:
         """Have the node run nvidia-bug-report.sh and keep the report; answers where it lies, or why not."""

@@ -28,6 +28,7 @@ from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
 from remediator.sidecar.detector_service import DetectorService
 from remediator.sidecar.gate import Gate
+from remediator.sidecar.identity import read_identity
 from remediator.sidecar.inventory import GpuNotFound, find_handle, identities, snapshot, snapshot_all
 from remediator.sidecar.metrics import SidecarMetrics
 from remediator.sidecar.nvml import Nvml, NvmlError
@@ -36,7 +37,13 @@ from remediator.sidecar.pods import PodQuery, gpu_pods
 from remediator.sidecar.power import restore_power_limit, set_power_limit
 from remediator.sidecar.problems import Problem, from_nvml
 from remediator.sidecar.reset import ResetConfig, reset_gpu
-from remediator.sidecar.schemas import DiagnosticsReport, DiagnosticsRequest, ValidateRequest, ValidationReport
+from remediator.sidecar.schemas import (
+    DiagnosticsReport,
+    DiagnosticsRequest,
+    GpuIdentity,
+    ValidateRequest,
+    ValidationReport,
+)
 from remediator.sidecar.settings import SidecarSettings
 from remediator.sidecar.state import PowerStateStore
 from remediator.sidecar.worker import NvmlWorker
@@ -211,6 +218,10 @@ def _routes() -> APIRouter:
     async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> dict[str, Any]:
         dry_run = body.dry_run if body else False
         return await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
+
+    @router.get("/gpus/{gpu}/identity")
+    async def identity(gpu: GpuId, sidecar: SidecarDep) -> GpuIdentity:
+        return await sidecar.call(f"read the identity of GPU {gpu}", lambda nvml: read_identity(nvml, gpu))
 
     @router.post("/gpus/{gpu}/validate")
     async def validate(gpu: GpuId, sidecar: SidecarDep, body: ValidateRequest | None = None) -> ValidationReport:

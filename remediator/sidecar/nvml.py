@@ -233,6 +233,20 @@ class Nvml:
         bus_id = info.busId
         return bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
 
+    # -- board identity (what a replacement request names) -----------------------------------------
+
+    def serial(self, handle: DeviceHandle) -> str:
+        """The board serial number printed on the GPU (NOT_SUPPORTED on some boards and in VMs)."""
+        return str(self._call("nvmlDeviceGetSerial", lambda: pynvml.nvmlDeviceGetSerial(handle)))
+
+    def board_part_number(self, handle: DeviceHandle) -> str:
+        return str(
+            self._call("nvmlDeviceGetBoardPartNumber", lambda: pynvml.nvmlDeviceGetBoardPartNumber(handle))
+        )
+
+    def vbios_version(self, handle: DeviceHandle) -> str:
+        return str(self._call("nvmlDeviceGetVbiosVersion", lambda: pynvml.nvmlDeviceGetVbiosVersion(handle)))
+
     # -- health ------------------------------------------------------------------------------------
 
     def temperature(self, handle: DeviceHandle) -> int:

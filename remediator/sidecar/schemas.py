@@ -1,4 +1,5 @@
-"""The wire format of the sidecar's validation gate and diagnostics, shared by the sidecar and its client.
+"""The wire format of the sidecar's validation gate, diagnostics and GPU identity, shared by the sidecar and
+its client.
 
 The sidecar builds these models and the controller's `SidecarClient` parses its answers with the same
 classes, so a field renamed on one side fails the type check and the tests on the other. The module holds
@@ -28,6 +29,8 @@ __all__ = [
     "DcgmWarning",
     "DiagnosticsReport",
     "DiagnosticsRequest",
+    "GpuIdentity",
+    "RemappedRowCounts",
     "ValidateRequest",
     "ValidationReport",
     "Verdict",
@@ -156,3 +159,39 @@ class DiagnosticsReport(BaseModel):
     duration_seconds: float | None = None
     # The last lines the script printed (at most 2,000 characters).
     output_tail: str = ""
+
+
+class RemappedRowCounts(BaseModel):
+    """nvmlDeviceGetRemappedRows: rows remapped for correctable / uncorrectable errors, a remap waiting for the
+    next reset, a remap that failed (no spare row left: the memory cannot be repaired)."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+class GpuIdentity(BaseModel):
+    """Answer of `GET /v1/gpus/{id}/identity`: what a replacement (RMA) request names about one GPU.
+
+    A field NVML could not read is null and named in `unreadable` with the NVML error (e.g.
+    `{"serial": "NOT_SUPPORTED"}`), so one unreadable field never hides the others.
+    `retired_pages_pending` is NOT_SUPPORTED on GPUs that remap rows instead (A100 and later).
+    """
+
+    # The UUID or index asked for.
+    gpu: str
+    uuid: str | None = None
+    index: int | None = None
+    # The model, e.g. "NVIDIA H200".
+    name: str | None = None
+    serial: str | None = None
+    board_part_number: str | None = None
+    vbios_version: str | None = None
+    pci_bus_id: str | None = None
+    driver_version: str | None = None
+    remapped_rows: RemappedRowCounts | None = None
+    retired_pages_pending: bool | None = None
+    # Field name -> NVML error name for every field left null.
+    unreadable: dict[str, str] = Field(default_factory=dict)
+    read_at: datetime | None = None

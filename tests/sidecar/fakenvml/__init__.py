@@ -64,6 +64,9 @@ def h200_state(count: int) -> dict[str, str]:
             "max_limit": 700_000,
             "ecc_mode": 1,
             "mig_mode": 0,
+            "serial": f"1654923{i:06d}",
+            "board_part_number": "692-2G520-0280-000",
+            "vbios": "96.00.AF.00.01",
         }.items():
             state[f"gpu.{i}.{field}"] = str(value)
         state[f"err.nvmlDeviceGetRetiredPages.{i}"] = "3"  # NOT_SUPPORTED, as on H100/H200

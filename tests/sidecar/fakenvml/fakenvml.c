@@ -17,6 +17,8 @@
  *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
  *   gpu.i.lost           1: every call on GPU i answers NVML_ERROR_GPU_IS_LOST (it stays listed)
  *   gpu.i.temp_mem_max .temp_gpu_max (PCIe keys: see the validation gate section)
+ *   gpu.i.serial .board_part_number .vbios   board identity (defaults derived from i; make one unreadable
+ *                        with err.nvmlDeviceGetSerial.i 3 and the like)
  *   gpu.i.field.<id>     value of NVML field <id> (nvmlDeviceGetFieldValues; absent: NOT_SUPPORTED)
  *   gpu.i.events         event types nvmlDeviceGetSupportedEventTypes reports (default Xid critical, 8)
  *   $FAKE_NVML_STATE.events   one NVML event per line, "<gpu> <xid>", appended by tests: an event set
@@ -329,6 +331,28 @@ int nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
     pci->device = 0;
     pci->pciDeviceId = 0x233510de;
     return NVML_SUCCESS;
+}
+
+/* ---- board identity (serial, part number, VBIOS) ---------------------------------------------- */
+
+int nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    ENTER_DEVICE("nvmlDeviceGetSerial", device);
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "1654923%06d", g);
+    const char *v = gstr(g, "serial");
+    return copy_str(serial, length, v ? v : fallback);
+}
+
+int nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length) {
+    ENTER_DEVICE("nvmlDeviceGetBoardPartNumber", device);
+    const char *v = gstr(g, "board_part_number");
+    return copy_str(partNumber, length, v ? v : "692-2G520-0280-000");
+}
+
+int nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length) {
+    ENTER_DEVICE("nvmlDeviceGetVbiosVersion", device);
+    const char *v = gstr(g, "vbios");
+    return copy_str(version, length, v ? v : "96.00.AF.00.01");
 }
 
 /* ---- health ----------------------------------------------------------------------------------- */
