@@ -63,6 +63,9 @@ class RemediationDetail(RemediationOut):
     decision: str | None
     # Definition set, rule and playbook versions the remediation runs with (see GET /api/v1/definitions/{v}).
     versions: dict[str, str | None] = {}
+    # Set when this remediation is a rung of the escalation ladder: from, reason, rung, ladder,
+    # recurrence_seconds, history, gate (see remediator/engine/ladder.py).
+    escalation: dict[str, Any] | None = None
 
 
 class AuditOut(BaseModel):
@@ -107,6 +110,7 @@ def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
         params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
         approval_expires_at=rem.approval_expires_at, decided_by=rem.decided_by, decision=rem.decision,
         versions=dict(rem.plan.get("versions") or {"definitions": rem.definitions_version}),
+        escalation=rem.plan.get("escalation"),
     )
 
 

@@ -50,6 +50,16 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
     "steps": {
         "<step name>": "dict: output of an earlier step that succeeded, by step name",
     },
+    "escalation": {
+        "from": "str | None: the remediation this one escalates (ESCALATION_LADDER); None for a first run",
+        "reason": "str | None: gate_failed | recurrence",
+        "rung": "int | None: 1-based position of this playbook on the ladder",
+        "ladder": "list[str]: the ladder's playbooks",
+        "recurrence_seconds": "float | None: time from the previous return to service to this fault",
+        "history": "list[dict]: the GPU's (else node's) faults, oldest first: at, alertname, xid, gpu, "
+        "playbook, outcome, remediation",
+        "gate": "dict | None: the failed validation gate's output (verdict, failed, gpus)",
+    },
     "target": {
         "kind": "str: node | gpu | namespace",
         "key": "str: stable identity, e.g. gpu:node-1/GPU-abc",

@@ -678,7 +678,7 @@ class Executor:
         outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
         return build_variables(
             alert=alert_of(rem), target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
-            xid=rem.plan.get("xid") or {},
+            xid=rem.plan.get("xid") or {}, escalation=rem.plan.get("escalation"),
         )
 
     @staticmethod

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from remediator.definitions import DefinitionSet
@@ -63,20 +63,25 @@ def same_subject(rem: Remediation, node: str | None, gpu_uuid: str | None) -> bo
     return rem.node == node
 
 
+def utc(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; the store writes UTC, so say so."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 def returned_at(rem: Remediation) -> datetime | None:
     """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
-    if rem.state == "reverted" or (rem.state == "succeeded" and not rem.quarantined):
-        return rem.finished_at
+    if rem.finished_at is not None and (rem.state == "reverted" or (rem.state == "succeeded" and not rem.quarantined)):
+        return utc(rem.finished_at)
     return None
 
 
 def fault_history(rems: Iterable[Remediation]) -> list[dict[str, Any]]:
     """Oldest first: when each fault came, its alert and Xid, what ran and how it ended."""
     rows = []
-    for rem in sorted(rems, key=lambda r: r.created_at):
+    for rem in sorted(rems, key=lambda r: utc(r.created_at)):
         xid = (rem.plan.get("xid") or {}).get("code")
         rows.append({
-            "at": rem.created_at.isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
+            "at": utc(rem.created_at).isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
             "playbook": rem.playbook, "outcome": rem.state, "remediation": rem.id,
         })
     return rows[-HISTORY_ROWS:]
@@ -126,7 +131,7 @@ class Ladder:
         asked = rung(ladder, proposal.playbook.name)
         if asked is None or not alert.node:
             return None
-        now = self.rt.repo._clock()
+        now = utc(self.rt.repo._clock())
         window = self.rt.settings.recurrence_window
         longest = max(window, *(w for _, w in RECURRENCE_WINDOWS))
         history = await self.rt.repo.node_history(alert.node, since=now - longest - timedelta(days=1))

@@ -19,7 +19,7 @@ from remediator.definitions.xid import recovery_action_from_message
 from remediator.intake.normalize import GpuAlert
 from remediator.matching import match_rules
 
-__all__ = ["PlannedStep", "Proposal", "build_variables", "plan_steps", "propose", "target_for"]
+__all__ = ["EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "plan_steps", "propose", "target_for"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,13 @@ def xid_variables(alert: GpuAlert, defs: DefinitionSet | None, xid_facts: Mappin
     }
 
 
+# What `escalation` holds for a remediation that is not an escalation (a first run).
+EMPTY_ESCALATION: dict[str, Any] = {
+    "from": None, "reason": None, "rung": None, "ladder": [], "recurrence_seconds": None, "history": [],
+    "gate": None,
+}
+
+
 def build_variables(
     *,
     alert: GpuAlert,
@@ -100,6 +107,7 @@ def build_variables(
     context: Mapping[str, Any],
     steps: Mapping[str, Any],
     xid: Mapping[str, Any],
+    escalation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The names templates and CEL conditions see (documented in remediator/definitions/variables.py)."""
     labels = dict(alert.labels)
@@ -127,6 +135,7 @@ def build_variables(
         "context": dict(context),
         "params": dict(params),
         "steps": dict(steps),
+        "escalation": {**EMPTY_ESCALATION, **(escalation or {})},
         "target": {
             "kind": target.kind,
             "key": target.key,

@@ -127,6 +127,7 @@ async def test_node_summary(fake_kube: FakeKube, kube_adapter: KubeAdapter, sett
         taints=[taint],
         unschedulable=True,
     )
+    boot_id = (fake_kube.node(NODE) or {})["status"]["nodeInfo"]["bootID"]
     context = await gather_context(kube_adapter, TARGET, {}, settings)
     assert context["node"] == {
         "name": NODE,
@@ -134,6 +135,8 @@ async def test_node_summary(fake_kube: FakeKube, kube_adapter: KubeAdapter, sett
         "taints": [taint],
         "labels": {"nvidia.com/gpu.product": "H200", "kubernetes.io/hostname": NODE},
         "internal_ip": "127.0.0.9",
+        "boot_id": boot_id,  # what await_reboot compares with before a return to service
+        "ready": True,
     }
 
 

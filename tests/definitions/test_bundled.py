@@ -13,6 +13,7 @@ from remediator.definitions import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.conditions import compile_condition
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
 from remediator.definitions.templates import render_params
+from remediator.engine.planning import EMPTY_ESCALATION
 from remediator.matching import match_rules
 
 # The shipped playbooks are checked against the real actions' parameter models.
@@ -163,6 +164,9 @@ def test_shipped_rule_for_alert(
     assert matches[0].rule.playbook == playbook
 
 
+GPU = "GPU-8e6a1c2d-0000-4000-8000-000000000001"
+
+
 def _variables(
     defs: DefinitionSet, alertname: str, xid: int | None, params: dict[str, Any]
 ) -> dict[str, Any]:
@@ -178,7 +182,7 @@ def _variables(
             "fingerprint": "abc",
             "summary": f"{alertname} fired",
         },
-        "gpu": {"uuid": "GPU-1", "index": "0", "pci_bus_id": None, "model": None, "device": None},
+        "gpu": {"uuid": GPU, "index": "0", "pci_bus_id": None, "model": None, "device": None},
         "node": {"name": "gpu-node-1"},
         "xid": {
             "code": xid,
@@ -187,15 +191,16 @@ def _variables(
             "description": info.description if info else None,
             "recovery_action": None,
         },
-        "context": {"pods": [], "pod_source": "test"},
+        "context": {"pods": [], "pod_source": "test", "node": {"boot_id": "b0a1e7d2-0000-4000-8000-000000000001"}},
         "params": params,
         # what earlier steps report, for steps that read them (the idle playbook's quota step)
         "steps": {"scale": {"namespace": "research", "freed": {"nvidia.com/gpu": 2}, "gpus_freed": 2}},
+        "escalation": dict(EMPTY_ESCALATION),
         "target": {
             "kind": "node",
             "key": "node:gpu-node-1",
             "node": "gpu-node-1",
-            "gpu_uuid": "GPU-1",
+            "gpu_uuid": GPU,
             "namespace": None,
         },
     }
@@ -227,7 +232,7 @@ def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str,
     [match, *_] = match_rules(labels, defs.rules)
     playbook = defs.playbooks[match.rule.playbook]
     variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
-    for step in playbook.steps:
+    for step in (*playbook.steps, *playbook.return_gate):
         if step.when:
             compile_condition(step.when).evaluate(variables)
         rendered = render_params(step.params, variables)
@@ -259,7 +264,7 @@ def test_quarantine_taint_values(defs: DefinitionSet) -> None:
         }
     common = {"grace_period": 300, "timeout": "30m", "skip_namespaces": ["kube-system"]}
     assert _rendered(defs, "GPUXidError", 79, "drain") == {"pods": "gpu", **common}
-    assert _rendered(defs, "GPUXidError", 119, "drain") == {"pods": "gpu:GPU-1", **common}
+    assert _rendered(defs, "GPUXidError", 119, "drain") == {"pods": f"gpu:{GPU}", **common}
     quarantine = defs.playbooks["quarantine-node"]
     drain_step = next(s for s in quarantine.steps if s.name == "drain")
     drain = render_params(drain_step.params, _variables(defs, "GPUXidError", 79, dict(quarantine.params)))

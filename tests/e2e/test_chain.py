@@ -60,7 +60,7 @@ def evictions(stack: Stack, node: str) -> list[str]:
 
 async def test_xid79_taints_cordons_and_drains_and_the_reboot_returns_the_node(stack: Stack) -> None:
     node = "gpu-xid"
-    gpu_node(stack, node, "127.0.0.10")
+    gpu_node(stack, node, SIDECAR_IP, nvml_uuids=True)  # its sidecar runs the return gate on fake NVML
     await stack.exporter.scraped(2)  # Prometheus holds the 0 the Xid rule's changes() compares with
 
     stack.exporter.set(node, 0, XID, 79)
@@ -71,18 +71,33 @@ async def test_xid79_taints_cordons_and_drains_and_the_reboot_returns_the_node(s
     assert sorted(evictions(stack, node)) == [f"{node}-trainer-0", f"{node}-trainer-1"]
     assert rem["alert_labels"]["alertname"] == "GPUXidError" and rem["alert_labels"]["xid"] == "79"
     # The alert names the GPU only (the same labels as the node sidecar's Xid alert, so the two merge).
-    assert rem["alert_labels"]["UUID"] == node_uuid(node, 0) and "pod" not in rem["alert_labels"]
+    assert rem["alert_labels"]["UUID"] == gpu_uuid(0) and "pod" not in rem["alert_labels"]
 
     # Xid 79 (fallen off the bus): the alert stays firing while the gauge holds 79, long after the value
-    # stopped changing; the gauge resets when the node reboots, the alert resolves, the quarantine is lifted.
+    # stopped changing.
     await stack.exporter.scraped(3)
     assert not (await stack.remediation(rem["id"]))["alert_resolved"]
     assert stack.cordoned(node)
+    # The gauge drops to 0 with no reboot (what an exporter restart looks like): the alert resolves, but
+    # without a new boot ID the node stays quarantined and the remediation says it waits for a reboot.
     stack.exporter.set(node, 0, XID, 0)
     await eventually(lambda: _resolved(stack, rem["id"]), timeout=30, what="the resolved Xid alert to arrive")
-    await stack.remediation_in(node, {"reverted"})
+    waiting = await stack.remediation_in(node, {"reverting"})
+    await eventually(lambda: _waiting_for_reboot(stack, rem["id"]), timeout=30, what="the reboot wait")
+    assert stack.cordoned(node) and quarantine_taint("xid-79") in stack.taints(node)
+    assert waiting["id"] == rem["id"]
+
+    # The node reboots (the kubelet reports a new boot ID): the gate validates its GPUs, the quarantine goes.
+    stack.fake.reboot_node(node)
+    done = await stack.remediation_in(node, {"reverted"}, timeout=90)
+    gates = [(s["name"], s["status"]) for s in done["steps"] if s["name"].startswith("gate:")]
+    assert gates == [("gate:rebooted", "succeeded"), ("gate:validate", "succeeded")]
     assert not stack.cordoned(node)
     assert not [t for t in stack.taints(node) if t["key"] == TAINT_KEY]
+
+
+async def _waiting_for_reboot(stack: Stack, rem_id: str) -> bool:
+    return str((await stack.remediation(rem_id))["state_reason"] or "").startswith("waiting for a reboot")
 
 
 async def _resolved(stack: Stack, rem_id: str) -> bool:

@@ -69,13 +69,14 @@ async def test_pods_in_an_opted_out_namespace_are_not_evicted(make_cluster: Make
 
 
 async def test_a_flapping_alert_holds_its_target(make_cluster: MakeCluster, tmp_path: Path) -> None:
-    cluster: Cluster = await make_cluster(
-        rules_dir=rules_without_cooldown(tmp_path), flap_threshold=3, node_repeat_limit=0
+    cluster: Cluster = await make_cluster(  # no escalation ladder: the guardrail alone is under test
+        rules_dir=rules_without_cooldown(tmp_path), flap_threshold=3, node_repeat_limit=0, escalation_ladder=[]
     )
     gpu_node(cluster.fake)
     for minute in range(3):
         await cluster.post(am_payload(firing("gpu-1", minute)))
         await cluster.settle()
+        cluster.fake.reboot_node("gpu-1")  # the return gate wants proof of a reboot
         await cluster.post(am_payload(resolved("gpu-1", minute)))
         await cluster.settle()
     await cluster.post(am_payload(firing("gpu-1", 3)))
@@ -88,11 +89,14 @@ async def test_a_flapping_alert_holds_its_target(make_cluster: MakeCluster, tmp_
 async def test_a_node_remediated_twice_is_held_for_a_human_who_can_release_it(
     make_cluster: MakeCluster, tmp_path: Path
 ) -> None:
-    cluster: Cluster = await make_cluster(rules_dir=rules_without_cooldown(tmp_path), flap_threshold=0)
+    cluster: Cluster = await make_cluster(  # no escalation ladder: the guardrail alone is under test
+        rules_dir=rules_without_cooldown(tmp_path), flap_threshold=0, escalation_ladder=[]
+    )
     gpu_node(cluster.fake)
     for minute in range(2):
         await cluster.post(am_payload(firing("gpu-1", minute)))
         await cluster.settle()
+        cluster.fake.reboot_node("gpu-1")  # the return gate wants proof of a reboot
         await cluster.post(am_payload(resolved("gpu-1", minute)))
         await cluster.settle()
     await cluster.post(am_payload(firing("gpu-1", 2)))
@@ -165,6 +169,7 @@ async def test_the_ui_banner_shows_a_tripped_breaker_while_it_lasts(make_cluster
     status = (await cluster.api.get("/api/v1/guardrails")).json()
     assert status["circuit_breaker"]["tripped"] and [h["node"] for h in status["held"]] == ["gpu-2"]
 
+    cluster.fake.reboot_node("gpu-1")  # the return gate wants proof of a reboot
     await cluster.post(am_payload(resolved("gpu-1", 0)))
     await cluster.settle()
     await cluster.settle()

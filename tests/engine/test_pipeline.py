@@ -63,8 +63,8 @@ async def test_xid79_taints_cordons_drains_marks_for_reboot_and_resolve_reverts(
         "(GPUXidError, Xid 79: GPU has fallen off the bus)",
     )
 
-    # The shipped rule keeps Xid 79 firing until the gauge resets (the node was rebooted): resolving lifts
-    # exactly what the remediation added.
+    # After a reboot (a new boot ID) and a passed gate, resolving lifts exactly what the remediation added.
+    fake.reboot_node("gpu-1")
     resolved = am_alert(xid_labels("gpu-1", 79), status="resolved")
     await cluster.post(am_payload(resolved))
     await cluster.settle()
@@ -101,6 +101,7 @@ async def test_a_finished_remediation_can_be_reverted_on_request(make_cluster: M
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
     await cluster.settle()
     rem = await cluster.only_remediation()
+    cluster.fake.reboot_node("gpu-1")
     assert (await cluster.api.post(f"/api/v1/remediations/{rem['id']}/revert")).status_code == 200
     await cluster.settle()
     assert (await cluster.only_remediation())["state"] == "reverted"
@@ -118,6 +119,7 @@ async def test_revert_restores_exactly_the_prior_state(make_cluster: MakeCluster
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 167))))
     await cluster.settle()
     rem = await cluster.only_remediation()
+    fake.reboot_node("gpu-1")
     assert (await cluster.api.post(f"/api/v1/remediations/{rem['id']}/revert")).status_code == 200
     await cluster.settle()
     assert (await cluster.only_remediation())["state"] == "reverted"

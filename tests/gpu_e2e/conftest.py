@@ -117,7 +117,7 @@ async def gpu_cluster(
 
     async def make(*, reachable: bool = True, **overrides: Any) -> Cluster:
         port = sidecar.sidecar.port if reachable else free_port(NODE_IP)
-        cluster: Cluster = await make_cluster(sidecar_port=port, sidecar_token=TOKEN, **overrides)
+        cluster: Cluster = await make_cluster(sidecar_port=port, sidecar_token=TOKEN, real_gates=True, **overrides)
         made.append(cluster)
         return cluster
 

@@ -32,7 +32,12 @@ async def test_a_pending_row_remap_fails_the_gate_and_the_node_stays_quarantined
         await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUXidError", 0, xid="119"))))
         await cluster.settle()
 
-        rem = await cluster.only_remediation()
+        listed = sorted((await cluster.api.get("/api/v1/remediations")).json(), key=lambda r: r["created_at"])
+        assert [r["playbook"] for r in listed] == ["reset-gpu", "reboot-node"]  # the next rung of the ladder
+        rem = (await cluster.api.get(f"/api/v1/remediations/{listed[0]['id']}")).json()
+        escalated = (await cluster.api.get(f"/api/v1/remediations/{listed[1]['id']}")).json()
+        assert escalated["escalation"]["from"] == rem["id"] and escalated["escalation"]["reason"] == "gate_failed"
+        assert escalated["escalation"]["gate"]["failed"] == {gpu_uuid(0): ["remapped_rows.pending"]}
         assert rem["state"] == "failed"
         assert forward(rem) == [
             ("taint", "succeeded"), ("condition", "succeeded"), ("drain", "succeeded"), ("reset", "succeeded"),
