@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import timedelta
 
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import gpu_node
@@ -44,7 +45,8 @@ async def test_crash_mid_drain_resumes_without_repeating_evictions(make_cluster:
     fake.remove("poddisruptionbudgets", "ml", "hold")
     second: Cluster = await make_cluster(lease_duration="1s")
     assert second.rt.owner != first.rt.owner
-    await asyncio.sleep(1.1)  # the dead worker's lease expires
+    real_clock = second.rt.repo._clock
+    second.rt.repo._clock = lambda: real_clock() + timedelta(seconds=2)  # the dead worker's lease has expired
     await second.settle(60)
 
     evicted = fake.evicted_uids()

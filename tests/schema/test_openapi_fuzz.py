@@ -1,11 +1,15 @@
-"""schemathesis against the controller's own OpenAPI schema: no generated input gets a 5xx."""
+"""schemathesis against the controller's own OpenAPI schema: no generated input gets a 5xx.
+
+The app (and its SQLite database) is built per module by a fixture in pytest's temporary directory, so
+collecting the tests builds nothing and leaves nothing behind.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
@@ -15,12 +19,21 @@ from remediator.engine.bootstrap import build_runtime
 from remediator.settings import Settings
 
 TOKEN = "fuzz-token"
-_WORKDIR = Path(tempfile.mkdtemp(prefix="remediator-fuzz-"))
-_SETTINGS = Settings(database_url=f"sqlite+aiosqlite:///{_WORKDIR / 'fuzz.db'}", webhook_token=[TOKEN])
-_RUNTIME, _ENGINE = asyncio.run(build_runtime(_SETTINGS, connect_kube=False))
-APP = create_app(_SETTINGS, runtime=_RUNTIME, run_worker=False)
 
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
+
+@pytest.fixture(scope="module")
+def api_schema(tmp_path_factory: pytest.TempPathFactory) -> Iterator[schemathesis.schemas.BaseSchema]:
+    import asyncio
+
+    workdir: Path = tmp_path_factory.mktemp("fuzz")
+    config = Settings(database_url=f"sqlite+aiosqlite:///{workdir / 'fuzz.db'}", webhook_token=[TOKEN])
+    runtime, engine = asyncio.run(build_runtime(config, connect_kube=False))
+    app = create_app(config, runtime=runtime, run_worker=False)
+    yield schemathesis.openapi.from_asgi("/openapi.json", app)
+    asyncio.run(engine.dispose())
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
