@@ -1,4 +1,4 @@
-"""The one entry point: `remediator serve | sidecar | check | simulate | test | replay | audit | db | demo`."""
+"""The one entry point: `remediator serve | sidecar | check | simulate | test | replay | report | audit | db | demo`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import sys
+from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,8 +21,10 @@ __all__ = ["app", "main"]
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Alert-driven GPU remediation controller.")
 audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, print its head, export it.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema and retention.")
+report_app = typer.Typer(no_args_is_help=True, help="Reports over the stored remediations.")
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
+app.add_typer(report_app, name="report")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
 
@@ -30,6 +34,31 @@ def _settings(config: Path | None, **overrides: Any) -> Settings:
         return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _duration(value: str, option: str) -> timedelta:
+    """A positive duration from an option, or exit 2 naming the option."""
+    from remediator.durations import parse_duration
+
+    try:
+        parsed = parse_duration(value)
+    except ValueError as exc:
+        typer.echo(f"error: {option}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if parsed <= timedelta(0):
+        typer.echo(f"error: {option}: must be longer than 0: {value!r}", err=True)
+        raise typer.Exit(2)
+    return parsed
+
+
+def _ladder(value: str) -> tuple[str, ...]:
+    from remediator.engine.effectiveness import parse_ladder
+
+    try:
+        return parse_ladder(value)
+    except ValueError as exc:
+        typer.echo(f"error: --ladder: {exc}", err=True)
         raise typer.Exit(2) from exc
 
 
@@ -209,35 +238,56 @@ def replay(
         bool, typer.Option("--fail-on-diff", help="exit 1 when any alert would be handled differently")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON (for CI)")] = False,
+    ladder: Annotated[
+        str | None,
+        typer.Option("--ladder", help="also re-play the remediations under this escalation ladder, e.g. "
+                                      "reset-gpu,reboot-node,rma-gpu"),
+    ] = None,
+    window: Annotated[
+        str, typer.Option("--window", help="recurrence window for --ladder: a fault this soon after a return climbs")
+    ] = "24h",
     config: ConfigOpt = None,
 ) -> None:
-    """Run stored alerts plan-only through the given definitions; show what would differ from history."""
+    """Run stored alerts plan-only through the given definitions; show what would differ from history.
+
+    With --ladder, also show how many runs each playbook had and would have had under that ladder.
+    """
     from remediator.actions.registry import default_registry
-    from remediator.durations import parse_duration
     from remediator.engine.bootstrap import load_defs
+    from remediator.engine.effectiveness import render_ladder_text
     from remediator.engine.replay import render_text, replay_database
+    from remediator.engine.reports import ladder_from_database
     from remediator.store.repository import utcnow
 
-    try:
-        window = parse_duration(since)
-    except ValueError as exc:
-        typer.echo(f"error: --since: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    back = _duration(since, "--since")
+    span = _duration(window, "--window")
+    steps = _ladder(ladder) if ladder is not None else None
     settings = _settings(config, rules_dir=rules, playbooks_dir=playbooks)
     try:
         defs = load_defs(settings, default_registry())
     except DefinitionSetError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from exc
+    start = utcnow() - back
     try:
-        report = asyncio.run(replay_database(settings, defs, utcnow() - window))
+        report = asyncio.run(replay_database(settings, defs, start))
+        comparison = (
+            asyncio.run(ladder_from_database(settings.database_url, steps, since=start, window=span))
+            if steps else None
+        )
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
+        document = report.as_dict()
+        if comparison is not None:
+            document["ladder"] = comparison.as_dict()
+        typer.echo(json.dumps(document, indent=2, default=str))
     else:
         typer.echo(render_text(report))
+        if comparison is not None:
+            typer.echo("")
+            typer.echo(render_ladder_text(comparison))
     if fail_on_diff and report.differences:
         raise typer.Exit(1)
 
@@ -267,6 +317,55 @@ def demo(
         typer.echo(f"error: cannot serve on {host}:{port}: {exc}", err=True)
         raise typer.Exit(2) from exc
     raise typer.Exit(code)
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    table = "table"
+
+
+@report_app.command("effectiveness")
+def report_effectiveness(
+    db: Annotated[
+        str | None, typer.Option("--db", help="database URL (default REMEDIATOR_DATABASE_URL / --config)")
+    ] = None,
+    window: Annotated[
+        str, typer.Option("--window", help="recurrence window: a fault this soon after a return is a recurrence")
+    ] = "24h",
+    since: Annotated[str, typer.Option("--since", help="remediations created in the last, e.g. 30d")] = "30d",
+    output: Annotated[OutputFormat, typer.Option("--output", "-o", help="json or table")] = OutputFormat.table,
+    ladder: Annotated[
+        str | None,
+        typer.Option("--ladder", help="also compare with this escalation ladder, e.g. reset-gpu,reboot-node,rma-gpu"),
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """What each remediation achieved: healed, recurred, escalated or open, per playbook, Xid and GPU model."""
+    from remediator.engine.effectiveness import render_ladder_text
+    from remediator.engine.effectiveness import render_text as render_report
+    from remediator.engine.reports import effectiveness_from_database
+    from remediator.store.repository import utcnow
+
+    span, back = _duration(window, "--window"), _duration(since, "--since")
+    steps = _ladder(ladder) if ladder is not None else None
+    url = db or _settings(config).database_url
+    try:
+        report, comparison = asyncio.run(
+            effectiveness_from_database(url, since=utcnow() - back, window=span, ladder=steps)
+        )
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if output is OutputFormat.json:
+        document = report.as_dict()
+        if comparison is not None:
+            document["ladder"] = comparison.as_dict()
+        typer.echo(json.dumps(document, indent=2, default=str))
+        return
+    typer.echo(render_report(report))
+    if comparison is not None:
+        typer.echo("")
+        typer.echo(render_ladder_text(comparison))
 
 
 def _audit_key(settings: Settings) -> bytes | None:

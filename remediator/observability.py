@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
+__all__ = ["LONG_BUCKETS", "Metrics"]
+
+# Seconds to a week: a GPU reset returns in a minute, a reboot in tens of minutes, an RMA in days.
+LONG_BUCKETS = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+    172800.0, 345600.0, 604800.0,
+)
 
 
 class Metrics:
@@ -59,3 +65,24 @@ class Metrics:
             registry=r,
         )
         self.plan_only = Gauge("remediator_plan_only", "1 when running plan-only (dry run)", registry=r)
+        # Effectiveness (docs/effectiveness.md); observed by the executor and worker as remediations end.
+        self.time_to_quarantine = Histogram(
+            "remediator_time_to_quarantine_seconds",
+            "Seconds from the alert's start to the target being quarantined (cordoned or tainted), by playbook",
+            ["playbook"], registry=r, buckets=LONG_BUCKETS,
+        )
+        self.time_to_return = Histogram(
+            "remediator_time_to_return_seconds",
+            "Seconds from the alert's start to the target returning to service, by playbook",
+            ["playbook"], registry=r, buckets=LONG_BUCKETS,
+        )
+        self.recurrences = Counter(
+            "remediator_recurrences",
+            "Faults of a GPU (or node) within `window` (24h or 7d) after a remediation returned it to service",
+            ["playbook", "xid", "model", "window"], registry=r,
+        )
+        self.remediation_outcomes = Counter(
+            "remediator_remediation_outcomes",
+            "Remediations judged healed, recurred or escalated once decided, by playbook",
+            ["playbook", "outcome"], registry=r,
+        )

@@ -7,12 +7,14 @@ Referer (the token is in the URL), no framing, no indexing, and a strict Content
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import jinja2
 from fastapi.responses import HTMLResponse
+
+from remediator.durations import format_duration
 
 __all__ = ["SECURITY_HEADERS", "STATIC_DIR", "TEMPLATES_DIR", "page", "render"]
 
@@ -40,6 +42,13 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _seconds(value: float | None) -> str:
+    """Seconds as a compact duration (`1h30m`), `-` for none."""
+    if value is None:
+        return "-"
+    return format_duration(timedelta(seconds=round(value)))
+
+
 def _short(value: Any, limit: int = 120) -> str:
     text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -53,6 +62,7 @@ _env = jinja2.Environment(
 )
 _env.filters["when"] = _when
 _env.filters["short"] = _short
+_env.filters["seconds"] = _seconds
 
 
 def render(template: str, context: Mapping[str, Any]) -> str:

@@ -14,14 +14,38 @@ GPU-hours saved are the whole GPUs freed times the hours they stayed freed withi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from sqlalchemy.engine import make_url
+
+from remediator.engine.effectiveness import (
+    DEFAULT_WINDOW,
+    EffectivenessReport,
+    LadderComparison,
+    RemediationFacts,
+    compute_effectiveness,
+    facts_of,
+    replay_ladder,
+)
+from remediator.errors import ConfigError
+from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.repository import Repository
 
-__all__ = ["IdleReport", "NamespaceIdle", "compute_idle_report", "idle_report"]
+__all__ = [
+    "IdleReport",
+    "NamespaceIdle",
+    "compute_idle_report",
+    "effectiveness_from_database",
+    "effectiveness_report",
+    "idle_report",
+    "ladder_from_database",
+    "ladder_replay",
+    "remediation_facts",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PAGE = 1000
@@ -205,3 +229,71 @@ async def idle_report(
             break
         after = page[-1].id
     return compute_idle_report(events, now=now or datetime.now(UTC), since=since, until=until)
+
+
+# -- the effectiveness report (remediator.engine.effectiveness) over the store -----------------------------
+
+
+async def remediation_facts(repo: Repository, since: datetime | None) -> list[RemediationFacts]:
+    """Every remediation created since `since`, read in pages of PAGE rows and cut down to what reports use."""
+    out: list[RemediationFacts] = []
+    after: tuple[datetime, str] | None = None
+    while True:
+        page = await repo.remediations_since(since, after=after, limit=PAGE)
+        out.extend(facts_of(rem) for rem in page)
+        if len(page) < PAGE:
+            return out
+        after = (page[-1].created_at, page[-1].id)
+
+
+async def effectiveness_report(
+    repo: Repository, *, since: datetime | None, window: timedelta = DEFAULT_WINDOW, now: datetime | None = None
+) -> EffectivenessReport:
+    """What the remediations created since `since` achieved, judged with recurrence window `window`."""
+    facts = await remediation_facts(repo, since)
+    return compute_effectiveness(facts, now=now or repo._clock(), window=window, since=since)
+
+
+async def ladder_replay(
+    repo: Repository, ladder: Sequence[str], *, since: datetime | None, window: timedelta = DEFAULT_WINDOW
+) -> LadderComparison:
+    """The runs since `since` re-played under `ladder` (see `effectiveness.replay_ladder`)."""
+    return replay_ladder(await remediation_facts(repo, since), ladder, window=window)
+
+
+def _require_database(database_url: str) -> None:
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database):
+        raise ConfigError(f"no database at {url.database} (REMEDIATOR_DATABASE_URL)")
+
+
+async def _facts_from_database(database_url: str, since: datetime | None) -> list[RemediationFacts]:
+    _require_database(database_url)
+    engine = make_engine(database_url)
+    try:
+        return await remediation_facts(Repository(make_sessionmaker(engine)), since)
+    finally:
+        await engine.dispose()
+
+
+async def effectiveness_from_database(
+    database_url: str,
+    *,
+    since: datetime | None,
+    window: timedelta = DEFAULT_WINDOW,
+    ladder: Sequence[str] | None = None,
+) -> tuple[EffectivenessReport, LadderComparison | None]:
+    """The report (and, with `ladder`, the ladder comparison) over a database, read only.
+
+    A missing SQLite file is a ConfigError, never created.
+    """
+    facts = await _facts_from_database(database_url, since)
+    report = compute_effectiveness(facts, now=datetime.now(UTC), window=window, since=since)
+    return report, replay_ladder(facts, ladder, window=window) if ladder else None
+
+
+async def ladder_from_database(
+    database_url: str, ladder: Sequence[str], *, since: datetime | None, window: timedelta = DEFAULT_WINDOW
+) -> LadderComparison:
+    """`ladder_replay` over a database, read only (a missing SQLite file is a ConfigError)."""
+    return replay_ladder(await _facts_from_database(database_url, since), ladder, window=window)

@@ -690,6 +690,25 @@ class Repository:
             query = query.order_by(Remediation.created_at.desc(), Remediation.id).limit(limit).offset(offset)
             return list((await session.scalars(query)).all())
 
+    async def remediations_since(
+        self, since: datetime | None, *, after: tuple[datetime, str] | None = None, limit: int = 1000
+    ) -> list[Remediation]:
+        """One page of remediations created at or after `since`, oldest first by (created_at, id).
+
+        Pass the (created_at, id) of the last row of a page as `after` to read the next one.
+        """
+        async with self.transaction() as session:
+            query = select(Remediation)
+            if since is not None:
+                query = query.where(Remediation.created_at >= since)
+            if after is not None:
+                at, rem_id = after
+                query = query.where(
+                    or_(Remediation.created_at > at, (Remediation.created_at == at) & (Remediation.id > rem_id))
+                )
+            query = query.order_by(Remediation.created_at, Remediation.id).limit(limit)
+            return list((await session.scalars(query)).all())
+
     async def list_audit(
         self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000
     ) -> list[AuditEvent]:

@@ -1,22 +1,27 @@
-"""The idle-GPU report: `GET /api/v1/reports/idle` (JSON, bearer token) and `GET /reports/idle` (UI page).
+"""Reports, each as JSON under `/api/v1/reports/...` (bearer token) and as a UI page under `/reports/...`.
 
-Per namespace: GPUs reclaimed from idle workloads, how many are still reclaimed, GPU-hours saved and the
-GPU quota still lowered, all computed from the audit log (`remediator.engine.reports`). `since` and `until`
-(ISO 8601) bound the window the GPU-hours are counted in; by default, all of history up to now.
+- idle: per namespace, GPUs reclaimed from idle workloads, how many are still reclaimed, GPU-hours saved and
+  the GPU quota still lowered, all computed from the audit log (`remediator.engine.reports`). `since` and
+  `until` (ISO 8601) bound the window the GPU-hours are counted in; by default, all of history up to now.
+- effectiveness: what each remediation created in the last `since` (a duration, default 30d) achieved,
+  judged with the recurrence window `window` (default 24h) (`remediator.engine.effectiveness`).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
-from remediator.engine.reports import idle_report
+from remediator.durations import parse_duration
+from remediator.engine.effectiveness import EffectivenessReport
+from remediator.engine.reports import effectiveness_report, idle_report
 
 __all__ = ["api_router", "router"]
 
@@ -57,3 +62,44 @@ async def idle_page(rt: RuntimeDep, since: When = None, until: When = None) -> R
     start, end = _window(since, until)
     report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
     return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0})
+
+
+Duration = Annotated[str, Query(max_length=32, description="duration, e.g. 24h, 7d, 1h30m")]
+
+
+def _duration(value: str, name: str) -> timedelta:
+    """A positive duration, or a 422 naming the query field (the same body as any validation error)."""
+    try:
+        parsed = parse_duration(value)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        if parsed > timedelta(0):
+            return parsed
+        message = f"must be longer than 0: {value!r}"
+    raise RequestValidationError([{"loc": ("query", name), "msg": message, "type": "value_error", "input": value}])
+
+
+async def _effectiveness(rt: RuntimeDep, window: str, since: str) -> EffectivenessReport:
+    span, back = _duration(window, "window"), _duration(since, "since")
+    now = rt.repo._clock()
+    return await effectiveness_report(rt.repo, since=now - back, window=span, now=now)
+
+
+@api_router.get("/effectiveness")
+async def effectiveness_json(rt: RuntimeDep, window: Duration = "24h", since: Duration = "30d") -> dict[str, Any]:
+    """Outcomes (healed, recurred, escalated, open) per playbook, Xid and GPU model; recurrences; rungs."""
+    report = await _effectiveness(rt, window, since)
+    return report.as_dict()
+
+
+@router.get("/reports/effectiveness", response_class=HTMLResponse)
+async def effectiveness_page(rt: RuntimeDep, window: Duration = "24h", since: Duration = "30d") -> Response:
+    try:
+        report = await _effectiveness(rt, window, since)
+    except RequestValidationError as exc:
+        error = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
+        return page("report_effectiveness.html", {"report": None, "error": error, "window": window,
+                                                    "since": since, "refresh": 0}, status_code=422)
+    return page("report_effectiveness.html", {"report": report, "error": "", "window": window, "since": since,
+                                               "refresh": 0})
