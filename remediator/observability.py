@@ -73,7 +73,7 @@ class Metrics:
         )
         self.time_to_return = Histogram(
             "remediator_time_to_return_seconds",
-            "Seconds from the alert's start to the target returning to service, by playbook",
+            "Seconds from the quarantine to the target returning to service (proof passed), by playbook",
             ["playbook"], registry=r, buckets=LONG_BUCKETS,
         )
         self.recurrences = Counter(

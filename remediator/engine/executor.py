@@ -24,7 +24,7 @@ import time
 import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -36,7 +36,7 @@ from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
-from remediator.engine.ladder import Ladder
+from remediator.engine.ladder import Ladder, utc
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
@@ -127,6 +127,17 @@ def playbook_of(rem: Remediation) -> Playbook:
 
 def alert_of(rem: Remediation) -> GpuAlert:
     return GpuAlert(**rem.plan["alert"])
+
+
+def alert_started(rem: Remediation) -> datetime:
+    """The alert's startsAt (from the plan), else when the remediation was created; always UTC-aware."""
+    raw = (rem.plan.get("alert") or {}).get("starts_at")
+    if isinstance(raw, str) and raw:
+        try:
+            return utc(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    return utc(rem.created_at)
 
 
 def target_of(rem: Remediation) -> Target:
@@ -345,7 +356,8 @@ class Executor:
         # The step error boundary: `stage` names what was being done when something failed.
         stage, rendered = "condition", {}
         try:
-            variables = self._variables(rem, await self.rt.repo.steps(rem.id))
+            rows = await self.rt.repo.steps(rem.id)
+            variables = self._variables(rem, rows)
             if not step_applies(step, variables):
                 await self.rt.repo.finish_step(
                     rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
@@ -375,6 +387,11 @@ class Executor:
                     status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
                     output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
                 )
+                if action.quarantines and not ctx.dry_run and self._quarantine_started(rem, rows) is None:
+                    started = alert_started(rem)
+                    self.rt.metrics.time_to_quarantine.labels(playbook=rem.playbook).observe(
+                        max(0.0, (self.rt.repo._clock() - started).total_seconds())
+                    )
                 return None
         except ResumeLater as later:
             return timedelta(seconds=later.delay)
@@ -459,6 +476,7 @@ class Executor:
         )
         if rem.quarantined and not still:
             await self.rt.repo.wake_held()  # the playbook lifted its own quarantine: room for held ones
+            self._observe_return(rem, await self.rt.repo.steps(rem.id))
         self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="succeeded").inc()
         await self._notify(rem, "succeeded", reason)
         fresh = await self.rt.repo.get(rem.id)
@@ -484,6 +502,21 @@ class Executor:
         tainted = any(t.get("key") == QUARANTINE_TAINT for t in spec.get("taints") or [])
         cordoned_by_us = bool(spec.get("unschedulable")) and annotations.get(REMEDIATION_ANNOTATION) == rem.id
         return tainted or cordoned_by_us
+
+    def _quarantine_started(self, rem: Remediation, rows: list[StepRow]) -> datetime | None:
+        """When the first quarantining forward step of this remediation finished, if one did."""
+        done = [
+            r.finished_at for r in rows
+            if r.phase == "forward" and r.status == "succeeded" and r.finished_at is not None
+            and getattr(self.rt.actions.get(r.action), "quarantines", False)
+        ]
+        return utc(min(done)) if done else None
+
+    def _observe_return(self, rem: Remediation, rows: list[StepRow]) -> None:
+        started = self._quarantine_started(rem, rows) or utc(rem.created_at)
+        self.rt.metrics.time_to_return.labels(playbook=rem.playbook).observe(
+            max(0.0, (utc(self.rt.repo._clock()) - started).total_seconds())
+        )
 
     # -- approvals (the token and page live in the approval service) ------------------------------
 
@@ -539,6 +572,8 @@ class Executor:
                 rem.id, "reverted", reason="prior state restored", owner=self.rt.owner, changes={"quarantined": False}
             )
             self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="reverted").inc()
+            if rem.quarantined:
+                self._observe_return(rem, rows)
             await self.rt.repo.wake_held()  # quarantine room may have freed
             await self._notify(rem, "reverted", "prior state restored")
             return None

@@ -38,6 +38,7 @@ __all__ = [
     "returned_at",
     "rung",
     "same_subject",
+    "utc",
 ]
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,8 @@ class Ladder:
         at, previous = max(back, key=lambda pair: pair[0])
         self._count_recurrence(previous, now - at)
         was = rung(ladder, previous.playbook)
+        if now - at <= window:
+            self.rt.metrics.remediation_outcomes.labels(playbook=previous.playbook, outcome="recurred").inc()
         if now - at > window or was is None or was < asked:
             return None
         target_rung = min(was + 1, len(ladder))
@@ -179,9 +182,11 @@ class Ladder:
         defs = self.rt.definitions.current
         plan = remediation_plan(proposal, alert, defs, rem.plan.get("xid") or {}, escalation=escalation)
         await persist_version(self.rt.repo, self.rt.definitions, defs)
-        _, new_id = await self.rt.repo.create_escalation(
+        outcome, new_id = await self.rt.repo.create_escalation(
             rem, new_remediation(proposal, defs, plan), f"escalated from {rem.playbook}: {why}"[:2000]
         )
+        if outcome == "started":
+            self.rt.metrics.remediation_outcomes.labels(playbook=rem.playbook, outcome="escalated").inc()
         return new_id
 
     def _proposal(self, playbook_name: str, alert: GpuAlert, rule: str) -> Proposal | None:
@@ -195,9 +200,7 @@ class Ladder:
         )
 
     def _count_recurrence(self, previous: Remediation, after: timedelta) -> None:
-        counter = getattr(self.rt.metrics, "recurrences", None)
-        if counter is None:
-            return
+        counter = self.rt.metrics.recurrences
         xid = (previous.plan.get("xid") or {}).get("code")
         model = (previous.plan.get("alert") or {}).get("model") or ""
         for name, window in RECURRENCE_WINDOWS:

@@ -14,6 +14,7 @@ from typing import Any
 
 from remediator.engine.executor import Executor
 from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
+from remediator.engine.outcomes import OutcomeSweep
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version
@@ -53,6 +54,7 @@ class Worker:
         self.rt = rt
         self.executor = Executor(rt)
         self.ladder = Ladder(rt)
+        self.outcomes = OutcomeSweep(rt)
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -213,6 +215,7 @@ class Worker:
         if now - self._gauges_at > 5:
             self._gauges_at = now
             await self._refresh_gauges()
+            await self.outcomes.maybe_sweep()
         return processed > 0 or dispatched > 0
 
     async def process_alerts(self, limit: int = 100) -> int:

@@ -169,6 +169,8 @@ async def test_a_gate_that_fails_after_the_reboot_keeps_the_node_and_escalates_t
             assert fact in text, (fact, text)
         events = [b["event"] for b in hook.bodies]
         assert "return_refused" in events and "escalated" in events
+    assert cluster.rt.metrics.registry.get_sample_value(
+        "remediator_remediation_outcomes_total", {"playbook": "reboot-node", "outcome": "escalated"}) == 1
 
 
 async def test_a_fault_ten_minutes_after_a_good_reset_goes_to_the_reboot_rung(
@@ -200,3 +202,34 @@ async def test_a_fault_ten_minutes_after_a_good_reset_goes_to_the_reboot_rung(
         {"playbook": "reset-gpu", "xid": "48", "model": "NVIDIA H200", "window": "24h"},
     )
     assert recurrences == 1
+    assert cluster.rt.metrics.registry.get_sample_value(
+        "remediator_remediation_outcomes_total", {"playbook": "reset-gpu", "outcome": "recurred"}) == 1
+
+    report = (await cluster.api.get("/api/v1/reports/effectiveness?window=24h")).json()
+    [recurrence] = report["recurrences"]
+    assert recurrence["remediation_id"] == reset["id"] and recurrence["recurred_by"] == second["id"]
+    assert 600 <= recurrence["time_to_recurrence_seconds"] < 700
+
+
+async def test_the_latencies_and_outcomes_are_measured(gpu_cluster: MakeGpuCluster, gpu_node: GpuNode) -> None:
+    trainers(gpu_node)
+    cluster: Cluster = await gpu_cluster()
+    clock = Clock(cluster)
+    labels = gpu_alert_labels("GPUXidError", 1, xid="48", err_code="48")
+    await cluster.post(am_payload(am_alert(labels)))
+    await cluster.settle()
+    registry = cluster.rt.metrics.registry
+
+    def count(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    assert count("remediator_time_to_quarantine_seconds_count", playbook="reset-gpu") == 1
+    assert count("remediator_time_to_return_seconds_count", playbook="reset-gpu") == 1  # it lifted its own
+
+    # Healed once its recurrence window passes with no new fault of that GPU, counted once.
+    sweep = cluster.worker.outcomes
+    assert await sweep.maybe_sweep() == 0  # the first sweep only marks where counting starts
+    clock.advance(25 * 3600)
+    assert await sweep.maybe_sweep() == 1
+    assert await sweep.sweep(cluster.rt.repo._clock()) == 0
+    assert count("remediator_remediation_outcomes_total", playbook="reset-gpu", outcome="healed") == 1
