@@ -86,3 +86,15 @@ class Metrics:
             "Remediations judged healed, recurred or escalated once decided, by playbook",
             ["playbook", "outcome"], registry=r,
         )
+        self.oldest_active = Gauge(
+            "remediator_oldest_active_seconds",
+            "Age of the oldest remediation in each active state, 0 when none (refreshed by the worker)",
+            ["state"], registry=r,
+        )
+        self.audit_verify_ok = Gauge(
+            "remediator_audit_verify_ok",
+            "1 while the periodic check of the audit hash chain passes, 0 once it found a problem "
+            "(NaN before the first check)",
+            registry=r,
+        )
+        self.audit_verify_ok.set(float("nan"))

@@ -17,11 +17,12 @@ from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
 from remediator.engine.outcomes import OutcomeSweep
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
+from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize, parse_xid
 from remediator.store import replica_guard
-from remediator.store.audit_checkpoint import audit_head
+from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.models import AlertRow
 from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
@@ -63,6 +64,8 @@ class Worker:
         self._guard: replica_guard.ReplicaGuard | None = None
         self._guard_acquired = False
         self._logged_head: tuple[int, str] | None = None
+        self._verified: tuple[int, str] | None = None  # the newest audit event the periodic check passed
+        self._audit_broken = False
 
     def wake(self) -> None:
         self._wake.set()
@@ -110,6 +113,7 @@ class Worker:
                     next_prune = loop_time + settings.prune_interval.total_seconds()
                     await self.prune()
                 await self.log_audit_head()
+                await self.verify_audit()
             except StoreUnavailable as exc:
                 log.warning("audit housekeeping skipped: store unavailable: %s", exc)
             await asyncio.sleep(min(settings.audit_head_interval, settings.prune_interval).total_seconds())
@@ -133,6 +137,27 @@ class Worker:
         if head is not None and (always or head != self._logged_head):
             log.info("audit head %s:%s", *head)
             self._logged_head = head
+
+    async def verify_audit(self) -> bool:
+        """Check the audit chain appended since the last check; export the result as remediator_audit_verify_ok.
+
+        The first check walks the whole chain (as `remediator audit verify` does), later ones only the new
+        events. A failed check stays failed (the gauge stays 0) until the controller restarts.
+        """
+        if self._audit_broken:
+            return False
+        async with self.rt.repo.transaction() as session:
+            report = await verify_since(session, self.rt.repo.audit_key, self._verified)
+        if report.problem is not None:
+            log.error("audit chain check failed at event %d: %s (run `remediator audit verify`)",
+                      report.problem.event_id, report.problem.reason)
+            self.rt.metrics.audit_verify_ok.set(0)
+            self._audit_broken = True
+            return False
+        if report.head is not None:
+            self._verified = report.head
+        self.rt.metrics.audit_verify_ok.set(1)
+        return True
 
     async def stop(self) -> None:
         self._stopping = True
@@ -337,5 +362,10 @@ class Worker:
 
     async def _refresh_gauges(self) -> None:
         counts = await self.rt.repo.count_by_state()
-        for state, n in counts.items():
-            self.rt.metrics.remediations_active.labels(state=state).set(n)
+        for state in STATES:  # a state that emptied reads 0, not its last count
+            self.rt.metrics.remediations_active.labels(state=state).set(counts.get(state, 0))
+        oldest = await self.rt.repo.oldest_active()
+        now = self.rt.repo._clock()
+        for state in ACTIVE_STATES:
+            at = oldest.get(state)
+            self.rt.metrics.oldest_active.labels(state=state).set((now - at).total_seconds() if at else 0)

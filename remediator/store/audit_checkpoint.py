@@ -12,10 +12,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.store.audit import GENESIS, Checkpoint, checkpoint_mac
+from remediator.store.audit import GENESIS, ChainProblem, ChainReport, Checkpoint, checkpoint_mac, walk_chain
 from remediator.store.models import AuditEvent, ControllerState
 
-__all__ = ["CHECKPOINT_KEY", "audit_head", "chain_start", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CHECKPOINT_KEY", "audit_head", "chain_start", "load_checkpoint", "save_checkpoint", "verify_since"]
 
 CHECKPOINT_KEY = "audit.checkpoint"
 
@@ -55,3 +55,33 @@ async def audit_head(session: AsyncSession) -> tuple[int, str] | None:
     query = select(AuditEvent.id, AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1)
     row = (await session.execute(query)).first()
     return None if row is None else (int(row[0]), str(row[1]))
+
+
+async def verify_since(
+    session: AsyncSession, key: bytes | None, since: tuple[int, str] | None
+) -> ChainReport:
+    """Check the audit chain from `since` (an event already checked: id, hash) to the head.
+
+    Without `since`, or when `since` has been pruned, the whole chain is walked (from the signed prune
+    checkpoint, as `remediator audit verify` does). Otherwise only the events after it are read, plus
+    `since` itself, which must still be there with the same hash (a rewrite or truncation of what was
+    checked shows as a problem). The periodic check of the controller runs this, so each run reads only
+    what was appended since the last one.
+    """
+    checkpoint = await load_checkpoint(session)
+    if since is not None and (checkpoint is None or since[0] > checkpoint.seq):
+        seq, digest = since
+        anchor = await session.get(AuditEvent, seq)
+        if anchor is None or anchor.hash != digest:
+            report = ChainReport()
+            report.problem = ChainProblem(seq, "an event already checked is missing or its hash changed")
+            return report
+        newer = await session.scalars(select(AuditEvent).where(AuditEvent.id > seq).order_by(AuditEvent.id))
+        # `since` was verified: it stands in for a signed checkpoint (the chain continues from its hash).
+        report = walk_chain(newer.all(), key=key, checkpoint=Checkpoint(seq, digest, checkpoint_mac(seq, digest, key)))
+        if report.problem is None and key is not None and report.unkeyed:
+            # The key was set when these were written (the controller holds it): a plain hash is a rewrite.
+            report.problem = ChainProblem(seq, f"{report.unkeyed} event(s) after {seq} have no keyed hash")
+        return report
+    events = await session.scalars(select(AuditEvent).order_by(AuditEvent.id))
+    return walk_chain(events.all(), key=key, checkpoint=checkpoint)

@@ -731,6 +731,20 @@ class Repository:
             rows = await session.execute(select(Remediation.state, func.count()).group_by(Remediation.state))
             return {str(state): int(n) for state, n in rows.all()}
 
+    async def oldest_active(self) -> dict[str, datetime]:
+        """created_at of the oldest remediation in each active state that has one."""
+        async with self.transaction() as session:
+            rows = await session.execute(
+                select(Remediation.state, func.min(Remediation.created_at))
+                .where(Remediation.state.in_(ACTIVE_STATES))
+                .group_by(Remediation.state)
+            )
+            return {
+                str(state): at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+                for state, at in rows.all()
+                if at is not None
+            }
+
     async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
         rows = await session.scalars(
             select(Remediation.node).where(Remediation.quarantined.is_(True), Remediation.node.is_not(None)).distinct()
