@@ -1,17 +1,19 @@
 """`remediator demo`: a first look at the controller without a cluster.
 
-Starts the real controller plan-only on a temporary SQLite file, posts the bundled sample alerts
-(`remediator/bundled/samples/*.json`: fatal Xid 79, application Xid 13, double-bit ECC, a GPU at 91 C, an
-idle GPU) through the real HTTP webhook, waits for the worker to plan them, and prints where to look: the
-web UI, each remediation, and an approval page. The demo adds one rule on top of the bundled definitions
-so the fatal Xid's drain waits for a person (the shipped definitions are left as they are). Nothing leaves
-the machine: no cluster, no Slack, no webhook.
+Starts the real controller plan-only on a temporary SQLite file with the bundled rules and playbooks, posts
+the bundled sample alerts (`remediator/bundled/samples/*.json`: fatal Xid 79, application Xid 13,
+double-bit ECC, a GPU at 91 C, an idle GPU) through the real HTTP webhook, waits for the worker to plan
+them, and prints where to look: the web UI, each remediation, an approval page, and for each remediation
+the CLI commands that reproduce and show it. The demo overrides one thing, and says so on screen: one rule
+on top of the bundled definitions makes the fatal Xid's drain wait for a person (the shipped definitions
+are left as they are). Nothing leaves the machine: no cluster, no Slack, no webhook.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import secrets
 import shutil
@@ -31,19 +33,18 @@ from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.notifications import NotificationService
 from remediator.engine.runtime import Runtime
+from remediator.engine.simulation import simulate_payload
 from remediator.settings import BUNDLED_DIR, Settings
 
-__all__ = ["DEMO_PLAYBOOK", "SAMPLES_DIR", "prepare_definitions", "run_demo"]
+__all__ = ["DEMO_RULE", "GATED_SAMPLE", "SAMPLES_DIR", "Override", "prepare_definitions", "run_demo"]
 
 SAMPLES_DIR = BUNDLED_DIR / "samples"
-DEMO_PLAYBOOK = "quarantine-node-approval"
-_GATED_SOURCE = "quarantine-node"
+GATED_SAMPLE = "xid-79-fatal.json"
+DEMO_RULE = "demo-xid-79-needs-approval"
 _DRAIN = re.compile(r"^(?P<indent>[ \t]+)action:[ \t]*drain[ \t]*$", re.MULTILINE)
-_NAME = re.compile(rf"^name:[ \t]*{_GATED_SOURCE}[ \t]*$", re.MULTILINE)
 _DEMO_RULE = {
-    "name": "demo-xid-79-needs-approval",
+    "name": DEMO_RULE,
     "match": ['alertname="GPUXidError"', 'xid="79"'],
-    "playbook": DEMO_PLAYBOOK,
     "kind": "xid",
     "priority": 1000,
 }
@@ -62,27 +63,62 @@ class LinkCollector:
                 self.links[message.remediation_id] = button.url
 
 
-def prepare_definitions(workdir: Path) -> tuple[Path, Path]:
-    """Copy the bundled rules and playbooks, then add a playbook whose drain needs approval and its rule.
+@dataclass(frozen=True)
+class Override:
+    """What the demo changes on top of the shipped definitions, and why (printed on screen)."""
 
-    The playbook is derived from the shipped quarantine playbook by text (YAML round trips would lose
-    comments and YAML 1.1 would read `on:` as a boolean); if its shape ever changes, the demo rule asks for
-    approval of the whole shipped playbook instead.
+    rule: str
+    shipped: str  # the playbook the shipped rules choose for the gated sample
+    playbook: str  # the playbook the demo rule sends it to
+    what: str
+
+    def line(self) -> str:
+        return (
+            f"Demo override: rule {self.rule} sends Xid 79 ({GATED_SAMPLE}) to playbook {self.playbook} "
+            f"({self.what}), so that this first look has an approval page to show; the shipped rules run "
+            f"{self.shipped} without asking. Everything else runs the bundled rules and playbooks as shipped."
+        )
+
+
+def shipped_playbook(sample: str = GATED_SAMPLE) -> str:
+    """The playbook the bundled rules choose for a bundled sample alert (as `remediator simulate` says)."""
+    settings = Settings(
+        database_url="sqlite+aiosqlite:///:memory:",
+        rules_dir=BUNDLED_DIR / "rules",
+        playbooks_dir=BUNDLED_DIR / "playbooks",
+    )
+    report = simulate_payload(settings, (SAMPLES_DIR / sample).read_text())
+    return str(report["alerts"][0]["playbook"])
+
+
+def prepare_definitions(workdir: Path) -> tuple[Path, Path, Override]:
+    """Copy the bundled rules and playbooks, then add a rule sending the fatal Xid to a gated copy of the
+    playbook the shipped rules choose for it: the same steps, with `approval: required` on its drain.
+
+    The copy is made by text (YAML round trips would lose comments and YAML 1.1 would read `on:` as a
+    boolean); if the playbook has no drain step or its shape ever changes, the demo rule asks for approval
+    of the whole shipped playbook instead. Returns the directories and the override to announce.
     """
     rules = workdir / "rules"
     playbooks = workdir / "playbooks"
     shutil.copytree(BUNDLED_DIR / "rules", rules)
     shutil.copytree(BUNDLED_DIR / "playbooks", playbooks)
-    rule: dict[str, Any] = dict(_DEMO_RULE)
-    text = (playbooks / f"{_GATED_SOURCE}.yaml").read_text()
+    shipped = shipped_playbook()
+    gated_name = f"{shipped}-approval"
+    rule: dict[str, Any] = {**_DEMO_RULE, "playbook": gated_name}
+    source = playbooks / f"{shipped}.yaml"
+    text = source.read_text() if source.is_file() else ""
+    name_line = re.compile(rf"^name:[ \t]*{re.escape(shipped)}[ \t]*$", re.MULTILINE)
     gated, drains = _DRAIN.subn(r"\g<0>\n\g<indent>approval: required", text, count=1)
-    gated, names = _NAME.subn(f"name: {DEMO_PLAYBOOK}", gated, count=1)
+    gated, names = name_line.subn(f"name: {gated_name}", gated, count=1)
     if drains and names:
-        (playbooks / f"{DEMO_PLAYBOOK}.yaml").write_text(gated)
+        (playbooks / f"{gated_name}.yaml").write_text(gated)
+        override = Override(DEMO_RULE, shipped, gated_name, f"the shipped {shipped} with approval on its drain step")
     else:
-        rule.update(playbook=_GATED_SOURCE, require_approval=True)
+        rule.update(playbook=shipped, require_approval=True)
+        override = Override(DEMO_RULE, shipped, shipped, "approval required before the shipped playbook starts")
     (rules / "demo-approval.yaml").write_text(yaml.safe_dump({"rules": [rule]}, sort_keys=False))
-    return rules, playbooks
+    return rules, playbooks, override
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -106,27 +142,54 @@ async def _settled(rt: Runtime, limit: float) -> None:
                 await asyncio.sleep(0.1)
 
 
-async def _post_samples(base: str, token: str, out: TextIO) -> int:
+def _fingerprints(raw: bytes) -> list[str]:
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return []
+    alerts = payload.get("alerts") if isinstance(payload, dict) else None
+    return [str(a["fingerprint"]) for a in alerts or [] if isinstance(a, dict) and a.get("fingerprint")]
+
+
+async def _post_samples(base: str, token: str, out: TextIO) -> tuple[int, dict[str, Path]]:
+    """Post every sample; returns how many were accepted and which sample file each alert came from."""
     posted = 0
+    sources: dict[str, Path] = {}
     async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}) as client:
         for sample in sorted(SAMPLES_DIR.glob("*.json")):
-            response = await client.post(
-                "/api/v1/alerts", content=sample.read_bytes(), headers={"Content-Type": "application/json"}
-            )
+            raw = sample.read_bytes()
+            response = await client.post("/api/v1/alerts", content=raw, headers={"Content-Type": "application/json"})
             out.write(f"  posted {sample.name}: HTTP {response.status_code}\n")
             posted += response.status_code == 200
-    return posted
+            sources.update(dict.fromkeys(_fingerprints(raw), sample))
+    return posted, sources
 
 
-async def _report(rt: Runtime, base: str, links: LinkCollector, out: TextIO) -> None:
+async def _report(
+    rt: Runtime, base: str, links: LinkCollector, out: TextIO, sources: dict[str, Path], override: Override
+) -> None:
     out.write("\nRemediations (plan-only: each step is planned and recorded, nothing is changed):\n")
-    for rem in reversed(await rt.repo.list_remediations(limit=100)):
+    remediations = list(reversed(await rt.repo.list_remediations(limit=100)))
+    for rem in remediations:
         where = rem.node or rem.target_key
         out.write(f"  {rem.state:<18} {rem.playbook:<26} {where:<18} {base}/remediations/{rem.id}\n")
     for rem_id, link in links.links.items():
         waiting = await rt.repo.get(rem_id)
         if waiting is not None and waiting.state == "awaiting_approval":
             out.write(f"\nApproval page ({waiting.playbook} on {waiting.node}): {link}\n")
+    out.write("\nReproduce each one with the CLI (simulate plans a sample alert with no server and no database; "
+              "describe shows the remediation while this demo runs):\n")
+    for rem in remediations:
+        out.write(f"  {rem.playbook} on {rem.node or rem.target_key}:\n")
+        sample = sources.get(rem.alert_fingerprint)
+        if sample is not None:
+            note = (
+                f"  # the shipped rules plan {override.shipped}; the demo override sent it to {rem.playbook}"
+                if rem.rule == override.rule
+                else ""
+            )
+            out.write(f"    remediator simulate {sample}{note}\n")
+        out.write(f"    remediator describe {rem.id} --server {base}\n")
     out.write(f"\nWeb UI: {base}/\n")
 
 
@@ -142,7 +205,10 @@ async def run_demo(
     with tempfile.TemporaryDirectory(prefix="remediator-demo-") as tmp:
         base_dir = workdir or Path(tmp)
         base_dir.mkdir(parents=True, exist_ok=True)
-        rules, playbooks = prepare_definitions(base_dir / f"defs-{secrets.token_hex(3)}")
+        # a thread: the simulation behind it runs its own event loop
+        rules, playbooks, override = await asyncio.to_thread(
+            prepare_definitions, base_dir / f"defs-{secrets.token_hex(3)}"
+        )
         sock = _bind(host, port)
         bound = sock.getsockname()[1]
         shown_host = f"[{host}]" if ":" in host else host
@@ -180,11 +246,13 @@ async def run_demo(
                 await asyncio.sleep(0.05)
             out.write(
                 f"gpu-remediator demo: plan-only controller on {base} (database {base_dir / 'demo.db'})\n"
+                f"Rules and playbooks: the bundled ones ({BUNDLED_DIR / 'rules'}, {BUNDLED_DIR / 'playbooks'})\n"
+                f"{override.line()}\n"
             )
-            posted = await _post_samples(base, token, out)
+            posted, sources = await _post_samples(base, token, out)
             await _settled(rt, 30.0)
             await rt.notifier.flush(5.0)
-            await _report(rt, base, links, out)
+            await _report(rt, base, links, out, sources, override)
             out.flush()
             if exit_after_posting:
                 return 0 if posted else 1

@@ -81,6 +81,11 @@ class Settings(BaseSettings):
     public_url: str = "http://127.0.0.1:8080"
     slack_webhook_url: str | None = None
     slack_signing_secret: str | None = None
+    # Slack bot mode (instead of the incoming webhook): one message per remediation, edited in place.
+    # Needs both the bot token (xoxb-..., scope chat:write) and the channel (name or id) to post in.
+    slack_bot_token: str | None = None
+    slack_channel: str | None = None
+    slack_api_url: str = "https://slack.com/api"
     # Key for CSRF form tokens; replicas behind one URL must share it (random per process when unset).
     secret_key: str | None = None
     notify_webhook_url: str | None = None

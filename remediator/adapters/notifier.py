@@ -1,8 +1,12 @@
-"""Outbound notifications over HTTP: Slack incoming webhooks and a generic JSON webhook.
+"""Outbound notifications over HTTP: Slack (incoming webhook or bot token), a generic JSON webhook, and
+the follow-ups to Slack's `response_url`.
 
 The only place that talks HTTP to Slack or to a PagerDuty-style receiver. Each channel gets one injected
 `httpx.AsyncClient` (tests swap its transport or point it at a local receiver) and retries connection
 failures, 429 and 5xx with exponential backoff (tenacity); a final failure raises `NotificationFailed`.
+The Slack bot (`SlackBot`, Web API `chat.postMessage` / `chat.update`) keeps one message per remediation
+and edits it in place; it also retries Slack's `ok: false` answers that are transient (`ratelimited`,
+honouring Retry-After) and gives up at once on the others (`channel_not_found`, `invalid_auth`, ...).
 What a message says is decided by the engine (`remediator.engine.notifications`); this module only turns
 a neutral `Message` into each receiver's wire format and delivers it.
 """
@@ -14,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
 import httpx
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.errors import RemediatorError
 
 __all__ = [
+    "DEFAULT_SLACK_API_URL",
     "Button",
     "Channel",
     "JsonWebhook",
@@ -26,9 +31,15 @@ __all__ = [
     "NotificationFailed",
     "Notifier",
     "PodLine",
+    "SlackApiError",
+    "SlackBot",
+    "SlackResponseUrl",
+    "SlackThread",
+    "SlackThreads",
     "SlackWebhook",
     "Tone",
     "open_channels",
+    "open_responder",
     "slack_blocks",
 ]
 
@@ -45,11 +56,23 @@ _MAX_PODS = 15
 class NotificationFailed(RemediatorError):
     """A receiver could not be reached or refused the message after every retry."""
 
-    def __init__(self, channel: str, reason: str, *, retryable: bool = True) -> None:
+    def __init__(self, channel: str, reason: str, *, retryable: bool = True, retry_after: float | None = None) -> None:
         self.channel = channel
         self.reason = reason
         self.retryable = retryable
+        self.retry_after = retry_after  # what the receiver asked for (Retry-After), in seconds
         super().__init__(f"{channel}: {reason}")
+
+
+class SlackApiError(NotificationFailed):
+    """Slack's Web API answered `ok: false`; `error` is Slack's code (`channel_not_found`, `ratelimited`)."""
+
+    def __init__(
+        self, channel: str, method: str, error: str, *, retryable: bool, retry_after: float | None = None
+    ) -> None:
+        self.method = method
+        self.error = error
+        super().__init__(channel, f"{method}: {error}", retryable=retryable, retry_after=retry_after)
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,12 @@ class Message:
     remediation_id: str | None = None
     channel: str | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
+    # A side note on the remediation (a failed step): a threaded reply under the remediation's Slack
+    # message; only channels with `threaded = True` get these.
+    reply: bool = False
+    # A follow-up to a Slack interaction: where to POST it, and whether it replaces the clicked message.
+    response_url: str | None = None
+    replace_original: bool = False
 
 
 class Notifier(Protocol):
@@ -190,6 +219,47 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, NotificationFailed) and exc.retryable
 
 
+MAX_RETRY_AFTER = 60.0
+
+
+def _wait(
+    backoff: float, max_backoff: float, max_retry_after: float = MAX_RETRY_AFTER
+) -> Callable[[RetryCallState], float]:
+    """Exponential backoff, or the receiver's Retry-After when it gave one (capped)."""
+    exponential = wait_exponential(multiplier=backoff, max=max_backoff)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, NotificationFailed) and exc.retry_after is not None:
+            return min(max(exc.retry_after, 0.0), max_retry_after)
+        return float(exponential(state))
+
+    return wait
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def _post_json(http: httpx.AsyncClient, url: str, body: dict[str, Any], name: str) -> None:
+    """One POST; NotificationFailed (retryable for connection errors, 429 and 5xx) when it did not land."""
+    try:
+        response = await http.post(url, json=body)
+    except httpx.TransportError as exc:
+        raise NotificationFailed(name, f"{type(exc).__name__}: {exc}") from exc
+    if response.status_code == 429 or response.status_code >= 500:
+        raise NotificationFailed(
+            name,
+            f"HTTP {response.status_code}: {response.text[:200]}",
+            retry_after=_retry_after(response.headers.get("retry-after")),
+        )
+    if response.status_code >= 300:
+        raise NotificationFailed(name, f"HTTP {response.status_code}: {response.text[:200]}", retryable=False)
+
+
 class _HttpChannel:
     """POST JSON with retries; subclasses decide the body."""
 
@@ -217,23 +287,13 @@ class _HttpChannel:
         body = self.body(message)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
-            wait=wait_exponential(multiplier=self._backoff, max=self._max_backoff),
+            wait=_wait(self._backoff, self._max_backoff),
             retry=retry_if_exception(_retryable),
             reraise=True,
         )
         async for attempt in retrying:
             with attempt:
-                await self._post(body)
-
-    async def _post(self, body: dict[str, Any]) -> None:
-        try:
-            response = await self._http.post(self.url, json=body)
-        except httpx.TransportError as exc:
-            raise NotificationFailed(self.name, f"{type(exc).__name__}: {exc}") from exc
-        if response.status_code == 429 or response.status_code >= 500:
-            raise NotificationFailed(self.name, f"HTTP {response.status_code}: {response.text[:200]}")
-        if response.status_code >= 300:
-            raise NotificationFailed(self.name, f"HTTP {response.status_code}: {response.text[:200]}", retryable=False)
+                await _post_json(self._http, self.url, body, self.name)
 
 
 class SlackWebhook(_HttpChannel):
@@ -271,6 +331,199 @@ class JsonWebhook(_HttpChannel):
         }
 
 
+DEFAULT_SLACK_API_URL = "https://slack.com/api"
+# Slack's `ok: false` codes worth another attempt; any other (channel_not_found, invalid_auth,
+# not_in_channel, ...) will not get better by asking again.
+_SLACK_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+# chat.update codes after which the remembered message is gone: post a new one and remember that.
+_SLACK_MESSAGE_GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+
+
+@dataclass(frozen=True)
+class SlackThread:
+    """Where a remediation's Slack message is: the channel id Slack answered with and the message ts."""
+
+    channel: str
+    ts: str
+
+
+class SlackThreads(Protocol):
+    """Durable memory of one Slack message per remediation (the engine keeps it in the database)."""
+
+    async def get(self, remediation_id: str) -> SlackThread | None: ...
+
+    async def put(self, remediation_id: str, thread: SlackThread) -> None: ...
+
+
+class _MemoryThreads:
+    """Used when nothing durable is given (a restart then posts a new message)."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, SlackThread] = {}
+
+    async def get(self, remediation_id: str) -> SlackThread | None:
+        return self._threads.get(remediation_id)
+
+    async def put(self, remediation_id: str, thread: SlackThread) -> None:
+        self._threads[remediation_id] = thread
+
+
+def _slack_text(message: Message) -> str:
+    return f"{message.title}: {message.text}"[:3000]
+
+
+class SlackBot:
+    """Slack through a bot token: one message per remediation, edited in place as it moves.
+
+    The first message about a remediation is posted with `chat.postMessage` and its `ts` remembered
+    (`threads`); every later one replaces it with `chat.update`. A message with `reply` set (a failed step)
+    goes as a threaded reply under it. Messages about no remediation (the `notify` action) are plain posts.
+    """
+
+    name: ClassVar[str] = "slack"
+    threaded: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        token: str,
+        channel: str,
+        http: httpx.AsyncClient,
+        *,
+        api_url: str = DEFAULT_SLACK_API_URL,
+        threads: SlackThreads | None = None,
+        attempts: int = 4,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 8.0,
+        max_retry_after: float = MAX_RETRY_AFTER,
+    ) -> None:
+        self.channel = channel
+        self.api_url = api_url.rstrip("/")
+        self.threads: SlackThreads = threads if threads is not None else _MemoryThreads()
+        self._token = token
+        self._http = http
+        self._attempts = attempts
+        self._backoff = backoff_seconds
+        self._max_backoff = max_backoff_seconds
+        self._max_retry_after = max_retry_after
+
+    async def send(self, message: Message) -> None:
+        rem_id = message.remediation_id
+        thread = await self.threads.get(rem_id) if rem_id else None
+        if message.reply:
+            body = self._body(message, message.channel or self.channel)
+            if thread is not None:
+                body.update(channel=thread.channel, thread_ts=thread.ts)
+            await self.call("chat.postMessage", body)
+            return
+        if rem_id is None or message.channel:  # not the remediation's own message: a plain post
+            await self.call("chat.postMessage", self._body(message, message.channel or self.channel))
+            return
+        if thread is not None:
+            try:
+                await self.call("chat.update", {**self._body(message, thread.channel), "ts": thread.ts})
+                return
+            except SlackApiError as exc:
+                if exc.error not in _SLACK_MESSAGE_GONE:
+                    raise
+        answer = await self.call("chat.postMessage", self._body(message, self.channel))
+        channel, ts = answer.get("channel"), answer.get("ts")
+        if isinstance(channel, str) and isinstance(ts, str) and ts:
+            await self.threads.put(rem_id, SlackThread(channel=channel, ts=ts))
+
+    def _body(self, message: Message, channel: str) -> dict[str, Any]:
+        return {
+            "channel": channel,
+            "text": _slack_text(message),
+            "blocks": slack_blocks(message),
+            "unfurl_links": False,
+        }
+
+    async def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One Web API method with retries; Slack's answer when `ok`, else SlackApiError/NotificationFailed."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=_wait(self._backoff, self._max_backoff, self._max_retry_after),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self._call_once(method, body)
+        raise AssertionError("unreachable: tenacity re-raises the last failure")  # pragma: no cover
+
+    async def _call_once(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._http.post(
+                f"{self.api_url}/{method}",
+                json=body,
+                headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json; charset=utf-8"},
+            )
+        except httpx.TransportError as exc:
+            raise NotificationFailed(self.name, f"{method}: {type(exc).__name__}: {exc}") from exc
+        retry_after = _retry_after(response.headers.get("retry-after"))
+        if response.status_code == 429:
+            raise SlackApiError(self.name, method, "ratelimited", retryable=True, retry_after=retry_after)
+        if response.status_code >= 500:
+            raise NotificationFailed(self.name, f"{method}: HTTP {response.status_code}: {response.text[:200]}")
+        if response.status_code >= 300:
+            raise NotificationFailed(
+                self.name, f"{method}: HTTP {response.status_code}: {response.text[:200]}", retryable=False
+            )
+        try:
+            answer = response.json()
+        except ValueError as exc:
+            raise NotificationFailed(self.name, f"{method}: the answer is not JSON", retryable=False) from exc
+        if not isinstance(answer, dict):
+            raise NotificationFailed(self.name, f"{method}: the answer is not a JSON object", retryable=False)
+        if answer.get("ok") is not True:
+            error = str(answer.get("error") or "unknown_error")[:100]
+            raise SlackApiError(self.name, method, error, retryable=error in _SLACK_TRANSIENT, retry_after=retry_after)
+        return answer
+
+
+class SlackResponseUrl:
+    """Follow-ups to Slack interactions: POSTs a message to the `response_url` Slack sent with a click."""
+
+    name: ClassVar[str] = "slack-response"
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        attempts: int = 4,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 8.0,
+    ) -> None:
+        self._http = http
+        self._attempts = attempts
+        self._backoff = backoff_seconds
+        self._max_backoff = max_backoff_seconds
+
+    def body(self, message: Message) -> dict[str, Any]:
+        out: dict[str, Any] = {"text": _slack_text(message), "replace_original": message.replace_original}
+        if message.replace_original:
+            out["blocks"] = slack_blocks(message)
+        else:
+            out["response_type"] = "ephemeral"
+            out["text"] = message.text[:3000]
+        return out
+
+    async def send(self, message: Message) -> None:
+        url = message.response_url or ""
+        if httpx.URL(url).scheme not in ("http", "https"):
+            raise NotificationFailed(self.name, "no usable response_url", retryable=False)
+        body = self.body(message)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._attempts),
+            wait=_wait(self._backoff, self._max_backoff),
+            retry=retry_if_exception(_retryable),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await _post_json(self._http, url, body, self.name)
+
+
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 
 
@@ -285,14 +538,44 @@ def open_channels(
     *,
     attempts: int = 4,
     backoff_seconds: float = 0.5,
+    slack_bot_token: str | None = None,
+    slack_channel: str | None = None,
+    slack_api_url: str = DEFAULT_SLACK_API_URL,
+    slack_threads: SlackThreads | None = None,
 ) -> tuple[list[Channel], Callable[[], Awaitable[None]]]:
-    """The configured channels on one shared client, and how to close that client when done."""
-    if not slack_webhook_url and not notify_webhook_url:
+    """The configured channels on one shared client, and how to close that client when done.
+
+    A bot token with a channel selects the Slack bot; it then replaces the Slack incoming webhook.
+    """
+    bot = bool(slack_bot_token and slack_channel)
+    if not slack_webhook_url and not notify_webhook_url and not bot:
         return [], _nothing
     client = http or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, follow_redirects=False)
     channels: list[Channel] = []
-    if slack_webhook_url:
+    if bot:
+        assert slack_bot_token is not None and slack_channel is not None
+        channels.append(
+            SlackBot(
+                slack_bot_token,
+                slack_channel,
+                client,
+                api_url=slack_api_url,
+                threads=slack_threads,
+                attempts=attempts,
+                backoff_seconds=backoff_seconds,
+            )
+        )
+    elif slack_webhook_url:
         channels.append(SlackWebhook(slack_webhook_url, client, attempts=attempts, backoff_seconds=backoff_seconds))
     if notify_webhook_url:
         channels.append(JsonWebhook(notify_webhook_url, client, attempts=attempts, backoff_seconds=backoff_seconds))
     return channels, (client.aclose if http is None else _nothing)
+
+
+def open_responder(
+    http: httpx.AsyncClient | None = None, *, attempts: int = 4, backoff_seconds: float = 0.5
+) -> tuple[SlackResponseUrl, Callable[[], Awaitable[None]]]:
+    """The `response_url` poster on its own client (or `http`), and how to close that client."""
+    client = http or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, follow_redirects=False)
+    responder = SlackResponseUrl(client, attempts=attempts, backoff_seconds=backoff_seconds)
+    return responder, (client.aclose if http is None else _nothing)

@@ -14,7 +14,7 @@ from remediator.adapters.notifier import open_channels
 from remediator.adapters.sidecar import SidecarClient
 from remediator.definitions import DefinitionSet, load_definitions
 from remediator.engine.mutation_audit import audit_recorder
-from remediator.engine.notifications import NotificationService
+from remediator.engine.notifications import NotificationService, SlackMessageStore
 from remediator.engine.runtime import DefinitionsHolder, Runtime, replica_id
 from remediator.observability import Metrics
 from remediator.settings import Settings
@@ -74,9 +74,17 @@ async def build_runtime(
         rt.sidecar.recorder = audit_recorder(repo)
     if kube is not None:
         kube.recorder = audit_recorder(repo)
+    if bool(settings.slack_bot_token) != bool(settings.slack_channel):
+        log.warning("Slack bot mode needs both REMEDIATOR_SLACK_BOT_TOKEN and REMEDIATOR_SLACK_CHANNEL; "
+                    "it stays off")
+    elif settings.slack_bot_token and settings.slack_webhook_url:
+        log.warning("REMEDIATOR_SLACK_BOT_TOKEN is set: Slack messages go through the bot, "
+                    "REMEDIATOR_SLACK_WEBHOOK_URL is not used")
     channels, close_channels = open_channels(
         settings.slack_webhook_url, settings.notify_webhook_url, attempts=settings.notify_attempts,
-        backoff_seconds=settings.notify_backoff.total_seconds(),
+        backoff_seconds=settings.notify_backoff.total_seconds(), slack_bot_token=settings.slack_bot_token,
+        slack_channel=settings.slack_channel, slack_api_url=settings.slack_api_url,
+        slack_threads=SlackMessageStore(repo),
     )
     rt.notifier = NotificationService(channels, repo, rt.metrics, settings, on_close=close_channels)
     rt.metrics.plan_only.set(1 if rt.plan_only else 0)

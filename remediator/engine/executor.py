@@ -456,7 +456,10 @@ class Executor:
                 rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
                 status="failed", output=output, error=error, extra={"on_failure": "continue"},
             )
+            await self._notify(rem, "step_failed", f"Step *{step.name}* ({step.action}) failed: {error}\n"
+                                                   "The playbook says continue.")
             return
+        await self._notify(rem, "step_failed", f"Step *{step.name}* ({step.action}) failed: {error}")
         await self.rt.repo.finish_step(
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
             status="failed", output=output, error=error, advance=False,
@@ -672,6 +675,7 @@ class Executor:
         except Exception as exc:
             outcome = f"{stage} error: {failure_reason(exc)}"
         failure = outcome if isinstance(outcome, StepFailure) else StepFailure(str(outcome), {})
+        await self._notify(rem, "step_failed", f"Gate step *{step.name}* ({step.action}) failed: {failure.error}")
         if step.on_failure == "continue":
             await self.rt.repo.finish_step(
                 rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action, status="failed",
@@ -698,6 +702,7 @@ class Executor:
             await self._notify(rem, "escalated", f"escalated to remediation {new_id}: {why}")
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
+        await self._notify(rem, "step_failed", f"Undo of step *{forward.name}* ({action}) failed: {error}")
         await self.rt.repo.finish_step(
             rem.id, self.rt.owner, phase="revert", idx=idx, name=f"revert:{forward.name}", action=action,
             status="failed", error=error, advance=False,

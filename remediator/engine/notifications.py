@@ -2,10 +2,14 @@
 
 The executor, the worker and the approval service report events here (`remediation_event`); this module
 turns each into a receiver-neutral `Message` (alert, node, GPU, affected pods, links to the UI and the
-approval page) and queues it for every configured channel (Slack incoming webhook, JSON webhook). Each
-channel has its own queue and sender task, so a receiver that is down delays only its own messages and
-never the remediation. A message that still fails after the adapter's retries is counted in
+approval page) and queues it for every configured channel (Slack incoming webhook or Slack bot, JSON
+webhook). Each channel has its own queue and sender task, so a receiver that is down delays only its own
+messages and never the remediation. A message that still fails after the adapter's retries is counted in
 `remediator_notifications_total{channel,outcome}` and recorded as an audit event `notification.failed`.
+
+The Slack bot edits one message per remediation; `SlackMessageStore` keeps that message's ts in the
+database so a restarted controller still edits the same one. Failed steps go to threaded channels only
+(`step_failed`, a reply under the message), and a decision taken in Slack gets a `response_url` follow-up.
 """
 
 from __future__ import annotations
@@ -14,16 +18,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace as replace_message
 from datetime import datetime
 from typing import Any
 
-from remediator.adapters.notifier import Button, Channel, Message, PodLine, Tone
+from remediator.adapters.notifier import Button, Channel, Message, PodLine, SlackThread, Tone, open_responder
 from remediator.observability import Metrics
 from remediator.settings import Settings
 from remediator.store.models import Remediation
 from remediator.store.repository import Repository
 
-__all__ = ["EVENTS", "NotificationService", "pods_of", "ui_link"]
+__all__ = ["EVENTS", "NotificationService", "SlackMessageStore", "pods_of", "ui_link"]
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +47,25 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "return_waiting": ("Still quarantined", "warning"),
     "return_refused": ("Return to service refused", "danger"),
     "escalated": ("Escalated", "danger"),
+    "step_failed": ("Step failed", "danger"),
     "message": ("Message", "info"),
 }
+# Side notes: sent as threaded replies, and only to channels that thread (the Slack bot).
+REPLY_EVENTS = frozenset({"step_failed"})
+
+
+class SlackMessageStore:
+    """The Slack bot's message per remediation, kept in the database (survives a restart)."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+
+    async def get(self, remediation_id: str) -> SlackThread | None:
+        found = await self.repo.get_slack_message(remediation_id)
+        return SlackThread(channel=found[0], ts=found[1]) if found else None
+
+    async def put(self, remediation_id: str, thread: SlackThread) -> None:
+        await self.repo.put_slack_message(remediation_id, thread.channel, thread.ts)
 
 
 def ui_link(settings: Settings, rem_id: str) -> str:
@@ -104,9 +126,12 @@ class NotificationService:
         *,
         queue_size: int = 1000,
         on_close: Callable[[], Awaitable[None]] | None = None,
+        responder: Channel | None = None,
     ) -> None:
         self.channels = list(channels)
         self._on_close = on_close
+        self._responder = responder
+        self._close_responder: Callable[[], Awaitable[None]] | None = None
         self.repo = repo
         self.metrics = metrics
         self.settings = settings
@@ -122,8 +147,12 @@ class NotificationService:
     # -- producing --------------------------------------------------------------------------------
 
     async def send(self, message: Message) -> None:
-        """Queue a message for every channel; returns at once and never raises."""
-        for channel in self.channels:
+        """Queue a message for every channel (a reply: every threaded one); returns at once, never raises."""
+        channels = [c for c in self.channels if not message.reply or getattr(c, "threaded", False)]
+        self._enqueue(message, channels)
+
+    def _enqueue(self, message: Message, channels: Sequence[Channel]) -> None:
+        for channel in channels:
             queue = self._queue_for(channel)
             try:
                 queue.put_nowait(message)
@@ -142,9 +171,13 @@ class NotificationService:
         interactive_value: str | None = None,
     ) -> None:
         """Tell people about `event` on a remediation. Never raises: no notification is worth a failure."""
+        reply = event in REPLY_EVENTS
+        if reply and not any(getattr(c, "threaded", False) for c in self.channels):
+            return
         if not self.channels or self._last.get(rem_id) == (event, detail):
             return  # e.g. a held remediation re-checked every few seconds: say it once
-        self._last[rem_id] = (event, detail)
+        if not reply:
+            self._last[rem_id] = (event, detail)
         if len(self._last) > 10_000:
             self._last.clear()
         try:
@@ -202,6 +235,16 @@ class NotificationService:
         if interactive_value and self.settings.slack_signing_secret:
             buttons.append(Button("Approve", action_id="approve", value=interactive_value, style="primary"))
             buttons.append(Button("Reject", action_id="reject", value=interactive_value, style="danger"))
+        if event in REPLY_EVENTS:  # a reply under the remediation's message: just what happened
+            return Message(
+                event=event,
+                title=f"{prefix}: {rem.playbook} on {where}"[:150],
+                text=detail or prefix,
+                tone=tone,
+                remediation_id=rem.id,
+                reply=True,
+                data={"remediation_id": rem.id, "event": event, "detail": detail, "state": rem.state},
+            )
         return Message(
             event=event,
             title=f"{prefix}: {rem.playbook} on {where}"[:150],
@@ -227,6 +270,39 @@ class NotificationService:
                 "ui_url": ui_link(self.settings, rem.id),
             },
         )
+
+    # -- Slack interactions -----------------------------------------------------------------------
+
+    async def slack_follow_up(
+        self, response_url: str, rem_id: str, event: str, text: str, *, replace_original: bool | None = None
+    ) -> None:
+        """Answer a decision (`event`: approved, rejected) taken in Slack through its `response_url`.
+
+        Queued, never raises. With an incoming webhook the clicked message is replaced (the current state,
+        who decided, no buttons left to click); the Slack bot edits that message itself, so there the
+        clicker gets an ephemeral note instead.
+        """
+        try:
+            replace = (
+                not any(getattr(c, "threaded", False) for c in self.channels)
+                if replace_original is None
+                else replace_original
+            )
+            rem = await self.repo.get(rem_id)
+            message = Message(
+                event=event, title=EVENTS.get(event, (event, "info"))[0], text=text, remediation_id=rem_id
+            )
+            if rem is not None and replace:
+                message = self.build(rem, event, text)  # no interactive value: no Approve/Reject buttons
+            message = replace_message(message, response_url=response_url, replace_original=replace)
+            if self._responder is None:
+                self._responder, self._close_responder = open_responder(
+                    attempts=self.settings.notify_attempts,
+                    backoff_seconds=self.settings.notify_backoff.total_seconds(),
+                )
+            self._enqueue(message, [self._responder])
+        except Exception:
+            log.exception("could not prepare the Slack follow-up for %s", rem_id)
 
     # -- delivering -------------------------------------------------------------------------------
 
@@ -282,5 +358,8 @@ class NotificationService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._senders.clear()
+        if self._close_responder is not None:
+            await self._close_responder()
+            self._close_responder = None
         if self._on_close is not None:
             await self._on_close()

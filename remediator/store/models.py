@@ -9,7 +9,8 @@ from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, I
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "StepRow",
+    "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "SlackMessage",
+    "StepRow",
 ]
 
 Json = dict[str, Any]
@@ -187,3 +188,16 @@ class Approval(Base):
     decided_at: Mapped[datetime | None]
     # page | ui | api | slack | expiry
     decision_source: Mapped[str | None] = mapped_column(String(32))
+
+
+class SlackMessage(Base):
+    """The Slack message (bot mode) that tells about one remediation, edited in place as it moves."""
+
+    __tablename__ = "slack_messages"
+
+    remediation_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    # The channel id Slack answered with (C0123...) and the message's ts ("1712345678.000100").
+    channel: Mapped[str] = mapped_column(String(64))
+    ts: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

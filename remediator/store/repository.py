@@ -28,7 +28,16 @@ from remediator.store.audit import canonical, event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.intake_repeats import as_repeats
-from remediator.store.models import AlertBatch, AlertRow, Approval, AuditEvent, ControllerState, Remediation, StepRow
+from remediator.store.models import (
+    AlertBatch,
+    AlertRow,
+    Approval,
+    AuditEvent,
+    ControllerState,
+    Remediation,
+    SlackMessage,
+    StepRow,
+)
 from remediator.store.sqlite_intake import SqliteIntake
 
 __all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
@@ -664,6 +673,24 @@ class Repository:
                 row.value = _jsonable(value)
                 row.updated_at = self._clock()
             await self.audit(session, audit_kind, actor=actor, data=value)
+
+    # -- the Slack message per remediation (bot mode) ---------------------------------------------
+
+    async def get_slack_message(self, rem_id: str) -> tuple[str, str] | None:
+        """(channel id, ts) of the Slack message about `rem_id`, if one was posted."""
+        async with self.transaction() as session:
+            row = await session.get(SlackMessage, rem_id)
+            return (row.channel, row.ts) if row else None
+
+    async def put_slack_message(self, rem_id: str, channel: str, ts: str) -> None:
+        """Remember (or move) the Slack message about `rem_id`."""
+        async with self.transaction() as session:
+            row = await session.get(SlackMessage, rem_id)
+            now = self._clock()
+            if row is None:
+                session.add(SlackMessage(remediation_id=rem_id, channel=channel, ts=ts, created_at=now, updated_at=now))
+            else:
+                row.channel, row.ts, row.updated_at = channel, ts, now
 
     # -- reads for the API and the worker ---------------------------------------------------------
 

@@ -4,7 +4,8 @@ Enabled only when `REMEDIATOR_SLACK_SIGNING_SECRET` is set. The signature is che
 anything is parsed; then a `block_actions` payload with action_id `approve` or `reject` and the request's
 token (or a remediation id) as value goes through the same decision path as the approval page. The approver
 is Slack's immutable user id, recorded as `slack:<id>` and matched against the allowlist in that form
-(`slack:U012AB3CD`); usernames and e-mail addresses, which users can change, decide nothing.
+(`slack:U012AB3CD`); usernames and e-mail addresses, which users can change, decide nothing. A decision
+taken here is followed up through the payload's `response_url` (who decided, what happens now).
 """
 
 from __future__ import annotations
@@ -112,4 +113,20 @@ async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> J
         return _reply(exc.reason)
     if outcome.result == "decided" and worker is not None:
         worker.wake()
+    response_url = payload.get("response_url")
+    if outcome.result == "decided" and isinstance(response_url, str) and response_url and rt.notifier is not None:
+        await rt.notifier.slack_follow_up(
+            response_url, outcome.view.remediation.id, decision, _follow_up(outcome, label)
+        )
     return _reply(_summary(outcome))
+
+
+def _follow_up(outcome: Outcome, label: str) -> str:
+    """Who decided in Slack, and what the remediation does now."""
+    approval, rem = outcome.view.approval, outcome.view.remediation
+    who = f"{approval.decided_by} ({label})" if label else str(approval.decided_by)
+    if approval.decision == "approved":
+        after = f"the remediation continues with step {approval.step_name}."
+    else:
+        after = f"the remediation stopped before step {approval.step_name}; nothing more is done."
+    return f"Step *{approval.step_name}* {approval.decision} in Slack by {who}: {after} (state: {rem.state})"
