@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 import yaml
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from remediator.cli import app
 from remediator.engine.executor import PAUSE_KEY
@@ -42,7 +41,8 @@ class Live:
 
     async def cli(self, *args: str, **env: str | None) -> Result:
         """Run a command in a thread, so this event loop keeps serving the requests it makes."""
-        return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=self.env(**env))
+        environment = self.env(**env)
+        return await asyncio.to_thread(lambda: CliRunner().invoke(app, list(args), env=environment))
 
     async def rows(self, *args: str, **env: str | None) -> list[dict[str, object]]:
         result = await self.cli("get", *args, "-o", "json", **env)
