@@ -71,3 +71,15 @@ async def test_remediations_by_id_prefix(gated: Gated) -> None:
     assert (await gated.client.get(f"/api/v1/remediations?id_prefix={other}", headers=AUTH)).json() == []
     for bad in ("%25", "_", "abc%20"):  # a LIKE wildcard or anything else than hex and dashes is refused
         assert (await gated.client.get(f"/api/v1/remediations?id_prefix={bad}", headers=AUTH)).status_code == 422
+
+
+async def test_the_same_filters_on_postgresql(tmp_path: Path, pg_url: str) -> None:
+    async with gated_controller(tmp_path, database_url=pg_url) as gated:
+        rem = await gated.fire()
+        by_node = (await gated.client.get("/api/v1/alerts?node=gpu-node-1", headers=AUTH)).json()
+        assert [r["remediation_id"] for r in by_node] == [rem.id]
+        assert (await gated.client.get("/api/v1/alerts?node=gpu-node-9", headers=AUTH)).json() == []
+        (row,) = (await gated.client.get("/api/v1/approvals?status=pending&node=gpu-node-1", headers=AUTH)).json()
+        assert row["remediation_id"] == rem.id
+        found = (await gated.client.get(f"/api/v1/remediations?id_prefix={rem.id[:5]}", headers=AUTH)).json()
+        assert [r["id"] for r in found] == [rem.id]
