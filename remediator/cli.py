@@ -1,4 +1,5 @@
-"""The one entry point: `remediator serve | sidecar | check | simulate | test | replay | report | audit | db | demo`."""
+"""The one entry point: `remediator serve | sidecar | check | simulate | test | replay | report | audit | db | demo`,
+and the operator commands against a running controller (`get | describe | approve | ...`, see client_cli.py)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,20 @@ from typing import Annotated, Any
 
 import typer
 
+from remediator import client_cli
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Alert-driven GPU remediation controller.")
+app = typer.Typer(no_args_is_help=True, help="Alert-driven GPU remediation controller.")
 audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, print its head, export it.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema and retention.")
 report_app = typer.Typer(no_args_is_help=True, help="Reports over the stored remediations.")
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
+client_cli.register(app)
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
 
@@ -471,7 +474,7 @@ def db_prune(
 
 
 def main() -> None:
-    app()
+    app(prog_name="remediator")  # also under `python -m`: completion and help name the installed command
 
 
 if __name__ == "__main__":

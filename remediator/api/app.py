@@ -28,6 +28,7 @@ from remediator.api.routes import (
     guardrails,
     health,
     login,
+    records,
     remediations,
     reports,
     slack,
@@ -121,7 +122,7 @@ def create_app(
         # FastAPI's own answer echoes inputs; NaN/Infinity there would fail it with a 500.
         return JSONResponse(invalid_request(jsonable_encoder(exc.errors())), status_code=422)
 
-    for module in (alerts, remediations, audit, guardrails, health, definitions):
+    for module in (alerts, records, remediations, audit, guardrails, health, definitions):
         app.include_router(module.router)
     app.include_router(definitions.ui_router)
     app.include_router(reports.api_router)

@@ -7,9 +7,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from remediator.store.models import AuditEvent, Remediation, StepRow
+from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
-__all__ = ["AuditOut", "RemediationDetail", "RemediationOut", "StepOut", "audit_out", "detail_out", "summary_out"]
+__all__ = [
+    "AlertOut", "ApprovalOut", "AuditOut", "RemediationDetail", "RemediationOut", "StepOut", "alert_out",
+    "approval_out", "audit_out", "detail_out", "summary_out",
+]
 
 
 class RemediationOut(BaseModel):
@@ -118,4 +121,67 @@ def audit_out(event: AuditEvent) -> AuditOut:
     return AuditOut(
         id=event.id, ts=event.ts, remediation_id=event.remediation_id, kind=event.kind, actor=event.actor,
         data=event.data, prev_hash=event.prev_hash, hash=event.hash,
+    )
+
+
+class AlertOut(BaseModel):
+    """One stored alert: what Alertmanager sent and what the controller made of it."""
+
+    id: int
+    alertname: str
+    status: str  # firing | resolved (as Alertmanager said)
+    state: str  # new (not processed yet) | done
+    outcome: str | None
+    note: str | None
+    remediation_id: str | None
+    fingerprint: str
+    labels: dict[str, Any]
+    annotations: dict[str, Any]
+    starts_at: datetime
+    ends_at: datetime | None
+    received_at: datetime
+    processed_at: datetime | None
+    repeat_of: int | None
+
+
+class ApprovalOut(BaseModel):
+    """One approval request (never its token) with the remediation it gates."""
+
+    id: int
+    remediation_id: str
+    status: str  # pending | approved | rejected | expired | superseded
+    step_index: int
+    step_name: str
+    created_at: datetime
+    expires_at: datetime
+    requested_to: list[Any]
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_source: str | None
+    remediation_state: str
+    rule: str
+    playbook: str
+    target: str
+    node: str | None
+    gpu_uuid: str | None
+    alertname: str
+
+
+def alert_out(row: AlertRow) -> AlertOut:
+    return AlertOut(
+        id=row.id, alertname=row.alertname, status=row.status, state=row.state, outcome=row.outcome, note=row.note,
+        remediation_id=row.remediation_id, fingerprint=row.fingerprint, labels=row.labels,
+        annotations=row.annotations, starts_at=row.starts_at, ends_at=row.ends_at, received_at=row.received_at,
+        processed_at=row.processed_at, repeat_of=row.repeat_of,
+    )
+
+
+def approval_out(approval: Approval, rem: Remediation) -> ApprovalOut:
+    return ApprovalOut(
+        id=approval.id, remediation_id=approval.remediation_id, status=approval.decision or "pending",
+        step_index=approval.step_index, step_name=approval.step_name, created_at=approval.created_at,
+        expires_at=approval.expires_at, requested_to=list(approval.requested_to), decided_by=approval.decided_by,
+        decided_at=approval.decided_at, decision_source=approval.decision_source, remediation_state=rem.state,
+        rule=rem.rule, playbook=rem.playbook, target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid,
+        alertname=rem.alertname,
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, case, func, insert, or_, select, text, update
+from sqlalchemy import Table, case, false, func, insert, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -706,7 +706,8 @@ class Repository:
             return list(rows.all())
 
     async def list_remediations(
-        self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0
+        self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0,
+        id_prefix: str | None = None,
     ) -> list[Remediation]:
         async with self.transaction() as session:
             query = select(Remediation)
@@ -714,6 +715,8 @@ class Repository:
                 query = query.where(Remediation.state == state)
             if node:
                 query = query.where(Remediation.node == node)
+            if id_prefix:
+                query = query.where(Remediation.id.startswith(id_prefix, autoescape=True))
             query = query.order_by(Remediation.created_at.desc(), Remediation.id).limit(limit).offset(offset)
             return list((await session.scalars(query)).all())
 
@@ -752,6 +755,41 @@ class Repository:
             if since is not None:
                 query = query.where(AlertRow.received_at >= since)
             return list((await session.scalars(query.order_by(AlertRow.id).limit(limit))).all())
+
+    async def recent_alerts(
+        self, *, state: str | None = None, status: str | None = None, node: str | None = None,
+        node_labels: Sequence[str] = (), limit: int = 100,
+    ) -> list[AlertRow]:
+        """Stored alerts, newest first; `node` matches any of `node_labels` (the node label precedence)."""
+        async with self.transaction() as session:
+            query = select(AlertRow)
+            if state:
+                query = query.where(AlertRow.state == state)
+            if status:
+                query = query.where(AlertRow.status == status)
+            if node:
+                matches = [AlertRow.labels[key].as_string() == node for key in node_labels]
+                query = query.where(or_(*matches) if matches else false())
+            query = query.order_by(AlertRow.id.desc()).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def list_approvals(
+        self, *, decision: str | None = None, pending: bool = False, node: str | None = None,
+        remediation_id: str | None = None, limit: int = 100,
+    ) -> list[tuple[Approval, Remediation]]:
+        """Approval requests with their remediation, newest first; `pending`: not decided yet."""
+        async with self.transaction() as session:
+            query = select(Approval, Remediation).join(Remediation, Remediation.id == Approval.remediation_id)
+            if pending:
+                query = query.where(Approval.decision.is_(None))
+            elif decision:
+                query = query.where(Approval.decision == decision)
+            if node:
+                query = query.where(Remediation.node == node)
+            if remediation_id:
+                query = query.where(Approval.remediation_id == remediation_id)
+            query = query.order_by(Approval.id.desc()).limit(limit)
+            return [(a, r) for a, r in (await session.execute(query)).all()]
 
     async def count_by_state(self) -> dict[str, int]:
         async with self.transaction() as session:

@@ -30,10 +30,15 @@ async def list_remediations(
     node: Annotated[str | None, Query(max_length=253)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+    id_prefix: Annotated[
+        str | None, Query(max_length=36, pattern=r"^[0-9a-fA-F-]+$", description="IDs starting with this")
+    ] = None,
 ) -> list[RemediationOut]:
     if state is not None and state not in STATES:
         raise HTTPException(422, f"unknown state {state!r}; one of {', '.join(STATES)}")
-    rows = await repo.list_remediations(state=state, node=node, limit=limit, offset=offset)
+    rows = await repo.list_remediations(
+        state=state, node=node, limit=limit, offset=offset, id_prefix=id_prefix.lower() if id_prefix else None
+    )
     return [summary_out(r) for r in rows]
 
 

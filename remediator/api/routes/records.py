@@ -1,0 +1,52 @@
+"""Read-only listings of stored alerts and approval requests (bearer token, like the other API reads).
+
+They back `remediator get alerts|approvals`; `POST /api/v1/alerts` (the webhook) stays in alerts.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from remediator.api.deps import Auth, RepoDep, RuntimeDep
+from remediator.api.schemas import AlertOut, ApprovalOut, alert_out, approval_out
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["records"])
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "superseded"]
+
+
+@router.get("/alerts", response_model=list[AlertOut])
+async def list_alerts(
+    rt: RuntimeDep,
+    status: Annotated[Literal["firing", "resolved"] | None, Query(description="as Alertmanager sent it")] = None,
+    state: Annotated[Literal["new", "done"] | None, Query(description="new: not processed yet")] = None,
+    node: Annotated[
+        str | None, Query(max_length=253, description="matches any label of REMEDIATOR_NODE_LABEL_PRECEDENCE")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[AlertOut]:
+    """Stored alerts, newest first."""
+    rows = await rt.repo.recent_alerts(
+        state=state, status=status, node=node, node_labels=rt.settings.node_label_precedence, limit=limit
+    )
+    return [alert_out(r) for r in rows]
+
+
+@router.get("/approvals", response_model=list[ApprovalOut])
+async def list_approvals(
+    repo: RepoDep,
+    status: Annotated[ApprovalStatus | None, Query(description="pending: not decided yet")] = None,
+    node: Annotated[str | None, Query(max_length=253)] = None,
+    remediation: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[ApprovalOut]:
+    """Approval requests, newest first, each with the remediation it gates (tokens are never shown)."""
+    rows = await repo.list_approvals(
+        decision=None if status == "pending" else status, pending=status == "pending", node=node,
+        remediation_id=remediation, limit=limit,
+    )
+    return [approval_out(a, r) for a, r in rows]
