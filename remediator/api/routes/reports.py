@@ -56,4 +56,5 @@ async def idle_json(rt: RuntimeDep, since: When = None, until: When = None) -> d
 async def idle_page(rt: RuntimeDep, since: When = None, until: When = None) -> Response:
     start, end = _window(since, until)
     report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
-    return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0})
+    return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0,
+                                          "nav_here": "/reports/idle"})
