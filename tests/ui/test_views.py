@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 
 from remediator.api.templating import age
-from remediator.logs import configure_logging, log_context
+from remediator.logs import ContextFilter, JsonFormatter, configure_logging, log_context
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels
 from tests.ui.views_defs import hot_labels, views_defs
@@ -105,7 +105,8 @@ async def test_fleet_counts_and_breaker_headroom(views: Gated) -> None:
     await post(views, hot_labels("gpu-node-7"))  # awaiting approval on gpu-node-7
     rems = await views.rt.repo.list_remediations()
     assert len(rems) == 2
-    approved = await views.client.post(f"/api/v1/remediations/{rems[0].id}/approve", headers=AUTH, json={})
+    hot = next(r for r in rems if r.node == "gpu-node-7")
+    approved = await views.client.post(f"/api/v1/remediations/{hot.id}/approve", headers=AUTH, json={})
     assert approved.status_code == 200
     await views.settle()
     page = await views.client.get("/fleet")
@@ -226,3 +227,24 @@ def test_age_reads_like_a_person_would_say_it() -> None:
     assert age(now - timedelta(hours=3, minutes=5), now) == "3 h 5 min ago"
     assert age(now + timedelta(minutes=30), now) == "in 30 min"
     assert age(now - timedelta(days=3), now) == "3 days ago"
+
+
+async def test_lines_logged_while_driving_a_remediation_name_it(views: Gated) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("remediator.engine.approvals")
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        rem = await views.fire()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    waits = [line for line in lines if "waits for approval" in line["message"]]
+    assert waits, lines
+    assert {k: waits[0].get(k) for k in ("remediation", "node", "gpu", "rule")} == {
+        "remediation": rem.id, "node": "gpu-node-1", "gpu": rem.gpu_uuid, "rule": "xid-fatal-gated"}
