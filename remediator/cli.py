@@ -65,8 +65,10 @@ def _ladder(value: str) -> tuple[str, ...]:
         raise typer.Exit(2) from exc
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _logging(level: str, fmt: str = "text") -> None:
+    from remediator.logs import configure_logging
+
+    configure_logging(level, fmt)
 
 
 @app.command()
@@ -95,12 +97,12 @@ def serve(
         )
         raise typer.Exit(EXIT_CONFIG)
     settings = settings.model_copy(update={"replica_id": replica_id(settings)})
+    _logging(settings.log_level, settings.log_format)  # before migrations: their INFO lines stay quiet
     try:
         guard = prepare(settings, str(settings.replica_id))
     except StartupFailure as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
-    _logging(settings.log_level)
     if not settings.webhook_token:
         logging.getLogger("remediator").warning(
             "no REMEDIATOR_WEBHOOK_TOKEN set: accepting unauthenticated webhooks on loopback %s only", host
@@ -111,7 +113,7 @@ def serve(
 
     server = uvicorn.Server(uvicorn.Config(
         create_app(settings, listen_host=host), host=host, port=port, loop="uvloop", http="httptools",
-        log_level="info", access_log=False,
+        log_level="info", access_log=False, log_config=None,  # uvicorn's lines go through our handler
         proxy_headers=False,  # the peer address is the TCP peer: REMEDIATOR_TRUSTED_PROXIES is checked against it
     ))
 

@@ -138,6 +138,15 @@ class Settings(BaseSettings):
     replica_id: str | None = None
     allow_multiple_replicas: bool = False
     log_level: str = "INFO"
+    # `text` (one readable line per record) or `json` (one JSON object per line: ts, level, logger, message,
+    # and remediation, node, gpu, rule when known). Third-party INFO chatter stays off below DEBUG.
+    log_format: Literal["text", "json"] = "text"
+    # Links on the web UI (docs/ui.md). Alertmanager's base URL (a prefilled silence per remediation and
+    # per ignored alert); Grafana's base URL and the dashboard path for a node or GPU (`var-node`,
+    # `var-gpu` are appended). Unset: the link is not shown.
+    alertmanager_url: str | None = None
+    grafana_url: str | None = None
+    grafana_dashboard: str = "/d/dcgm-exporter/nvidia-dcgm-exporter-dashboard"
     # How often the controller looks for edited definition files (0 turns the watcher off; SIGHUP and
     # POST /api/v1/definitions/reload still work). Definition sets kept in memory for GET /definitions/{v}.
     definitions_watch_interval: timedelta = timedelta(seconds=2)

@@ -25,6 +25,7 @@ from remediator.api.routes import (
     approvals,
     audit,
     definitions,
+    fleet,
     guardrails,
     health,
     login,
@@ -33,6 +34,7 @@ from remediator.api.routes import (
     reports,
     slack,
     ui,
+    unacted,
 )
 from remediator.api.signin import SignIn, SignInRequired
 from remediator.api.templating import STATIC_DIR
@@ -126,6 +128,8 @@ def create_app(
         app.include_router(module.router)
     app.include_router(definitions.ui_router)
     app.include_router(reports.api_router)
+    app.include_router(fleet.api_router)
+    app.include_router(unacted.api_router)
     _add_ui(app, settings, listen_host)
     # Every body is bounded while it streams in, before routing, parsing and authentication.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/slack/interactions": slack.MAX_BODY})
@@ -153,6 +157,8 @@ def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
     app.include_router(approvals.api_router)
     for module in (approvals, ui, slack, reports, login):
         app.include_router(module.router)
+    app.include_router(fleet.router)
+    app.include_router(unacted.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 

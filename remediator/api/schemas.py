@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
-    "AlertOut", "ApprovalOut", "AuditOut", "RemediationDetail", "RemediationOut", "StepOut", "alert_out",
-    "approval_out", "audit_out", "detail_out", "summary_out",
+    "AlertOut", "ApprovalOut", "AuditOut", "RemediationDetail", "RemediationOut", "StepOut", "UtcDatetime",
+    "alert_out", "approval_out", "as_utc", "audit_out", "detail_out", "summary_out",
 ]
+
+
+def as_utc(value: datetime) -> datetime:
+    """The same instant, timezone-aware in UTC. SQLite hands back naive datetimes (stored in UTC); a client
+    must never have to guess the offset of a timestamp the API gives it."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# Every datetime of a response model: serialised as ISO 8601 with `+00:00`.
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class RemediationOut(BaseModel):
@@ -27,9 +37,9 @@ class RemediationOut(BaseModel):
     gpu_index: str | None
     namespace: str | None
     alertname: str
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+    finished_at: UtcDatetime | None
     current_step: int
     phase: str
     linked_alerts: int
@@ -49,8 +59,8 @@ class StepOut(BaseModel):
     params: dict[str, Any]
     output: dict[str, Any]
     error: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
 
 
 class RemediationDetail(RemediationOut):
@@ -61,7 +71,7 @@ class RemediationDetail(RemediationOut):
     context: dict[str, Any]
     steps: list[StepOut]
     planned_steps: list[dict[str, Any]]
-    approval_expires_at: datetime | None
+    approval_expires_at: UtcDatetime | None
     decided_by: str | None
     decision: str | None
     # Definition set, rule and playbook versions the remediation runs with (see GET /api/v1/definitions/{v}).
@@ -73,7 +83,7 @@ class RemediationDetail(RemediationOut):
 
 class AuditOut(BaseModel):
     id: int
-    ts: datetime
+    ts: UtcDatetime
     remediation_id: str | None
     kind: str
     actor: str
@@ -137,10 +147,10 @@ class AlertOut(BaseModel):
     fingerprint: str
     labels: dict[str, Any]
     annotations: dict[str, Any]
-    starts_at: datetime
-    ends_at: datetime | None
-    received_at: datetime
-    processed_at: datetime | None
+    starts_at: UtcDatetime
+    ends_at: UtcDatetime | None
+    received_at: UtcDatetime
+    processed_at: UtcDatetime | None
     repeat_of: int | None
 
 
@@ -152,11 +162,11 @@ class ApprovalOut(BaseModel):
     status: str  # pending | approved | rejected | expired | superseded
     step_index: int
     step_name: str
-    created_at: datetime
-    expires_at: datetime
+    created_at: UtcDatetime
+    expires_at: UtcDatetime
     requested_to: list[Any]
     decided_by: str | None
-    decided_at: datetime | None
+    decided_at: UtcDatetime | None
     decision_source: str | None
     remediation_state: str
     rule: str

@@ -13,10 +13,11 @@ from typing import Any
 
 import jinja2
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
 from remediator.durations import format_duration
 
-__all__ = ["SECURITY_HEADERS", "STATIC_DIR", "TEMPLATES_DIR", "page", "render"]
+__all__ = ["SECURITY_HEADERS", "STATIC_DIR", "TEMPLATES_DIR", "age", "page", "render"]
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -34,12 +35,36 @@ SECURITY_HEADERS: Mapping[str, str] = {
 }
 
 
-def _when(value: datetime | None) -> str:
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def age(value: datetime | None, now: datetime | None = None) -> str:
+    """`12 min ago`, `in 5 min`, `3 h ago`, `2 days ago` (relative to now)."""
     if value is None:
-        return "-"
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return ""
+    seconds = ((now or datetime.now(UTC)) - _utc(value)).total_seconds()
+    future, seconds = seconds < 0, abs(seconds)
+    if seconds < 45:
+        return "just now" if not future else "in a moment"
+    if seconds < 3600:
+        text = f"{max(1, round(seconds / 60))} min"
+    elif seconds < 48 * 3600:
+        hours, minutes = divmod(int(seconds // 60), 60)
+        text = f"{hours} h" + (f" {minutes} min" if minutes and hours < 10 else "")
+    else:
+        text = f"{int(seconds // 86400)} days"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _when(value: datetime | None) -> Markup:
+    """An absolute UTC time with its offset, and its age beside it."""
+    if value is None:
+        return Markup("-")
+    value = _utc(value)
+    iso = value.isoformat(timespec="seconds")
+    shown = value.strftime("%Y-%m-%d %H:%M:%S") + " UTC+00:00"
+    return Markup('<time datetime="{}">{}</time> <span class="age">({})</span>').format(iso, shown, age(value))
 
 
 def _seconds(value: float | None) -> str:
@@ -63,6 +88,7 @@ _env = jinja2.Environment(
 _env.filters["when"] = _when
 _env.filters["short"] = _short
 _env.filters["seconds"] = _seconds
+_env.filters["age"] = age
 
 
 def render(template: str, context: Mapping[str, Any]) -> str:

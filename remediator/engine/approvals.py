@@ -236,6 +236,8 @@ class Approvals:
             if row is not None and row.status != "running":
                 status = row.status
                 params = dict(row.params) or p.params
+            elif p.waits_for:  # its parameters read an earlier step's output: known once that step ran
+                status, params = ("needs approval" if p.index == gated or p.approval else "will run"), {}
             elif p.index == gated:
                 status, params = "needs approval", p.params
             elif not p.runs:

@@ -42,6 +42,7 @@ from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
 from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
 from remediator.intake.normalize import GpuAlert
+from remediator.logs import log_fields
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
@@ -121,6 +122,12 @@ async def run_with_retries(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def remediation_log_fields(rem: Remediation) -> dict[str, str]:
+    """What every log record names while this remediation is driven (remediator/logs.py)."""
+    fields = {"remediation": rem.id, "node": rem.node, "gpu": rem.gpu_uuid or rem.gpu_index, "rule": rem.rule}
+    return {k: str(v) for k, v in fields.items() if v}
+
+
 def playbook_of(rem: Remediation) -> Playbook:
     return Playbook.model_validate(rem.plan["playbook"])
 
@@ -158,6 +165,7 @@ class Executor:
     async def drive(self, rem_id: str) -> None:
         """Advance one remediation until it waits, finishes or loses its lease; always release the lease."""
         acting_remediation.set(rem_id)
+        log_fields.set({"remediation": rem_id})  # this task's records name the remediation (remediator/logs.py)
         renewer = asyncio.create_task(self._renew(rem_id))
         next_run: timedelta | None = None
         try:
@@ -166,6 +174,7 @@ class Executor:
                 rem = await self.rt.repo.get(rem_id)
                 if rem is None or rem.lease_owner != self.rt.owner:
                     return
+                log_fields.set(remediation_log_fields(rem))
                 if rem.state in ("pending", "held"):
                     if not await self._admit(rem):
                         next_run = self.rt.settings.held_recheck_interval

@@ -98,6 +98,8 @@ def remediation_plan(
         "alert": asdict(alert),
         "xid": dict(xid),
         "require_approval": proposal.require_approval,
+        # The rule's cooldown, so "why did nothing happen?" can say when a suppressed alert would act again.
+        "cooldown_seconds": proposal.cooldown.total_seconds() if proposal.cooldown else None,
         "versions": versions_for(defs, proposal.rule_name, proposal.playbook.name),
     }
     if escalation is not None:

@@ -6,6 +6,7 @@ an SRE is computed by exactly the code that will run it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -19,7 +20,10 @@ from remediator.definitions.xid import recovery_action_from_message
 from remediator.intake.normalize import GpuAlert
 from remediator.matching import match_rules
 
-__all__ = ["EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "plan_steps", "propose", "target_for"]
+__all__ = [
+    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "pending_step", "plan_steps", "propose",
+    "target_for", "waiting_note",
+]
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,26 @@ class PlannedStep:
     runs: bool = True
     note: str = ""
     approval: bool = False
+    # The earlier step whose output this step's parameters (or condition) read: until that step has run,
+    # they cannot be known, and a preview says so instead of showing a template error.
+    waits_for: str | None = None
+
+
+_STEP_REF = re.compile(r"""\bsteps\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*['"]([^'"]+)['"]\s*\])""")
+
+
+def pending_step(source: Any, playbook: Playbook, done: Mapping[str, Any]) -> str | None:
+    """The first playbook step named in `source` (params or a condition) that has no output yet."""
+    names = {s.name for s in playbook.steps}
+    for match in _STEP_REF.finditer(str(source)):
+        name = match.group(1) or match.group(2)
+        if name in names and name not in done:
+            return name
+    return None
+
+
+def waiting_note(step_name: str) -> str:
+    return f"decided after step `{step_name}` runs"
 
 
 def target_for(kind: str, alert: GpuAlert) -> Target:
@@ -157,12 +181,16 @@ def plan_steps(
 ) -> list[PlannedStep]:
     """Render every step the way the executor would (conditions evaluated, params rendered)."""
     planned: list[PlannedStep] = []
+    done = variables.get("steps") or {}
     for index, step in enumerate(playbook.steps):
         approval = step.approval == "required" or (require_approval and index == 0)
         try:
             runs = step_applies(step, variables)
         except Exception as exc:
-            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"condition error: {exc}"))
+            waits = pending_step(step.when, playbook, done)
+            note = waiting_note(waits) if waits else f"condition error: {exc}"
+            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=note, approval=approval,
+                                       waits_for=waits))
             continue
         if not runs:
             planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"skipped: when {step.when}"))
@@ -170,7 +198,10 @@ def plan_steps(
         try:
             params = render_params(step.params, variables)
         except Exception as exc:
-            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"template error: {exc}"))
+            waits = pending_step(step.params, playbook, done)
+            note = waiting_note(waits) if waits else f"template error: {exc}"
+            planned.append(PlannedStep(index, step.name, step.action, runs=False, note=note, approval=approval,
+                                       waits_for=waits))
             continue
         planned.append(PlannedStep(index, step.name, step.action, params=params, approval=approval))
     return planned

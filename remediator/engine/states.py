@@ -27,6 +27,7 @@ __all__ = [
     "TRANSITIONS",
     "is_active",
     "next_state",
+    "shown_state",
 ]
 
 STATES: Final = (
@@ -91,3 +92,10 @@ def next_state(state: str, event: str) -> str:
 
 def is_active(state: str) -> bool:
     return state in ACTIVE_STATES
+
+
+def shown_state(state: str, reason: str | None) -> str:
+    """The state a person reads: `planned` for a plan-only run that finished without changing anything."""
+    if state == "succeeded" and (reason or "").startswith("plan-only"):
+        return "planned"
+    return state

@@ -1163,6 +1163,47 @@ class Repository:
                     found[row.remediation_id].append(row)
         return found
 
+    # -- reads for the fleet view and "why did nothing happen?" -----------------------------------
+
+    async def get_alert(self, alert_id: int) -> AlertRow | None:
+        async with self.transaction() as session:
+            return await session.get(AlertRow, alert_id)
+
+    async def processed_alerts(
+        self, *, outcomes: Sequence[str], since: datetime | None = None, limit: int = 500
+    ) -> list[AlertRow]:
+        """Processed alerts (first deliveries) with one of these outcomes, newest first."""
+        async with self.transaction() as session:
+            query = select(AlertRow).where(AlertRow.state == "done", AlertRow.outcome.in_(list(outcomes)))
+            if since is not None:
+                query = query.where(AlertRow.received_at >= since)
+            query = query.order_by(AlertRow.id.desc()).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def fleet_remediations(self, since: datetime, limit: int = 2000) -> list[Remediation]:
+        """Remediations that matter to the fleet now: quarantining, active, or created/finished since `since`."""
+        async with self.transaction() as session:
+            query = (
+                select(Remediation)
+                .where(or_(
+                    Remediation.quarantined.is_(True),
+                    Remediation.state.in_(sorted(ACTIVE_STATES)),
+                    Remediation.created_at >= since,
+                    Remediation.finished_at >= since,
+                ))
+                .order_by(Remediation.created_at.desc(), Remediation.id)
+                .limit(limit)
+            )
+            return list((await session.scalars(query)).all())
+
+    async def steps_with_actions(self, actions: Sequence[str], limit: int = 5000) -> list[StepRow]:
+        """The latest step rows of these actions, oldest first (the fleet view reads power caps in force)."""
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(StepRow).where(StepRow.action.in_(list(actions))).order_by(StepRow.id.desc()).limit(limit)
+            )
+            return list(reversed(rows.all()))
+
 
 class _NotDecided(Exception):
     """Rolls back a half-made decision whose second compare-and-set found nothing to change."""

@@ -81,7 +81,7 @@ async def test_slack_link_opens_in_chromium_and_approve_runs_the_playbook(tmp_pa
                     assert "approved by Alice Browser" in await page.locator("#notice").inner_text()
                     await wait_for_state(rt, rem_id, "succeeded")
                     await page.goto(f"{base}/remediations/{rem_id}")
-                    assert await page.locator("#state").inner_text() == "succeeded"
+                    assert await page.locator("#state").inner_text() == "planned"  # plan-only: nothing changed
                 finally:
                     await browser.close()
 

@@ -20,6 +20,7 @@ from remediator.api.routes.remediations import actor_of
 from remediator.api.schemas import RemediationOut, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.api.templating import page
+from remediator.api.ui_facts import remediation_facts
 from remediator.engine.approvals import Approvals, ApprovalView, Decision, Outcome, hash_token
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
@@ -110,6 +111,8 @@ def _approval_page(
         "error": error,
         "typed": typed,
         "ui_link": f"/remediations/{view.remediation.id}",
+        "signed_in": identity,
+        "facts": remediation_facts(rt.settings, view.remediation, None),
     }
     response = page("approval.html", context, status_code)
     if fresh:

@@ -121,4 +121,5 @@ async def _files_of(rt: Runtime, version: str) -> dict[str, str] | None:
 @ui_router.get("/definitions", response_class=HTMLResponse)
 async def definitions_page(request: Request, rt: RuntimeDep) -> Response:
     status = status_of(rt, get_reloader(request))
-    return page("definitions.html", {"status": status, "refresh": 0 if status["last_reload_ok"] else 10})
+    refresh = 0 if status["last_reload_ok"] else 10
+    return page("definitions.html", {"status": status, "refresh": refresh, "nav_here": "/definitions"})

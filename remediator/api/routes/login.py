@@ -32,6 +32,8 @@ def _login_page(request: Request, target: str, *, error: str | None = None, stat
     session = sign_in.session_identity(request)
     context = {
         "who": sign_in.who(request),
+        "signed_in": sign_in.who(request),
+        "nav_here": "/login",
         "session": session is not None,
         "next": target,
         "csrf": csrf.token(nonce, "login"),

@@ -61,7 +61,8 @@ async def idle_json(rt: RuntimeDep, since: When = None, until: When = None) -> d
 async def idle_page(rt: RuntimeDep, since: When = None, until: When = None) -> Response:
     start, end = _window(since, until)
     report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
-    return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0})
+    return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0,
+                                      "nav_here": "/reports/idle"})
 
 
 Duration = Annotated[str, Query(max_length=32, description="duration, e.g. 24h, 7d, 1h30m")]
@@ -100,6 +101,7 @@ async def effectiveness_page(rt: RuntimeDep, window: Duration = "24h", since: Du
     except RequestValidationError as exc:
         error = "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
         return page("report_effectiveness.html", {"report": None, "error": error, "window": window,
-                                                    "since": since, "refresh": 0}, status_code=422)
+                                                    "since": since, "refresh": 0,
+                                                    "nav_here": "/reports/effectiveness"}, status_code=422)
     return page("report_effectiveness.html", {"report": report, "error": "", "window": window, "since": since,
-                                               "refresh": 0})
+                                               "refresh": 0, "nav_here": "/reports/effectiveness"})

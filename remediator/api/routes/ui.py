@@ -18,6 +18,7 @@ from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, identity_of, message_page, outcome_notice, outcome_status
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
+from remediator.api.ui_facts import display_state, event_step, remediation_facts
 from remediator.engine.approvals import Approvals, Decision
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.notifications import pods_of
@@ -51,6 +52,7 @@ async def _banner(rt: Runtime) -> dict[str, Any]:
 @router.get("/", response_class=HTMLResponse)
 async def index(
     rt: RuntimeDep,
+    who: SignedIn,
     state: Annotated[str | None, Query(max_length=32)] = None,
     node: Annotated[str | None, Query(max_length=253)] = None,
     refresh: Annotated[int, Query(ge=0, le=3600)] = 10,
@@ -58,11 +60,16 @@ async def index(
     state = state or None
     node = (node or "").strip() or None
     unknown = state is not None and state not in STATES
-    rows = [] if unknown else await rt.repo.list_remediations(state=state, node=node, limit=200)
+    rems = [] if unknown else await rt.repo.list_remediations(state=state, node=node, limit=200)
+    rows = [
+        {"rem": r, "state": display_state(r), "facts": remediation_facts(rt.settings, r, None)} for r in rems
+    ]
     counts = await rt.repo.count_by_state()
     return page(
         "index.html",
         {
+            "nav_here": "/",
+            "signed_in": who,
             "rows": rows,
             "state": state or "",
             "node": node or "",
@@ -88,13 +95,21 @@ async def detail(
     view = await approvals.view_for(rem_id)
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
+    alert = await rt.repo.get_alert(rem.alert_id) if rem.alert_id is not None else None
     context = {
+        "nav_here": None,
+        "signed_in": who,
         "rem": rem,
+        "shown_state": display_state(rem, rows),
+        "facts": remediation_facts(rt.settings, rem, alert.generator_url if alert is not None else None),
         "steps": approvals.preview(
             rem, rows, gated=rem.approval_step if rem.state == "awaiting_approval" else None
         ),
         "revert_rows": [r for r in rows if r.phase == "revert"],
-        "events": await rt.repo.list_audit(remediation_id=rem_id, limit=2000),
+        "timeline": [
+            {"ts": e.ts, "kind": e.kind, "actor": e.actor, "data": e.data, "step": event_step(e)}
+            for e in await rt.repo.list_audit(remediation_id=rem_id, limit=2000)
+        ],
         "approvals": await rt.repo.approvals_of(rem_id),
         "view": view,
         "pods": pods_of(rem.context),

@@ -1,0 +1,69 @@
+"""The fleet view: `GET /fleet` (UI page) and `GET /api/v1/fleet` (JSON, bearer token).
+
+Nodes and GPUs the controller holds or changed (quarantined, power-capped, awaiting approval, held,
+remediated in the last 24 hours) with counts, and at the top the circuit breaker's headroom, so an on-call
+engineer sees at a glance how much of the fleet is out of service and how many more quarantines may start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import HTMLResponse, Response
+
+from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.schemas import as_utc
+from remediator.api.signin import SignedIn, require_sign_in
+from remediator.api.templating import page
+from remediator.api.ui_facts import display_state
+from remediator.engine.fleet import Fleet, fleet_view
+from remediator.store.models import Remediation
+
+__all__ = ["api_router", "router"]
+
+api_router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["fleet"])
+router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
+
+
+def _rem(rem: Remediation) -> dict[str, Any]:
+    return {
+        "id": rem.id, "playbook": rem.playbook, "state": display_state(rem), "gpu_uuid": rem.gpu_uuid,
+        "gpu_index": rem.gpu_index, "created_at": as_utc(rem.created_at).isoformat(),
+        "finished_at": as_utc(rem.finished_at).isoformat() if rem.finished_at else None,
+        "reason": rem.state_reason,
+    }
+
+
+def fleet_json(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "counts": fleet.counts,
+        "headroom": fleet.headroom,
+        "window_seconds": fleet.window.total_seconds(),
+        "nodes": [
+            {
+                "node": n.node,
+                "flags": n.flags,
+                "quarantined": [_rem(r) for r in n.quarantined],
+                "capped_gpus": {gpu: _rem(r) for gpu, r in n.capped_gpus.items()},
+                "awaiting_approval": [_rem(r) for r in n.awaiting],
+                "held": [_rem(r) for r in n.held],
+                "recent": [_rem(r) for r in n.recent],
+            }
+            for n in fleet.nodes
+        ],
+    }
+
+
+@api_router.get("/fleet")
+async def fleet_api(rt: RuntimeDep) -> dict[str, Any]:
+    return fleet_json(await fleet_view(rt))
+
+
+@router.get("/fleet", response_class=HTMLResponse)
+async def fleet_page(rt: RuntimeDep, who: SignedIn) -> Response:
+    fleet = await fleet_view(rt)
+    return page("fleet.html", {
+        "nav_here": "/fleet", "signed_in": who, "fleet": fleet, "banner": fleet.guardrails, "refresh": 30,
+        "state_of": display_state,
+    })

@@ -1,0 +1,205 @@
+"""Why did nothing happen? The alerts the controller received that started no remediation, and why.
+
+An SRE who sees a hot GPU alert fire and no drain follow asks this first. Every processed alert row records
+its outcome (engine/worker.py `process_alert`, store/repository.py `record_firing`): no rule matched, no node
+to act on, a cooldown after an earlier remediation, linked to one already running. An alert that did start a
+remediation can still have changed nothing: a guardrail holds it (paused, node opted out, circuit breaker,
+maintenance window), or it ended before acting (resolved, rejected, approval expired). Both kinds are
+listed here with the reason in words, the remediation they point at and, for a cooldown, when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from remediator.engine.runtime import Runtime
+from remediator.engine.states import shown_state
+from remediator.engine.worker import normalize_row
+from remediator.store.models import AlertRow, Remediation
+
+__all__ = ["REASONS", "Unacted", "alertmanager_payload", "unacted_alerts"]
+
+log = logging.getLogger(__name__)
+
+# reason -> what it means, in the order the page explains them.
+REASONS: Final[dict[str, str]] = {
+    "unmatched": "no enabled rule matches the alert",
+    "no_target": "a rule matched but the alert names no node to act on",
+    "cooldown": "the rule's cooldown after an earlier remediation of the same target is still running",
+    "linked": "a remediation of the same target and playbook was already active; the alert was linked to it",
+    "paused": "the controller is paused",
+    "excluded": "the node is excluded (labelled remediator.io/exclude=true)",
+    "guardrail": "a guardrail holds the remediation (circuit breaker, rate limit, maintenance, flapping)",
+    "resolved": "the alert resolved before any step acted",
+    "rejected": "a person rejected the approval request",
+    "expired": "the approval request expired",
+    "error": "processing the alert failed",
+}
+
+_ALERT_OUTCOMES: Final = ("unmatched", "no_target", "cooldown", "linked", "error")
+_STARTED_BUT: Final = frozenset({"held", "cancelled", "rejected", "expired"})
+
+
+@dataclass(frozen=True)
+class Unacted:
+    """One alert that started nothing, with the reason."""
+
+    alert_id: int
+    alertname: str
+    received_at: datetime
+    starts_at: datetime | None
+    node: str | None
+    gpu: str | None
+    reason: str
+    detail: str
+    remediation_id: str | None = None
+    remediation_state: str | None = None
+    until: datetime | None = None
+    generator_url: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "alert_id": self.alert_id,
+            "alertname": self.alertname,
+            "received_at": _iso(self.received_at),
+            "starts_at": _iso(self.starts_at),
+            "node": self.node,
+            "gpu": self.gpu,
+            "reason": self.reason,
+            "meaning": REASONS.get(self.reason, self.reason),
+            "detail": self.detail,
+            "remediation_id": self.remediation_id,
+            "remediation_state": self.remediation_state,
+            "until": _iso(self.until),
+            "generator_url": self.generator_url,
+            "labels": dict(self.labels),
+        }
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    aware = _aware(value)
+    return aware.isoformat() if aware is not None else None
+
+
+def _cooldown(rt: Runtime, rem: Remediation) -> timedelta | None:
+    """The cooldown that suppressed a repeat of `rem`: as snapshotted with it, else the rule now in force."""
+    seconds = rem.plan.get("cooldown_seconds") if isinstance(rem.plan, dict) else None
+    if isinstance(seconds, int | float) and seconds > 0:
+        return timedelta(seconds=seconds)
+    for rule in rt.definitions.current.rules:
+        if rule.name == rem.rule:
+            return rule.cooldown
+    return None
+
+
+def _held_reason(reason: str) -> str:
+    text = reason.lower()
+    if text.startswith("controller is paused"):
+        return "paused"
+    if "remediator.io/exclude" in text:
+        return "excluded"
+    return "guardrail"
+
+
+def _classify(rt: Runtime, row: AlertRow, rem: Remediation | None) -> tuple[str, str, datetime | None] | None:
+    """(reason, detail, until) for an alert that changed nothing; None when its remediation acted."""
+    outcome = row.outcome or ""
+    if outcome == "unmatched":
+        return "unmatched", REASONS["unmatched"], None
+    if outcome == "no_target":
+        return "no_target", row.note or REASONS["no_target"], None
+    if outcome == "error":
+        return "error", row.note or REASONS["error"], None
+    if outcome == "linked":
+        state = f" ({rem.state})" if rem is not None else ""
+        return "linked", f"linked to remediation {row.remediation_id}{state}, already active on this target", None
+    if outcome == "cooldown":
+        until: datetime | None = None
+        detail = row.note or "cooldown"
+        if rem is not None:
+            cooldown = _cooldown(rt, rem)
+            finished = _aware(rem.finished_at)
+            if cooldown is not None and finished is not None:
+                until = finished + cooldown
+            detail = f"cooldown of rule {rem.rule} after an earlier remediation of this target"
+        return "cooldown", detail, until
+    if outcome == "started" and rem is not None and rem.state in _STARTED_BUT:
+        reason = rem.state_reason or ""
+        if rem.state == "held":
+            return _held_reason(reason), reason or REASONS["guardrail"], None
+        if rem.state == "cancelled":
+            return ("resolved" if "resolved" in reason.lower() else "error"), reason or "cancelled", None
+        return rem.state, reason or REASONS[rem.state], None
+    return None
+
+
+async def unacted_alerts(
+    rt: Runtime, *, reason: str | None = None, since: datetime | None = None, limit: int = 200
+) -> list[Unacted]:
+    """Newest first: alerts that started nothing (or whose remediation did nothing), with the reason."""
+    rows = await rt.repo.processed_alerts(outcomes=(*_ALERT_OUTCOMES, "started"), since=since, limit=limit * 5)
+    rems = await rt.repo.get_remediations(sorted({r.remediation_id for r in rows if r.remediation_id}))
+    out: list[Unacted] = []
+    for row in rows:
+        rem = rems.get(row.remediation_id or "")
+        if row.outcome == "started" and (rem is None or rem.state not in _STARTED_BUT):
+            continue
+        classified = _classify(rt, row, rem)
+        if classified is None or (reason is not None and classified[0] != reason):
+            continue
+        why, detail, until = classified
+        try:
+            alert = normalize_row(rt, row)
+            node, gpu = alert.node, alert.gpu_index or alert.gpu_uuid
+        except Exception as exc:  # a definitions reload in between cannot break the page
+            log.debug("alert %s could not be normalised: %s", row.id, exc)
+            node, gpu = None, None
+        out.append(Unacted(
+            alert_id=row.id, alertname=row.alertname, received_at=_aware(row.received_at) or row.received_at,
+            starts_at=_aware(row.starts_at), node=node, gpu=gpu, reason=why, detail=detail,
+            remediation_id=row.remediation_id,
+            remediation_state=shown_state(rem.state, rem.state_reason) if rem is not None else None,
+            until=until, generator_url=row.generator_url or "", labels=dict(row.labels),
+            annotations=dict(row.annotations),
+        ))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def alertmanager_payload(row: AlertRow) -> dict[str, Any]:
+    """The stored alert as a one-alert Alertmanager webhook payload: the input of `remediator simulate`."""
+    starts = _iso(row.starts_at) or ""
+    ends = _iso(row.ends_at) or "0001-01-01T00:00:00Z"
+    alert = {
+        "status": row.status,
+        "labels": dict(row.labels),
+        "annotations": dict(row.annotations),
+        "startsAt": starts,
+        "endsAt": ends,
+        "generatorURL": row.generator_url or "",
+        "fingerprint": row.fingerprint,
+    }
+    return {
+        "version": "4",
+        "groupKey": "{}:{alertname=\"" + row.alertname.replace('"', '\\"') + "\"}",
+        "truncatedAlerts": 0,
+        "status": row.status,
+        "receiver": "gpu-remediator",
+        "groupLabels": {"alertname": row.alertname},
+        "commonLabels": dict(row.labels),
+        "commonAnnotations": dict(row.annotations),
+        "externalURL": "",
+        "alerts": [alert],
+    }
