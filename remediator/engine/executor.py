@@ -37,9 +37,11 @@ from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
+from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import build_variables, step_applies
 from remediator.engine.runtime import Runtime
+from remediator.engine.states import Event
 from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
 from remediator.intake.normalize import GpuAlert
 from remediator.logs import log_fields
@@ -218,9 +220,9 @@ class Executor:
                       settings.max_crashes, not_before.isoformat(), exc_info=exc)
             return
         log.error("remediation %s crashed %d times in a row; now failed: %s", rem_id, crashes, error, exc_info=exc)
-        rem = await self.rt.repo.get(rem_id)
-        self.rt.metrics.remediations.labels(playbook=rem.playbook if rem else "", outcome="failed").inc()
-        await self._notify(rem_id, "failed", f"crashed {crashes} times: {error}")
+        rem = await self.rt.repo.get(rem_id)  # record_crash has moved it (event `crash`) to `failed`
+        if rem is not None:
+            await entered(self.rt, rem, f"crashed {crashes} times: {error}")
 
     # -- leases -----------------------------------------------------------------------------------
 
@@ -358,9 +360,8 @@ class Executor:
         step = playbook.steps[idx]
         action = self.rt.actions.get(step.action)
         if action is not None and action.mutating and await self._paused():
-            await self.rt.repo.transition(
-                rem.id, "hold", reason="controller is paused", owner=self.rt.owner, data={"guardrail": "paused"}
-            )
+            await move(self.rt, rem.id, Event.HOLD, reason="controller is paused", owner=self.rt.owner,
+                       data={"guardrail": "paused"})
             return None
         # The step error boundary: `stage` names what was being done when something failed.
         stage, rendered = "condition", {}
@@ -421,11 +422,9 @@ class Executor:
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
             status="cancelled", output={"message": cancel.reason, **cancel.output}, advance=False,
         )
-        await self.rt.repo.transition(rem.id, "cancel", reason=cancel.reason, owner=self.rt.owner)
-        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="cancelled").inc()
-        await self._notify(rem, "cancelled", cancel.reason)
+        await move(self.rt, rem.id, Event.CANCEL, reason=cancel.reason, owner=self.rt.owner)
         if cancel.revert and self.revert_plan(playbook_of(rem), await self.rt.repo.steps(rem.id)):
-            await self.rt.repo.start_revert(rem.id, cancel.reason)
+            await move(self.rt, rem.id, Event.REVERT, reason=cancel.reason)
 
     async def _run(
         self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
@@ -473,9 +472,8 @@ class Executor:
             rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
             status="failed", output=output, error=error, advance=False,
         )
-        await self.rt.repo.transition(rem.id, "fail", reason=f"step {step.name} failed: {error}", owner=self.rt.owner)
-        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="failed").inc()
-        await self._notify(rem, "failed", error)
+        await move(self.rt, rem.id, Event.FAIL, reason=f"step {step.name} failed: {error}", owner=self.rt.owner,
+                   detail=error)
         action = self.rt.actions.get(step.action)
         if action is not None and action.gate:
             await self._escalate(rem, output or {}, f"step {step.name} failed: {error}")
@@ -483,17 +481,13 @@ class Executor:
     async def _finish(self, rem: Remediation, playbook: Playbook) -> None:
         reason = "plan-only: nothing was changed" if self.rt.plan_only else "all steps done"
         still = rem.quarantined and await self._node_still_quarantined(rem)
-        await self.rt.repo.transition(
-            rem.id, "succeed", reason=reason, owner=self.rt.owner, changes={"quarantined": still}
-        )
+        fresh = await move(self.rt, rem.id, Event.SUCCEED, reason=reason, owner=self.rt.owner,
+                           changes={"quarantined": still})
         if rem.quarantined and not still:
             await self.rt.repo.wake_held()  # the playbook lifted its own quarantine: room for held ones
             self._observe_return(rem, await self.rt.repo.steps(rem.id))
-        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="succeeded").inc()
-        await self._notify(rem, "succeeded", reason)
-        fresh = await self.rt.repo.get(rem.id)
-        if fresh is not None and fresh.alert_resolved and playbook.on_resolved == "revert":
-            await self.rt.repo.start_revert(rem.id, "alert resolved while running")
+        if fresh.alert_resolved and playbook.on_resolved == "revert":
+            await move(self.rt, rem.id, Event.REVERT, reason="alert resolved while running")
 
     async def _node_still_quarantined(self, rem: Remediation) -> bool:
         """Does the node still carry this controller's quarantine (taint, or cordon it made)?
@@ -580,14 +574,11 @@ class Executor:
             return await self._gate(rem, gate[idx], idx, rows)
         plan = self.revert_plan(playbook, rows)
         if idx >= len(gate) + len(plan):
-            await self.rt.repo.transition(
-                rem.id, "reverted", reason="prior state restored", owner=self.rt.owner, changes={"quarantined": False}
-            )
-            self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="reverted").inc()
+            await move(self.rt, rem.id, Event.REVERTED, reason="prior state restored", owner=self.rt.owner,
+                       changes={"quarantined": False})
             if rem.quarantined:
                 self._observe_return(rem, rows)
             await self.rt.repo.wake_held()  # quarantine room may have freed
-            await self._notify(rem, "reverted", "prior state restored")
             return None
         undo = plan[idx - len(gate)]
         forward, action_name = undo.forward, undo.action
@@ -696,10 +687,8 @@ class Executor:
             output=failure.output, error=failure.error, advance=False,
         )
         reason = f"return to service refused: gate {step.name} failed: {failure.error}; the quarantine stays"
-        await self.rt.repo.transition(rem.id, "revert_failed", reason=reason, owner=self.rt.owner,
-                                      data={"gate": step.name})
-        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="return_refused").inc()
-        await self._notify(rem, "return_refused", reason)
+        await move(self.rt, rem.id, Event.REVERT_FAILED, reason=reason, owner=self.rt.owner,
+                   data={"gate": step.name}, outcome="return_refused", notice="return_refused")
         if action is not None and action.gate:
             await self._escalate(rem, failure.output, f"gate {step.name} failed: {failure.error}")
         return None
@@ -716,10 +705,8 @@ class Executor:
             rem.id, self.rt.owner, phase="revert", idx=idx, name=f"revert:{forward.name}", action=action,
             status="failed", error=error, advance=False,
         )
-        await self.rt.repo.transition(rem.id, "revert_failed", reason=f"revert of {forward.name} failed: {error}",
-                                      owner=self.rt.owner)
-        self.rt.metrics.remediations.labels(playbook=rem.playbook, outcome="revert_failed").inc()
-        await self._notify(rem, "failed", error)
+        await move(self.rt, rem.id, Event.REVERT_FAILED, reason=f"revert of {forward.name} failed: {error}",
+                   owner=self.rt.owner, detail=error, outcome="revert_failed")
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -761,10 +748,4 @@ class Executor:
         return bool(flag and flag.get("paused"))
 
     async def _notify(self, rem: Remediation | str, event: str, detail: str) -> None:
-        if self.rt.notifier is None:
-            return
-        rem_id = rem if isinstance(rem, str) else rem.id
-        try:
-            await self.rt.notifier.remediation_event(rem_id, event, detail)
-        except Exception:  # a failed notification never blocks or fails a remediation
-            log.exception("notification for %s (%s) failed", rem_id, event)
+        await notify(self.rt, rem if isinstance(rem, str) else rem.id, event, detail)

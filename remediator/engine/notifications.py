@@ -42,6 +42,7 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "held": ("Held by a guardrail", "warning"),
     "succeeded": ("Remediation succeeded", "good"),
     "failed": ("Remediation failed", "danger"),
+    "cancelled": ("Cancelled", "warning"),
     "reverting": ("Reverting", "info"),
     "reverted": ("Reverted", "good"),
     "return_waiting": ("Still quarantined", "warning"),

@@ -15,6 +15,7 @@ as it is at that moment; a revert can be requested again later (`cancelled` --re
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 from remediator.errors import IllegalTransition
@@ -25,68 +26,95 @@ __all__ = [
     "FINAL_STATES",
     "STATES",
     "TRANSITIONS",
+    "Event",
+    "State",
     "is_active",
     "next_state",
     "shown_state",
 ]
 
-STATES: Final = (
-    "pending",
-    "held",
-    "awaiting_approval",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "rejected",
-    "expired",
-    "reverting",
-    "reverted",
-)
+class State(StrEnum):
+    """A remediation's state. Members compare equal to their stored strings."""
 
-TRANSITIONS: Final[dict[tuple[str, str], str]] = {
-    ("pending", "start"): "running",
-    ("pending", "hold"): "held",
-    ("pending", "await_approval"): "awaiting_approval",
-    ("pending", "cancel"): "cancelled",
-    ("held", "release"): "pending",
-    ("held", "cancel"): "cancelled",
-    ("held", "hold"): "held",
-    ("running", "succeed"): "succeeded",
-    ("running", "fail"): "failed",
-    ("running", "hold"): "held",
-    ("running", "await_approval"): "awaiting_approval",
-    ("running", "cancel"): "cancelled",
-    ("awaiting_approval", "approve"): "running",
-    ("awaiting_approval", "reject"): "rejected",
-    ("awaiting_approval", "expire"): "expired",
-    ("awaiting_approval", "cancel"): "cancelled",
-    ("succeeded", "revert"): "reverting",
-    ("failed", "revert"): "reverting",
-    ("cancelled", "revert"): "reverting",
-    ("rejected", "revert"): "reverting",
-    ("expired", "revert"): "reverting",
-    ("reverting", "reverted"): "reverted",
-    ("reverting", "revert_failed"): "failed",
-    ("reverting", "cancel"): "cancelled",
-    ("pending", "crash"): "failed",
-    ("held", "crash"): "failed",
-    ("running", "crash"): "failed",
-    ("reverting", "crash"): "failed",
+    PENDING = "pending"
+    HELD = "held"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    REVERTING = "reverting"
+    REVERTED = "reverted"
+
+
+class Event(StrEnum):
+    """What moves a remediation from one state to another."""
+
+    START = "start"
+    HOLD = "hold"
+    RELEASE = "release"
+    AWAIT_APPROVAL = "await_approval"
+    APPROVE = "approve"
+    REJECT = "reject"
+    EXPIRE = "expire"
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    CANCEL = "cancel"
+    REVERT = "revert"
+    REVERTED = "reverted"
+    REVERT_FAILED = "revert_failed"
+    CRASH = "crash"
+
+
+STATES: Final[tuple[State, ...]] = tuple(State)
+
+TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
+    (State.PENDING, Event.START): State.RUNNING,
+    (State.PENDING, Event.HOLD): State.HELD,
+    (State.PENDING, Event.AWAIT_APPROVAL): State.AWAITING_APPROVAL,
+    (State.PENDING, Event.CANCEL): State.CANCELLED,
+    (State.HELD, Event.RELEASE): State.PENDING,
+    (State.HELD, Event.CANCEL): State.CANCELLED,
+    (State.HELD, Event.HOLD): State.HELD,
+    (State.RUNNING, Event.SUCCEED): State.SUCCEEDED,
+    (State.RUNNING, Event.FAIL): State.FAILED,
+    (State.RUNNING, Event.HOLD): State.HELD,
+    (State.RUNNING, Event.AWAIT_APPROVAL): State.AWAITING_APPROVAL,
+    (State.RUNNING, Event.CANCEL): State.CANCELLED,
+    (State.AWAITING_APPROVAL, Event.APPROVE): State.RUNNING,
+    (State.AWAITING_APPROVAL, Event.REJECT): State.REJECTED,
+    (State.AWAITING_APPROVAL, Event.EXPIRE): State.EXPIRED,
+    (State.AWAITING_APPROVAL, Event.CANCEL): State.CANCELLED,
+    (State.SUCCEEDED, Event.REVERT): State.REVERTING,
+    (State.FAILED, Event.REVERT): State.REVERTING,
+    (State.CANCELLED, Event.REVERT): State.REVERTING,
+    (State.REJECTED, Event.REVERT): State.REVERTING,
+    (State.EXPIRED, Event.REVERT): State.REVERTING,
+    (State.REVERTING, Event.REVERTED): State.REVERTED,
+    (State.REVERTING, Event.REVERT_FAILED): State.FAILED,
+    (State.REVERTING, Event.CANCEL): State.CANCELLED,
+    (State.PENDING, Event.CRASH): State.FAILED,
+    (State.HELD, Event.CRASH): State.FAILED,
+    (State.RUNNING, Event.CRASH): State.FAILED,
+    (State.REVERTING, Event.CRASH): State.FAILED,
 }
 
-EVENTS: Final = tuple(sorted({event for _, event in TRANSITIONS}))
+EVENTS: Final[tuple[Event, ...]] = tuple(sorted({event for _, event in TRANSITIONS}))
 
 # States in which the remediation still owns its target (one per target and playbook).
-ACTIVE_STATES: Final = frozenset({"pending", "held", "awaiting_approval", "running", "reverting"})
-FINAL_STATES: Final = frozenset(set(STATES) - ACTIVE_STATES)
+ACTIVE_STATES: Final[frozenset[State]] = frozenset(
+    {State.PENDING, State.HELD, State.AWAITING_APPROVAL, State.RUNNING, State.REVERTING}
+)
+FINAL_STATES: Final[frozenset[State]] = frozenset(set(STATES) - ACTIVE_STATES)
 
 
-def next_state(state: str, event: str) -> str:
+def next_state(state: str, event: str) -> State:
     """The state after `event` in `state`; raises IllegalTransition when the table has no such move."""
     try:
-        return TRANSITIONS[(state, event)]
-    except KeyError:
+        return TRANSITIONS[(State(state), Event(event))]
+    except (KeyError, ValueError):
         raise IllegalTransition(state, event) from None
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from remediator.engine.executor import Executor
 from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
+from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
 from remediator.engine.planning import Proposal, propose, target_for, xid_variables
 from remediator.engine.runtime import Runtime
@@ -260,7 +261,7 @@ class Worker:
 
     async def process_alert(self, row: AlertRow) -> None:
         if row.status == "resolved":
-            await self.rt.repo.record_resolved(row)
+            await after_resolved(self.rt, await self.rt.repo.record_resolved(row))
             return
         alert = normalize_row(self.rt, row)
         defs = self.rt.definitions.current

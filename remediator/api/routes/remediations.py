@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 
-from remediator.api.deps import Auth, RepoDep, WorkerDep
+from remediator.api.deps import Auth, RepoDep, RuntimeDep, WorkerDep
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
-from remediator.engine.states import STATES
+from remediator.engine.moves import move
+from remediator.engine.states import STATES, Event
 from remediator.errors import IllegalTransition
 
 __all__ = ["actor_of", "router"]
@@ -51,46 +52,36 @@ async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
 
 
 @router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def cancel(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
-    return await _move(rem_id, "cancel", "cancelled through the API", request, repo, worker)
+async def cancel(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
+    return await _move(rem_id, Event.CANCEL, "cancelled through the API", request, rt, worker)
 
 
 @router.post("/{rem_id}/revert", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def revert(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
-    rem = await repo.get(rem_id)
-    if rem is None:
-        raise HTTPException(404, f"no remediation {rem_id}")
-    try:
-        rem = await repo.start_revert(rem_id, "revert requested through the API", actor=actor_of(request))
-    except IllegalTransition as exc:
-        raise HTTPException(409, str(exc)) from exc
-    if worker is not None:
-        worker.wake()
-    return summary_out(rem)
+async def revert(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
+    return await _move(rem_id, Event.REVERT, "revert requested through the API", request, rt, worker)
 
 
 @router.post("/{rem_id}/release", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def release(rem_id: str, request: Request, repo: RepoDep, worker: WorkerDep) -> RemediationOut:
-    """A human lets a held remediation past the flapping and repeat-offender holds (not the breaker)."""
-    rem = await repo.get(rem_id)
+async def release(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
+    """A human lets a held remediation past the flapping and repeat-offender holds (not the breaker): the
+    `release` event moves it back to `pending`, and its admission honours the override."""
+    rem = await rt.repo.get(rem_id)
     if rem is None:
         raise HTTPException(404, f"no remediation {rem_id}")
     if rem.state != "held":
         raise HTTPException(409, f"remediation is {rem.state}, not held")
     actor = actor_of(request)
-    await repo.set_flag(f"override:{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor)
-    if worker is not None:
-        worker.wake()
-    return summary_out(rem)
+    await rt.repo.set_flag(f"override:{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor)
+    return await _move(rem_id, Event.RELEASE, f"released by {actor}", request, rt, worker)
 
 
 async def _move(
-    rem_id: str, event: str, reason: str, request: Request, repo: RepoDep, worker: WorkerDep
+    rem_id: str, event: Event, reason: str, request: Request, rt: RuntimeDep, worker: WorkerDep
 ) -> RemediationOut:
-    if await repo.get(rem_id) is None:
+    if await rt.repo.get(rem_id) is None:
         raise HTTPException(404, f"no remediation {rem_id}")
     try:
-        rem = await repo.transition(rem_id, event, reason=reason, actor=actor_of(request))
+        rem = await move(rt, rem_id, event, reason=reason, actor=actor_of(request))
     except IllegalTransition as exc:
         raise HTTPException(409, str(exc)) from exc
     if worker is not None:
