@@ -127,6 +127,11 @@ class Action(ABC):
     async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
         """Do the work (or, with ctx.dry_run, only look). Raise remediator.errors.ActionError on failure."""
 
+    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+        """For a quarantining action: does `node` still carry what this step (its stored, rendered `params`)
+        put there for `remediation_id`? The engine asks this instead of knowing each action's marks."""
+        return False
+
     def describe(self, target: Target, params: Any) -> str:
         """One line for plans and approval pages: what this step will do."""
         shown = ", ".join(f"{k}={v}" for k, v in params.model_dump(exclude_none=True).items())

@@ -22,6 +22,7 @@ from remediator.actions.node import cordon_node, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
 from remediator.durations import parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
+from remediator.kube_names import EXCLUDE_LABEL
 
 __all__ = ["Drain", "DrainParams", "DrainPlan", "PodRef", "plan_drain"]
 
@@ -125,7 +126,7 @@ def _grace(requested: int | None, pod: Mapping[str, Any]) -> int | None:
     return requested if own is None else min(requested, int(own))
 
 
-OPT_OUT = "remediator.io/exclude"
+OPT_OUT = EXCLUDE_LABEL
 
 
 async def opted_out_namespaces(kube: KubeAdapter, pods: list[KubeObject]) -> set[str]:

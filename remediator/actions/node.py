@@ -18,6 +18,7 @@ from pydantic import field_validator
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import Conflict, Invalid, NotSupported
+from remediator.kube_names import QUARANTINE_TAINT, REMEDIATION_ANNOTATION, STATE_LABEL
 
 __all__ = [
     "DEFAULT_TAINT_KEY",
@@ -39,9 +40,7 @@ __all__ = [
     "target_node",
 ]
 
-DEFAULT_TAINT_KEY = "remediator.io/gpu-unhealthy"
-STATE_LABEL = "remediator.io/state"
-REMEDIATION_ANNOTATION = "remediator.io/remediation"
+DEFAULT_TAINT_KEY = QUARANTINE_TAINT
 QUARANTINE_STATE = "quarantined"
 MAX_ANNOTATION_BYTES = 256 * 1024
 CONFLICT_ATTEMPTS = 5
@@ -180,6 +179,13 @@ class Cordon(Action):
     quarantines = True
     default_revert = "uncordon"
 
+    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+        """Still cordoned, by this remediation (another's cordon is theirs)."""
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        return bool((node.get("spec") or {}).get("unschedulable")) and (
+            annotations.get(REMEDIATION_ANNOTATION) == remediation_id
+        )
+
     async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
         name = target_node(ctx)
         if ctx.dry_run:
@@ -294,6 +300,11 @@ class Taint(Action):
     Params = TaintParams
     quarantines = True
     default_revert = "untaint"
+
+    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+        """A taint with the step's key and effect is still on the node."""
+        key, effect = params.get("key") or DEFAULT_TAINT_KEY, params.get("effect") or "NoSchedule"
+        return _find_taint(_taints(node), str(key), str(effect)) is not None
 
     async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
         p: TaintParams = params

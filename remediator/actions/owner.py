@@ -23,6 +23,7 @@ from remediator.actions.workload import idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
 from remediator.errors import Invalid, NotFound
+from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION
 
 __all__ = [
     "IDLE_ANNOTATION",
@@ -34,8 +35,6 @@ __all__ = [
     "idle_gpu_hours",
 ]
 
-OWNER_ANNOTATION = "remediator.io/owner"
-IDLE_ANNOTATION = "remediator.io/idle-gpu"
 OWNER_LABELS = (("team", "#"), ("owner", "@"))
 
 

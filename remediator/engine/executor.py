@@ -44,6 +44,7 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
 from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
 from remediator.intake.normalize import GpuAlert
+from remediator.kube_names import excluded
 from remediator.logs import log_fields
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
@@ -61,8 +62,6 @@ class StepFailure:
 
 log = logging.getLogger(__name__)
 PAUSE_KEY = "pause"
-QUARANTINE_TAINT = "remediator.io/gpu-unhealthy"
-REMEDIATION_ANNOTATION = "remediator.io/remediation"
 REVERT_PAUSED = "controller is paused: the undo waits before its next step"
 REVERT_RESUMED = "controller resumed: the undo goes on"
 # Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
@@ -330,7 +329,7 @@ class Executor:
             now=now,
             paused=bool(flag and flag.get("paused")),
             node=rem.node,
-            node_excluded=node_labels.get("remediator.io/exclude") == "true",
+            node_excluded=excluded(node_labels),
             quarantines=quarantines,
             quarantined_nodes=frozenset(await self.rt.repo.quarantined_nodes(session)),
             limit_nodes=settings.quarantine_limit.resolve(self.rt.gpu_nodes),
@@ -503,11 +502,14 @@ class Executor:
             node = await self.rt.kube.get_node(rem.node)
         except ActionError:
             return True
-        spec = node.get("spec") or {}
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        tainted = any(t.get("key") == QUARANTINE_TAINT for t in spec.get("taints") or [])
-        cordoned_by_us = bool(spec.get("unschedulable")) and annotations.get(REMEDIATION_ANNOTATION) == rem.id
-        return tainted or cordoned_by_us
+        for row in await self.rt.repo.steps(rem.id):
+            action = self.rt.actions.get(row.action)
+            if (
+                row.phase == "forward" and row.status == "succeeded" and action is not None and action.quarantines
+                and action.still_holds(node, row.params, rem.id)
+            ):
+                return True
+        return False
 
     def _quarantine_started(self, rem: Remediation, rows: list[StepRow]) -> datetime | None:
         """When the first quarantining forward step of this remediation finished, if one did."""

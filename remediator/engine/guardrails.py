@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time
 
+from remediator.kube_names import EXCLUDE_LABEL
+
 __all__ = ["GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
 
 
@@ -72,7 +74,7 @@ def decide(facts: GuardrailFacts) -> Verdict:
     if facts.paused:
         return Verdict(False, "paused", "controller is paused (POST /api/v1/resume to continue)")
     if facts.node_excluded:
-        return Verdict(False, "opt_out", f"node {facts.node} is labelled remediator.io/exclude=true")
+        return Verdict(False, "opt_out", f"node {facts.node} is labelled {EXCLUDE_LABEL}=true")
     window = _window_verdict(facts)
     if window is not None:
         return window

@@ -32,6 +32,7 @@ from remediator.engine.planning import Proposal, propose, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
+from remediator.kube_names import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
 
@@ -395,7 +396,7 @@ def _verdict(
             now=fleet.now or utcnow(),
             paused=fleet.paused,
             node=plan.proposal.target.node,
-            node_excluded=node_labels.get("remediator.io/exclude") == "true",
+            node_excluded=excluded(node_labels),
             quarantines=quarantines(plan.proposal.playbook, actions),
             quarantined_nodes=frozenset(fleet.quarantined_nodes),
             limit_nodes=limit.resolve(fleet.gpu_nodes),

@@ -18,6 +18,7 @@ from typing import Any, Final
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import shown_state
 from remediator.engine.worker import normalize_row
+from remediator.kube_names import EXCLUDE_LABEL
 from remediator.store.models import AlertRow, Remediation
 
 __all__ = ["REASONS", "Unacted", "alertmanager_payload", "unacted_alerts"]
@@ -107,7 +108,7 @@ def _held_reason(reason: str) -> str:
     text = reason.lower()
     if text.startswith("controller is paused"):
         return "paused"
-    if "remediator.io/exclude" in text:
+    if EXCLUDE_LABEL in text:
         return "excluded"
     return "guardrail"
 

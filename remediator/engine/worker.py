@@ -303,7 +303,9 @@ class Worker:
         if defs.xid.lookup(alert.xid).resolution != "RESTART_APP":
             return None
         since = self.rt.repo._clock() - settings.escalation_window
-        recent = await self.rt.repo.recent_alerts_for_gpu(alert.node, gpu, alert.alertname, since)
+        recent = await self.rt.repo.recent_alerts_for_gpu(
+            alert.node, gpu, alert.alertname, since, node_labels=settings.node_label_precedence
+        )
         app_class = [
             r for r in recent
             if (code := parse_xid(r.labels, r.annotations)) is not None

@@ -844,9 +844,11 @@ class Repository:
         return int(count or 0)
 
     async def recent_alerts_for_gpu(
-        self, node: str, gpu: str, alertname: str, since: datetime
+        self, node: str, gpu: str, alertname: str, since: datetime,
+        node_labels: Sequence[str] = ("node", "kubernetes_node", "Hostname", "hostname"),
     ) -> list[AlertRow]:
-        """First deliveries of firing `alertname` alerts on one GPU within the window."""
+        """First deliveries of firing `alertname` alerts on one GPU within the window (the node named by any
+        of `node_labels`, the controller's NODE_LABEL_PRECEDENCE)."""
         async with self.transaction() as session:
             rows = await session.scalars(
                 select(AlertRow).where(
@@ -856,7 +858,7 @@ class Repository:
             )
             return [
                 r for r in rows.all()
-                if node in (r.labels.get("Hostname"), r.labels.get("node"), r.labels.get("kubernetes_node"))
+                if node in [r.labels.get(label) for label in node_labels]
                 and gpu in (r.labels.get("UUID"), r.labels.get("gpu"))
             ]
 
