@@ -131,6 +131,7 @@ def create_app(
     app.include_router(fleet.api_router)
     app.include_router(unacted.api_router)
     _add_ui(app, settings, listen_host)
+    app.add_middleware(alerts.WebhookFastPath)
     # Every body is bounded while it streams in, before routing, parsing and authentication.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes, per_path={"/slack/interactions": slack.MAX_BODY})
     return app

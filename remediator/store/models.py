@@ -71,20 +71,27 @@ class Remediation(Base):
     """One run of one playbook against one target; its state follows engine/states.py."""
 
     __tablename__ = "remediations"
-    __table_args__ = (Index("ix_remediations_runnable", "state", "next_run_at"),)
+    __table_args__ = (
+        Index("ix_remediations_runnable", "state", "next_run_at"),
+        # The list (API, UI index) by state and/or node, newest first: a page comes out of the index in order.
+        Index("ix_remediations_state_created", "state", "created_at"),
+        Index("ix_remediations_node_state_created", "node", "state", "created_at"),
+        # The guardrails' quarantined nodes (few rows are quarantined at any time).
+        Index("ix_remediations_quarantined_node", "quarantined", "node"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True)
     updated_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
-    state: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[str] = mapped_column(String(32))
     state_reason: Mapped[str | None] = mapped_column(Text)
     rule: Mapped[str] = mapped_column(String(256))
     playbook: Mapped[str] = mapped_column(String(256), index=True)
     definitions_version: Mapped[str] = mapped_column(String(64))
     target_kind: Mapped[str] = mapped_column(String(16))
     target_key: Mapped[str] = mapped_column(String(512), index=True)
-    node: Mapped[str | None] = mapped_column(String(253), index=True)
+    node: Mapped[str | None] = mapped_column(String(253))
     gpu_uuid: Mapped[str | None] = mapped_column(String(128))
     gpu_index: Mapped[str | None] = mapped_column(String(16))
     namespace: Mapped[str | None] = mapped_column(String(253))
@@ -147,11 +154,13 @@ class AuditEvent(Base):
     """Append-only, hash-chained record of everything the controller decided or did."""
 
     __tablename__ = "audit_events"
+    # Recent quarantine starts (the guardrails) are counted from this index alone.
+    __table_args__ = (Index("ix_audit_events_kind_ts", "kind", "ts"),)
 
     id: Mapped[int] = mapped_column(IdType, primary_key=True, autoincrement=True)
     ts: Mapped[datetime] = mapped_column(index=True)
     remediation_id: Mapped[str | None] = mapped_column(String(36), index=True)
-    kind: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(64))
     actor: Mapped[str] = mapped_column(String(256))
     data: Mapped[Json]
     prev_hash: Mapped[str] = mapped_column(String(64))

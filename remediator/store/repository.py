@@ -9,17 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, case, false, func, insert, or_, select, text, update
+from sqlalchemy import Table, case, false, func, insert, or_, select, text, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import defer
 
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, next_state
 from remediator.errors import StoreUnavailable
@@ -40,13 +41,15 @@ from remediator.store.models import (
 )
 from remediator.store.sqlite_intake import SqliteIntake
 
-__all__ = ["LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
+__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
 # Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
 _BATCHES = cast(Table, AlertBatch.__table__)
 _ALERTS = cast(Table, AlertRow.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
+# The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
+LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
 
 
 def utcnow() -> datetime:
@@ -707,10 +710,14 @@ class Repository:
 
     async def list_remediations(
         self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0,
-        id_prefix: str | None = None,
+        id_prefix: str | None = None, leave_out: Collection[str] = (),
     ) -> list[Remediation]:
+        """Remediations newest first, without the columns named in `leave_out` (of LARGE_COLUMNS): touching
+        one of those on a returned row raises instead of loading it."""
         async with self.transaction() as session:
             query = select(Remediation)
+            if leave_out:
+                query = query.options(*(defer(getattr(Remediation, c), raiseload=True) for c in leave_out))
             if state:
                 query = query.where(Remediation.state == state)
             if node:
@@ -812,7 +819,7 @@ class Repository:
 
     async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
         rows = await session.scalars(
-            select(Remediation.node).where(Remediation.quarantined.is_(True), Remediation.node.is_not(None)).distinct()
+            select(Remediation.node).where(Remediation.quarantined == true(), Remediation.node.is_not(None)).distinct()
         )
         return {n for n in rows.all() if n}
 
@@ -940,7 +947,7 @@ class Repository:
             return int(result.rowcount)  # type: ignore[attr-defined]
 
     async def held(self) -> list[Remediation]:
-        return await self.list_remediations(state="held", limit=1000)
+        return await self.list_remediations(state="held", limit=1000, leave_out=LARGE_COLUMNS)
 
     async def due_approvals(self, now: datetime) -> list[str]:
         async with self.transaction() as session:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import check_bearer
@@ -17,7 +20,7 @@ from remediator.engine.worker import Worker
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 
-__all__ = ["router", "unavailable_reason"]
+__all__ = ["WebhookFastPath", "answer", "router", "unavailable_reason"]
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -72,14 +75,16 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return out or "body"
 
 
-def _invalid(exc: ValidationError) -> JSONResponse:
+Answer = tuple[int, dict[str, Any], dict[str, str]]
+BodyReader = Callable[[int], Awaitable[bytes]]
+
+
+def _invalid(exc: ValidationError) -> Answer:
     errors = [
         {"field": _field(tuple(e["loc"])), "message": e["msg"], "type": e["type"]} for e in exc.errors()[:20]
     ]
     first = errors[0]
-    return JSONResponse(
-        {"error": f"invalid payload: {first['field']}: {first['message']}", "errors": errors}, status_code=422
-    )
+    return 422, {"error": f"invalid payload: {first['field']}: {first['message']}", "errors": errors}, {}
 
 
 @router.post(
@@ -89,24 +94,30 @@ def _invalid(exc: ValidationError) -> JSONResponse:
     openapi_extra=_BODY,
 )
 async def receive_alerts(request: Request) -> Response:
-    # No FastAPI dependencies on the hottest route: resolving them costs more than the lookups.
+    # Documents the webhook; requests are answered by `WebhookFastPath` in front of the router, which gives
+    # the same answers without Starlette's routing, request and response objects (this runs only without it).
+    status, content, headers = await answer(
+        request.app.state.runtime, request.app.state.worker, request.headers.get("authorization"),
+        lambda limit: read_body(request, limit),
+    )
+    return JSONResponse(content, status_code=status, headers=headers)
+
+
+async def answer(rt: Runtime, worker: Worker | None, authorization: str | None, read: BodyReader) -> Answer:
+    """Status, JSON body and extra headers for one webhook delivery, with its duration observed."""
     started = time.perf_counter()
-    rt: Runtime = request.app.state.runtime
-    worker: Worker | None = request.app.state.worker
-    response = await _handle(request, rt, worker)
-    rt.metrics.webhook_duration.labels(code=str(response.status_code)).observe(time.perf_counter() - started)
-    return response
+    status, content, headers = await _handle(rt, worker, authorization, read)
+    rt.metrics.webhook_duration.labels(code=str(status)).observe(time.perf_counter() - started)
+    return status, content, headers
 
 
-async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Response:
-    if not check_bearer(request.headers.get("authorization"), rt.settings.webhook_token):
-        return JSONResponse(
-            {"error": "missing or invalid bearer token"}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
-        )
+async def _handle(rt: Runtime, worker: Worker | None, authorization: str | None, read: BodyReader) -> Answer:
+    if not check_bearer(authorization, rt.settings.webhook_token):
+        return 401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"}
     try:
-        body = await read_body(request, rt.settings.max_body_bytes)
+        body = await read(rt.settings.max_body_bytes)
     except BodyTooLarge:
-        return JSONResponse({"error": f"body larger than {rt.settings.max_body_bytes} bytes"}, status_code=413)
+        return 413, {"error": f"body larger than {rt.settings.max_body_bytes} bytes"}, {}
     try:
         payload = AlertmanagerPayload.model_validate_json(body)
     except ValidationError as exc:
@@ -117,13 +128,60 @@ async def _handle(request: Request, rt: Runtime, worker: Worker | None) -> Respo
         reason = unavailable_reason(exc)
         log.warning("webhook answered 503 (%s): store unavailable: %s", reason, exc)
         rt.metrics.webhook_unavailable.labels(reason=reason).inc()
-        return JSONResponse({"error": f"store unavailable: {exc}"}, status_code=503, headers={"Retry-After": "1"})
+        return 503, {"error": f"store unavailable: {exc}"}, {"Retry-After": "1"}
     for alert in payload.alerts:
         rt.metrics.alerts_received.labels(status=alert.status).inc()
     if stored.repeats:
         rt.metrics.alerts_repeated.inc(stored.repeats)
     if worker is not None:
         worker.wake()
-    return JSONResponse(
-        {"status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats}
-    )
+    content = {"status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats}
+    return 200, content, {}
+
+
+class WebhookFastPath:
+    """ASGI middleware: `POST /api/v1/alerts` answered directly, everything else passed on.
+
+    The webhook is the hottest route; Starlette's exception middleware, router, request object, FastAPI's
+    endpoint wrapper and response class cost more per request than parsing the payload (see
+    docs/PERFORMANCE.md). Installed inside `BodyLimit` and the server-error middleware, so the size limit
+    and the 500 for an unexpected error are unchanged; the answers are those of `receive_alerts`.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/api/v1/alerts" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        authorization = None
+        for key, value in scope["headers"]:
+            if key == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+
+        async def read(limit: int) -> bytes:
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    break  # the client went away: what arrived is parsed (and fails) like a short body
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            return b"".join(chunks)
+
+        status, content, headers = await answer(state.runtime, state.worker, authorization, read)
+        # The bytes JSONResponse would send.
+        body = json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+        raw = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
+        raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": body})

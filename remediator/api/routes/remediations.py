@@ -12,6 +12,7 @@ from remediator.api.signin import sign_in_of
 from remediator.engine.moves import move
 from remediator.engine.states import STATES, Event
 from remediator.errors import IllegalTransition
+from remediator.store.repository import LARGE_COLUMNS
 
 __all__ = ["actor_of", "router"]
 
@@ -38,7 +39,8 @@ async def list_remediations(
     if state is not None and state not in STATES:
         raise HTTPException(422, f"unknown state {state!r}; one of {', '.join(STATES)}")
     rows = await repo.list_remediations(
-        state=state, node=node, limit=limit, offset=offset, id_prefix=id_prefix.lower() if id_prefix else None
+        state=state, node=node, limit=limit, offset=offset, id_prefix=id_prefix.lower() if id_prefix else None,
+        leave_out=LARGE_COLUMNS,
     )
     return [summary_out(r) for r in rows]
 

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
+# The index shows the Xid from the plan; the other large columns stay in the database.
+_LIST_LEAVES_OUT = ("context", "params", "alert_annotations")
 _DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
 
 
@@ -60,7 +62,9 @@ async def index(
     state = state or None
     node = (node or "").strip() or None
     unknown = state is not None and state not in STATES
-    rems = [] if unknown else await rt.repo.list_remediations(state=state, node=node, limit=200)
+    rems = [] if unknown else await rt.repo.list_remediations(
+        state=state, node=node, limit=200, leave_out=_LIST_LEAVES_OUT
+    )
     rows = [
         {"rem": r, "state": display_state(r), "facts": remediation_facts(rt.settings, r, None)} for r in rems
     ]
