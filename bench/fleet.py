@@ -296,7 +296,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(args.workdir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         results = []
         for mode in args.modes.split(","):
             results.append(await measure(mode, args, lambda: fleet_objects(args.nodes, args.pods), work))
@@ -311,6 +312,7 @@ if __name__ == "__main__":
     parser.add_argument("--status-period", type=float, default=300.0, help="seconds between a node's status writes")
     parser.add_argument("--list-interval", type=float, default=60.0, help="the baseline's list period")
     parser.add_argument("--modes", default="list,watch")
+    parser.add_argument("--workdir", help="keep the controllers' logs and databases here")
     parser.add_argument("--smoke", action="store_true", help="200 nodes, 800 pods, 3 s phases, 1 s list period")
     parsed = parser.parse_args()
     if parsed.smoke:

@@ -16,7 +16,7 @@ SCRIPTS = sorted(
 
 
 def test_every_script_is_listed() -> None:
-    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py"} <= set(SCRIPTS)
+    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "fleet.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -28,3 +28,15 @@ def test_script_runs_as_documented(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_fleet_smoke_measures_both_inventories() -> None:
+    """The CI form of bench/fleet.py: a small fleet, both inventories, a few seconds per phase."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "bench/fleet.py", "--smoke", "--seconds", "2"], cwd=ROOT, env=env, capture_output=True,
+        text=True, timeout=400, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| list every") or line.startswith("| watch")]
+    assert [row.split("|")[3].strip() for row in rows] == ["rest", "load", "rest", "load"]

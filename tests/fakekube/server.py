@@ -427,10 +427,8 @@ class FakeKube:
             if start + limit < len(items):
                 metadata["continue"] = str(start + limit)
             items = items[start : start + limit]
-        items = [copy.deepcopy(item) for item in items]
-        for item in items:
-            item.pop("kind", None)
-            item.pop("apiVersion", None)
+        # shallow copies: the body is serialized at once and never changed (a deep copy of 500 nodes costs ~1 s)
+        items = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
         return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": metadata, "items": items}
 
     # ----------------------------------------------------------------- watch

@@ -113,6 +113,8 @@ class Store:
         self.compacted = 0
         self.changes: list[Change] = []
         self.listeners: list[Callable[[], None]] = []
+        # plural -> (namespace, name) -> the stored object: lists read this, not kmock's wrappers (90,000 objects)
+        self._live: dict[str, dict[tuple[str | None, str], dict[str, Any]]] = {}
 
     def _notify(self) -> None:
         for listener in list(self.listeners):
@@ -132,13 +134,12 @@ class Store:
         self.revision += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
         self.objects[rt.ref, namespace, name] = obj
+        self._live.setdefault(rt.plural, {})[namespace, name] = obj
         self.compacted = self.revision
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
-        key = (rt.ref, namespace, name)
-        if key not in self.objects or self.objects[key].deleted:
-            return None
-        return copy.deepcopy(self.objects[key].raw)
+        found = self._live.get(rt.plural, {}).get((namespace, name))
+        return None if found is None else copy.deepcopy(found)
 
     def put(self, rt: ResourceType, namespace: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
@@ -150,6 +151,7 @@ class Store:
             self.objects[key].create(stored)
         else:
             self.objects[key] = stored
+        self._live.setdefault(rt.plural, {})[namespace, name] = stored
         self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored), event))
         self._notify()
         return copy.deepcopy(stored)
@@ -160,6 +162,7 @@ class Store:
         last = copy.deepcopy(entry.raw)
         last["metadata"]["resourceVersion"] = str(self.revision)
         entry.delete()
+        self._live.get(rt.plural, {}).pop((namespace, name), None)
         self.changes.append(Change(self.revision, rt.plural, namespace, name, None, "DELETED", last))
         self._notify()
 
@@ -173,11 +176,11 @@ class Store:
         where: Callable[[dict[str, Any]], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """The stored objects themselves (callers copy what they hand out), sorted, filtered by `where`."""
-        found = []
-        for (ref, ns, _name), obj in self.objects.items():
-            if ref == rt.ref and not obj.deleted and (namespace is None or ns == namespace):
-                raw = obj.raw
-                if where is None or where(raw):
-                    found.append(raw)
-        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return found
+        live = self._live.get(rt.plural, {})
+        found = [
+            (ns or "", name, obj)
+            for (ns, name), obj in live.items()
+            if (namespace is None or ns == namespace) and (where is None or where(obj))
+        ]
+        found.sort(key=lambda entry: (entry[0], entry[1]))
+        return [obj for _ns, _name, obj in found]
