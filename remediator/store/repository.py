@@ -748,19 +748,22 @@ class Repository:
     async def recent_alerts_for_gpu(
         self, node: str, gpu: str, alertname: str, since: datetime
     ) -> list[AlertRow]:
-        """First deliveries of firing `alertname` alerts on one GPU within the window."""
+        """First deliveries of firing `alertname` alerts on one GPU within the window.
+
+        The node and GPU labels are compared in SQL: loading every recent alert of the name and filtering here
+        made a storm quadratic (10,000 Xid alerts: each loaded all the others).
+        """
+        labels = AlertRow.labels
         async with self.transaction() as session:
             rows = await session.scalars(
                 select(AlertRow).where(
                     AlertRow.alertname == alertname, AlertRow.status == "firing", AlertRow.state != "repeat",
                     AlertRow.received_at >= since,
+                    or_(*(labels[key].as_string() == node for key in ("Hostname", "node", "kubernetes_node"))),
+                    or_(*(labels[key].as_string() == gpu for key in ("UUID", "gpu"))),
                 )
             )
-            return [
-                r for r in rows.all()
-                if node in (r.labels.get("Hostname"), r.labels.get("node"), r.labels.get("kubernetes_node"))
-                and gpu in (r.labels.get("UUID"), r.labels.get("gpu"))
-            ]
+            return list(rows.all())
 
     async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
         """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""

@@ -16,7 +16,7 @@ SCRIPTS = sorted(
 
 
 def test_every_script_is_listed() -> None:
-    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "fleet.py"} <= set(SCRIPTS)
+    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "fleet.py", "decide.py"} <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
