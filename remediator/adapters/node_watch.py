@@ -93,19 +93,14 @@ class NodeWatch:
 
     async def run(self) -> None:
         """List if not yet synced, then watch forever: resume, relist on 410, back off on errors."""
+        loop = asyncio.get_running_loop()
         delay = self.backoff[0]
         while True:
+            started, failed = loop.time(), False
             try:
                 if not self.inventory.synced:
                     await self.sync()
-                started = asyncio.get_running_loop().time()
                 await self.watch_once()
-                if asyncio.get_running_loop().time() - started >= 1.0:
-                    delay = self.backoff[0]
-                    continue
-                # a stream that ends at once, again and again, must not become a request loop
-                await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
-                delay = min(delay * 2, self.backoff[1])
             except _Expired as exc:
                 log.info("node watch expired (%s): listing nodes again", exc)
                 self.inventory.synced = False
@@ -113,7 +108,12 @@ class NodeWatch:
                 if getattr(exc, "status", None) == 410:
                     log.info("node watch expired: listing nodes again")
                     self.inventory.synced = False
-                    continue
-                log.warning("node inventory watch failed, retrying in %.1f s: %s", delay, exc)
-                await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
-                delay = min(delay * 2, self.backoff[1])
+                else:
+                    log.warning("node inventory watch failed, retrying in about %.1f s: %s", delay, exc)
+                    failed = True
+            if not failed and loop.time() - started >= 1.0:
+                delay = self.backoff[0]
+                continue
+            # an error, or a stream that ended (or expired) at once: never let it become a request loop
+            await asyncio.sleep(delay * _jitter.uniform(0.5, 1.0))
+            delay = min(delay * 2, self.backoff[1])
