@@ -144,3 +144,19 @@ async def test_requests_at_rest_do_not_grow_with_the_node_count(
     assert at_rest == []  # not one request: the watch opened before stays open
     watch_call = fake_kube.requests("watch", "nodes")[0]
     assert 0 < watch_call.bytes < 2000  # bookmarks only, whatever the fleet size
+
+
+async def test_a_watch_that_keeps_expiring_at_once_backs_off(kube_adapter: KubeAdapter, fake_kube: FakeKube) -> None:
+    def expire(call: object) -> None:
+        fake_kube.add_namespace(f"moves-{len(fake_kube.calls)}")
+        fake_kube.store.compact()  # every watch finds its version compacted away: 410, list, 410, ...
+
+    fake_kube.before("watch", "nodes", expire, times=1000)
+    watch = NodeWatch(kube_adapter, watch_timeout=(30, 30), backoff=(0.1, 0.2))
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert 2 <= len(fake_kube.requests("watch", "nodes")) <= 12  # not hundreds: about one per backoff
+    assert watch.lists >= 2  # each 410 made it list again
