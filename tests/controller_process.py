@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -25,7 +25,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ControllerProcess:
     """One controller replica. `kill()` is kill -9: no lease is released, nothing is flushed."""
 
-    def __init__(self, workdir: Path, env: Mapping[str, str], name: str = "controller") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        env: Mapping[str, str],
+        name: str = "controller",
+        *,
+        python_args: Sequence[str] = ("-m", "remediator.cli"),
+    ) -> None:
+        self.python_args = list(python_args)  # e.g. ("-c", prelude) that patches something, then runs the CLI
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / f"{name}.log"
@@ -42,7 +50,7 @@ class ControllerProcess:
     async def start(self, timeout: float = 60.0) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "remediator.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                [sys.executable, *self.python_args, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
                 env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT),
             )
         async with httpx.AsyncClient() as client, asyncio.timeout(timeout):

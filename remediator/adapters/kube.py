@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,56 @@ class KubeAdapter:
 
     async def list_nodes(self, label_selector: str | None = None) -> list[KubeObject]:
         return await self._list("core", "list_node", label_selector=label_selector)
+
+    async def node_pages(self, page_size: int = LIST_PAGE) -> AsyncIterator[tuple[list[KubeObject], str]]:
+        """Every node, one page of `page_size` at a time, with the list's resourceVersion (for a watch).
+
+        Pages are yielded, not gathered, so a caller that keeps a few fields of each node never holds the
+        whole fleet's Node objects at once.
+        """
+        token: str | None = None
+        while True:
+            page = await self._call(self._method("core", "list_node"), limit=page_size, _continue=token)
+            metadata = page.get("metadata") or {}
+            yield page.get("items") or [], str(metadata.get("resourceVersion") or "")
+            token = metadata.get("continue")
+            if not token:
+                return
+
+    async def watch_nodes(self, resource_version: str, *, timeout_seconds: int) -> AsyncIterator[KubeObject]:
+        """Watch events (`{"type", "object"}`) on nodes from `resource_version`, bookmarks on, until the
+        server ends the stream (after about `timeout_seconds`). An ERROR event (410 Expired among them)
+        is yielded as it came; an HTTP error status raises as every other call does."""
+        await self._bucket.acquire()
+        try:
+            response = await self._method("core", "list_node")(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _request_timeout=timeout_seconds + 30,
+            )
+        except ApiException as exc:
+            raise error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}") from exc
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+        try:
+            status = int(response.status)
+            if status >= 400:
+                raise _status_error(status, await response.read(), dict(response.headers))
+            buffer = b""
+            async for chunk in response.content.iter_any():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line, buffer = buffer[:end], buffer[end + 1 :]
+                    if line.strip():
+                        yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServiceUnavailable(f"node watch interrupted: {exc!r}") from exc
+        except ValueError as exc:
+            raise ServiceUnavailable(f"node watch sent a line that is not JSON: {exc}") from exc
+        finally:
+            response.release()
 
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
         """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from typing import Any
 
+from remediator.adapters.node_watch import NodeWatch
 from remediator.engine.executor import Executor
 from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
 from remediator.engine.moves import after_resolved
@@ -22,6 +23,7 @@ from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize, parse_xid
+from remediator.inventory import NodeInventory
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.models import AlertRow
@@ -50,7 +52,7 @@ def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
 
 
 class Worker:
-    """Runs until stopped: alert intake, remediation dispatch, approval expiry, node inventory."""
+    """Runs until stopped: alert intake, remediation dispatch, approval expiry, node inventory (a watch)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -67,6 +69,7 @@ class Worker:
         self._logged_head: tuple[int, str] | None = None
         self._verified: tuple[int, str] | None = None  # the newest audit event the periodic check passed
         self._audit_broken = False
+        self._watch: NodeWatch | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -199,35 +202,35 @@ class Worker:
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)
 
     async def _inventory_loop(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(60)
-            await self.refresh_inventory()
+        watch = self._node_watch()
+        if watch is not None:
+            await watch.run()
+
+    def _node_watch(self) -> NodeWatch | None:
+        kube = self.rt.kube
+        if kube is None:
+            return None
+        if self._watch is None or self._watch.kube is not kube:
+            self._watch = NodeWatch(kube, on_change=self._publish_inventory)
+        return self._watch
+
+    def _publish_inventory(self, inventory: NodeInventory) -> None:
+        self.rt.gpu_nodes = inventory.gpu_nodes
+        self.rt.nodes_by_ip = inventory.nodes_by_ip
 
     async def refresh_inventory(self) -> None:
-        """GPU node count (for percent limits) and InternalIP -> node name (for `instance` labels)."""
-        if self.rt.kube is None:
+        """GPU node count (for percent limits) and InternalIP -> node name (for `instance` labels).
+
+        A full paginated list; afterwards the inventory loop keeps them current with a watch
+        (remediator/adapters/node_watch.py) instead of listing again.
+        """
+        watch = self._node_watch()
+        if watch is None:
             return
         try:
-            nodes = await self.rt.kube.list_nodes()
+            await watch.sync()
         except RemediatorError as exc:
             log.warning("node inventory refresh failed: %s", exc)
-            return
-        by_ip: dict[str, str] = {}
-        gpu = 0
-        for node in nodes:
-            meta = node.get("metadata") or {}
-            status = node.get("status") or {}
-            labels = meta.get("labels") or {}
-            allocatable = status.get("allocatable") or {}
-            if labels.get("nvidia.com/gpu.present") == "true" or str(allocatable.get("nvidia.com/gpu", "0")) not in (
-                "0", ""
-            ):
-                gpu += 1
-            for address in status.get("addresses") or []:
-                if address.get("type") == "InternalIP":
-                    by_ip[address.get("address", "")] = meta.get("name", "")
-        self.rt.gpu_nodes = gpu
-        self.rt.nodes_by_ip = by_ip
 
     # -- one iteration (tests call this directly) -------------------------------------------------
 

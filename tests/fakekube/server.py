@@ -5,12 +5,14 @@ history. This module replaces the emulator's lenient write path with the rules o
 resourceVersion on every write (409 for stale, 422 for a PUT without one), validation (422), patch
 semantics by content type, selectors on lists, the pods/eviction subresource with PodDisruptionBudgets
 (429, 500 for two budgets), graceful pod deletion that lingers until the grace period passes on a clock the
-tests control, and optional controllers that replace evicted pods. Every request is recorded.
+tests control, optional controllers that replace evicted pods, and watches (bookmarks, 410 Gone after
+compaction). Every request is recorded, with the bytes its response carried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import inspect
 import json
@@ -114,6 +116,7 @@ class Call:
     time: float  # fake clock
     status: int = 0
     uid: str | None = None  # uid of the object acted on, when it existed
+    bytes: int = 0  # response body bytes sent (for a watch: every event so far)
 
     @property
     def ok(self) -> bool:
@@ -250,6 +253,12 @@ class FakeKube:
         self._replaced: set[str] = set()
         self._server: kmock.Server | None = None
         self._next_ip = 1
+        self.bookmark_interval = 1.0  # real seconds without an event before a watch gets a BOOKMARK
+        self.open_watches = 0
+        self._watch_generation = 0
+        self._closing = False
+        self._changed = asyncio.Event()
+        self.store.listeners.append(self._on_store_change)
         self._declare_resources()
         for ns in ("default", "kube-system"):
             self.add_namespace(ns)
@@ -265,12 +274,13 @@ class FakeKube:
                 singular=rt.kind.lower(),
                 namespaced=rt.namespaced,
                 subresources=subresources,
-                verbs={"get", "list", "create", "update", "patch", "delete"},
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
             )
 
     # ----------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> FakeKube:
+        self._closing = False
         await self.emulator.__aenter__()
         self._server = kmock.Server(self.emulator, host="127.0.0.1")
         await self._server.__aenter__()
@@ -278,6 +288,8 @@ class FakeKube:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
+        self._closing = True
+        self._on_store_change()
         await self._server.__aexit__(None, None, None)
         await self.emulator.__aexit__(None, None, None)
         self._server = None
@@ -305,9 +317,12 @@ class FakeKube:
             rt = RESOURCES.get((route.group, route.version, route.plural or "")) if route else None
             if rt is None or route is None:
                 response = await fallback(request)
+            elif call.verb == "watch":
+                return await self._watch(rt, route, request, call)
             else:
                 status, body = self._dispatch(rt, route, request, call)
                 response = aiohttp.web.json_response(body, status=status)
+                call.bytes = len(response.body or b"") if isinstance(response.body, bytes) else 0
             call.status = response.status
             return response
         except kmock.KubernetesError as exc:
@@ -347,8 +362,6 @@ class FakeKube:
         namespace = route.namespace
         if rt.namespaced is False and namespace is not None:
             raise _error(404, "NotFound", f"the server could not find the requested resource ({rt.plural})")
-        if verb == "watch":
-            raise _error(405, "MethodNotAllowed", "watch is not emulated by tests.fakekube")
         if verb == "list":
             return 200, self._list(rt, namespace, request.params)
         if route.name is None:
@@ -390,18 +403,23 @@ class FakeKube:
 
     # ----------------------------------------------------------------- reads
 
-    def _list(self, rt: ResourceType, namespace: str | None, params: Mapping[str, str]) -> dict[str, Any]:
+    @staticmethod
+    def _selectors(rt: ResourceType, params: Mapping[str, str]) -> Callable[[Mapping[str, Any]], bool]:
         try:
             labels = parse_label_selector(params.get("labelSelector"))
             fields = parse_field_selector(params.get("fieldSelector"), rt.plural)
         except SelectorError as exc:
             raise bad_request(str(exc)) from exc
-        items = [
-            o
-            for o in self.store.items(rt, namespace)
-            if all(r.matches(o["metadata"].get("labels") or {}) for r in labels)
-            and all(f.matches(o) for f in fields)
-        ]
+
+        def selected(o: Mapping[str, Any]) -> bool:
+            return all(r.matches(o["metadata"].get("labels") or {}) for r in labels) and all(
+                f.matches(o) for f in fields
+            )
+
+        return selected
+
+    def _list(self, rt: ResourceType, namespace: str | None, params: Mapping[str, str]) -> dict[str, Any]:
+        items = self.store.stored(rt, namespace, self._selectors(rt, params))
         metadata: dict[str, Any] = {"resourceVersion": str(self.store.revision)}
         start = int(params.get("continue") or 0)
         limit = int(params.get("limit") or 0)
@@ -409,10 +427,109 @@ class FakeKube:
             if start + limit < len(items):
                 metadata["continue"] = str(start + limit)
             items = items[start : start + limit]
-        for item in items:
-            item.pop("kind", None)
-            item.pop("apiVersion", None)
+        # shallow copies: the body is serialized at once and never changed (a deep copy of 500 nodes costs ~1 s)
+        items = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
         return {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": metadata, "items": items}
+
+    # ----------------------------------------------------------------- watch
+
+    async def _watch(
+        self, rt: ResourceType, route: Route, request: Request, call: Call
+    ) -> aiohttp.web.StreamResponse:
+        """A watch stream: one JSON event per line, from `resourceVersion` on, as the apiserver sends them.
+
+        No resourceVersion (or "0") starts with ADDED for every current object; one older than the store's
+        compaction gets an ERROR event with a 410 Expired Status (what a real apiserver sends once the watch
+        is open). With allowWatchBookmarks=true a BOOKMARK carrying the current revision is sent after
+        `bookmark_interval` real seconds without events. The stream ends after timeoutSeconds, when the test
+        calls `end_watches()`, or when the fake stops.
+        """
+        if rt.namespaced is False and route.namespace is not None:
+            raise _error(404, "NotFound", f"the server could not find the requested resource ({rt.plural})")
+        params = request.params
+        selected = self._selectors(rt, params)
+        bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(params.get("timeoutSeconds") or 0)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout > 0 else None
+        generation = self._watch_generation
+        response = aiohttp.web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request._raw_request)
+        call.status = 200
+
+        async def send(event_type: str, obj: Mapping[str, Any]) -> None:
+            line = json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+            call.bytes += len(line)
+            await response.write(line)
+
+        raw_rv = params.get("resourceVersion") or "0"
+        if raw_rv == "0":
+            for item in self.store.stored(rt, route.namespace, selected):
+                await send("ADDED", item)
+            position = self.store.revision
+        else:
+            try:
+                position = int(raw_rv)
+            except ValueError:
+                position = -1
+            if position < self.store.compacted:
+                await send("ERROR", {
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": f"too old resource version: {raw_rv} ({self.store.compacted})",
+                    "reason": "Expired", "code": 410,
+                })
+                await response.write_eof()
+                return response
+        self.open_watches += 1
+        try:
+            while not self._closing and generation == self._watch_generation:
+                for change in self.store.changes_after(position):
+                    obj = change.object if change.object is not None else change.last
+                    if (
+                        change.plural == rt.plural
+                        and (route.namespace is None or change.namespace == route.namespace)
+                        and obj is not None
+                        and selected(obj)
+                    ):
+                        await send(change.type, obj)
+                    position = change.revision
+                position = max(position, self.store.revision)
+                wait = self.bookmark_interval
+                if deadline is not None:
+                    wait = min(wait, deadline - loop.time())
+                    if wait <= 0:
+                        break
+                changed = self._changed
+                try:
+                    await asyncio.wait_for(changed.wait(), timeout=wait)
+                except TimeoutError:
+                    if bookmarks and generation == self._watch_generation and not self._closing:
+                        await send("BOOKMARK", {
+                            "kind": rt.kind, "apiVersion": rt.api_version,
+                            "metadata": {"resourceVersion": str(self.store.revision)},
+                        })
+                        position = self.store.revision
+        except (ConnectionResetError, asyncio.CancelledError):
+            return response
+        finally:
+            self.open_watches -= 1
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+    def _on_store_change(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def end_watches(self) -> None:
+        """Close every open watch stream (as an apiserver restart or a load balancer would)."""
+        self._watch_generation += 1
+        self._on_store_change()
+
+    def expire_watches(self) -> None:
+        """Close every watch and compact: a client resuming from its last resourceVersion now gets 410."""
+        self.store.compact()
+        self.end_watches()
 
     # ----------------------------------------------------------------- writes
 
@@ -914,6 +1031,15 @@ class FakeKube:
             self._default_pod(obj)
         self._validate(rt, obj, namespace)
         return self.store.put(rt, namespace, meta["name"], obj)
+
+    def load(self, objects: list[dict[str, Any]]) -> None:
+        """Bulk-load trusted objects (benchmarks): no validation, no copies, no change log; compacts."""
+        for obj in objects:
+            rt = next(t for t in RESOURCES.values() if t.kind == obj["kind"])
+            meta = obj["metadata"]
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", self.clock.wall())
+            self.store.load(rt, meta.get("namespace") if rt.namespaced else None, meta["name"], obj)
 
     def write(
         self, plural: str, namespace: str | None, name: str, patch: Mapping[str, Any]

@@ -2,13 +2,18 @@
 
 Every write goes through `put`/`remove`, which bump the revision (as etcd does), stamp
 metadata.resourceVersion and append to kmock's per-object history and to `changes`, the ordered log
-tests replay to ask questions such as "how many nodes were cordoned at the same time".
+tests replay to ask questions such as "how many nodes were cordoned at the same time" and that watches
+replay from a resourceVersion. `compacted` is the oldest revision a watch may resume from (etcd compaction):
+older ones are answered 410 Gone. `load` fills the store in bulk without history (benchmarks with 10,000s of
+objects); it compacts, as a real cluster's history before a client arrived is gone too.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,41 +102,85 @@ class Change:
     namespace: str | None
     name: str
     object: dict[str, Any] | None  # None: removed
+    type: str = "MODIFIED"  # the watch event: ADDED, MODIFIED, DELETED
+    last: dict[str, Any] | None = None  # for DELETED: the object as it was last stored
 
 
 class Store:
     def __init__(self, objects: kmock.ObjectsArray) -> None:
         self.objects = objects
         self.revision = 0
+        self.compacted = 0
         self.changes: list[Change] = []
+        self.listeners: list[Callable[[], None]] = []
+        # plural -> (namespace, name) -> the stored object: lists read this, not kmock's wrappers (90,000 objects)
+        self._live: dict[str, dict[tuple[str | None, str], dict[str, Any]]] = {}
+
+    def _notify(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    def changes_after(self, revision: int) -> Iterator[Change]:
+        """The changes with a revision above `revision`, oldest first."""
+        start = bisect.bisect_right(self.changes, revision, key=lambda c: c.revision)
+        yield from self.changes[start:]
+
+    def compact(self) -> None:
+        """Forget history: a watch from any revision before now is answered 410 Gone."""
+        self.compacted = self.revision
+
+    def load(self, rt: ResourceType, namespace: str | None, name: str, obj: dict[str, Any]) -> None:
+        """Store `obj` as is (no copy, no change log): bulk loading before any client watches."""
+        self.revision += 1
+        obj.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
+        self.objects[rt.ref, namespace, name] = obj
+        self._live.setdefault(rt.plural, {})[namespace, name] = obj
+        self.compacted = self.revision
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
-        key = (rt.ref, namespace, name)
-        if key not in self.objects or self.objects[key].deleted:
-            return None
-        return copy.deepcopy(self.objects[key].raw)
+        found = self._live.get(rt.plural, {}).get((namespace, name))
+        return None if found is None else copy.deepcopy(found)
 
     def put(self, rt: ResourceType, namespace: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
         stored = copy.deepcopy(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
         key = (rt.ref, namespace, name)
+        event = "MODIFIED" if key in self.objects and not self.objects[key].deleted else "ADDED"
         if key in self.objects:
             self.objects[key].create(stored)
         else:
             self.objects[key] = stored
-        self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored)))
+        self._live.setdefault(rt.plural, {})[namespace, name] = stored
+        self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored), event))
+        self._notify()
         return copy.deepcopy(stored)
 
     def remove(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         self.revision += 1
-        self.objects[rt.ref, namespace, name].delete()
-        self.changes.append(Change(self.revision, rt.plural, namespace, name, None))
+        entry = self.objects[rt.ref, namespace, name]
+        last = copy.deepcopy(entry.raw)
+        last["metadata"]["resourceVersion"] = str(self.revision)
+        entry.delete()
+        self._live.get(rt.plural, {}).pop((namespace, name), None)
+        self.changes.append(Change(self.revision, rt.plural, namespace, name, None, "DELETED", last))
+        self._notify()
 
     def items(self, rt: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]:
-        found = []
-        for (ref, ns, _name), obj in self.objects.items():
-            if ref == rt.ref and not obj.deleted and (namespace is None or ns == namespace):
-                found.append(copy.deepcopy(obj.raw))
-        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return found
+        return [copy.deepcopy(o) for o in self.stored(rt, namespace)]
+
+    def stored(
+        self,
+        rt: ResourceType,
+        namespace: str | None = None,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The stored objects themselves (callers copy what they hand out), sorted, filtered by `where`."""
+        live = self._live.get(rt.plural, {})
+        found = [
+            (ns or "", name, obj)
+            for (ns, name), obj in live.items()
+            if (namespace is None or ns == namespace) and (where is None or where(obj))
+        ]
+        found.sort(key=lambda entry: (entry[0], entry[1]))
+        return [obj for _ns, _name, obj in found]

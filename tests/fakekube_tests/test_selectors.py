@@ -88,11 +88,6 @@ async def test_limit_and_continue_page_through_a_list(raw: Raw, cluster: None) -
     assert "continue" not in second["metadata"]
 
 
-async def test_watch_is_refused_loudly(raw: Raw, cluster: None) -> None:
-    status, _ = await raw.get("/api/v1/pods", watch="true")
-    assert status == 405
-
-
 async def test_namespaces_list_with_a_label_selector(raw: Raw, fake_kube: FakeKube) -> None:
     fake_kube.add_namespace("opted-out", labels={"remediator.io/exclude": "true"})
     assert await names(raw, "/api/v1/namespaces", labelSelector="remediator.io/exclude=true") == ["opted-out"]

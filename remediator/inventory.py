@@ -1,0 +1,92 @@
+"""The controller's node inventory: the few facts it needs about every node, kept from a list and a watch.
+
+The guardrail's percent limit needs the number of GPU nodes and alert intake needs InternalIP -> node name
+(for `instance` labels). Fetching whole Node objects for that every minute costs the API server 10-20 KB per
+node per replica; this cache keeps, per node, only its name, whether it is a GPU node and its InternalIPs, and
+is fed by one paginated list followed by watch events (remediator/adapters/node_watch.py). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["NodeFacts", "NodeInventory", "facts_of"]
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    gpu: bool
+    internal_ips: tuple[str, ...]
+
+
+def facts_of(node: Mapping[str, Any]) -> NodeFacts:
+    """A GPU node has the GPU feature discovery label or allocatable nvidia.com/gpu above zero."""
+    meta = node.get("metadata") or {}
+    status = node.get("status") or {}
+    labels = meta.get("labels") or {}
+    allocatable = status.get("allocatable") or {}
+    gpu = labels.get(GPU_PRESENT_LABEL) == "true" or str(allocatable.get(GPU_RESOURCE, "0")) not in ("0", "")
+    ips = tuple(
+        str(a.get("address", "")) for a in status.get("addresses") or [] if a.get("type") == "InternalIP"
+    )
+    return NodeFacts(gpu=gpu, internal_ips=ips)
+
+
+class NodeInventory:
+    """Name -> NodeFacts, with the GPU node count and the IP map kept current on every change.
+
+    `nodes_by_ip` is rebuilt (a new dict) only when an address changes, so a reader holding the old mapping
+    never sees it change under it. `resource_version` is where a watch resumes.
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeFacts] = {}
+        self.gpu_nodes = 0
+        self.nodes_by_ip: dict[str, str] = {}
+        self.resource_version: str | None = None
+        self.synced = False
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def replace(self, nodes: Iterable[Mapping[str, Any]], resource_version: str) -> None:
+        """The state of a fresh list: nodes not in it are gone."""
+        self.replace_facts({str((n.get("metadata") or {}).get("name", "")): facts_of(n) for n in nodes},
+                           resource_version)
+
+    def replace_facts(self, facts: Mapping[str, NodeFacts], resource_version: str) -> None:
+        self._nodes = {name: f for name, f in facts.items() if name}
+        self.gpu_nodes = sum(f.gpu for f in self._nodes.values())
+        self._rebuild_ips()
+        self.resource_version = resource_version
+        self.synced = True
+
+    def apply(self, event_type: str, node: Mapping[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK); the resourceVersion moves to the event's."""
+        meta = node.get("metadata") or {}
+        version = meta.get("resourceVersion")
+        if event_type in ("ADDED", "MODIFIED", "DELETED"):
+            name = str(meta.get("name", ""))
+            old = self._nodes.get(name)
+            new = facts_of(node) if event_type != "DELETED" else None
+            if name and old != new:
+                self.gpu_nodes += int(bool(new and new.gpu)) - int(bool(old and old.gpu))
+                if new is None:
+                    del self._nodes[name]
+                else:
+                    self._nodes[name] = new
+                if (old.internal_ips if old else ()) != (new.internal_ips if new else ()):
+                    self._rebuild_ips()
+        if version:
+            self.resource_version = str(version)
+
+    def _rebuild_ips(self) -> None:
+        self.nodes_by_ip = {ip: name for name, f in sorted(self._nodes.items()) for ip in f.internal_ips}
