@@ -82,6 +82,9 @@ class PowerLimitParams(StrictParams):
     watts: int | None = Field(default=None, gt=0)
     percent_of_default: float | None = Field(default=None, gt=0, le=200)
     clamp: bool = True
+    # Only ever lower the limit: a GPU already at or below the target (an operator's lower cap, or a harder
+    # cap already in force) is left as it is.
+    only_lower: bool = False
 
     @model_validator(mode="after")
     def _exactly_one(self) -> PowerLimitParams:
@@ -115,6 +118,14 @@ class PowerLimit(Action):
                     f"power limit {requested:g} W is outside the allowed range {low:g}-{high:g} W for {uuid}"
                 )
             target = min(max(requested, float(low)), float(high))
+        current = gpu.get("power_limit_watts")
+        if params.only_lower and current is not None and float(current) <= target:
+            return ActionResult(
+                changed=False,
+                message=f"{uuid} is already limited to {float(current):g} W, at or below {target:g} W: left as it is",
+                output={"node_ip": ip, "gpu_uuid": uuid, "requested_watts": requested, "clamped": target != requested,
+                        "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": ctx.dry_run},
+            )
         answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=ctx.dry_run)
         output = {
             "node_ip": ip,

@@ -111,3 +111,18 @@ async def test_a_limit_an_operator_set_after_the_cap_survives_the_revert_and_is_
     [event] = [e for e in audit if e["kind"] == "step.succeeded" and e["data"]["action"] == "restore_power_limit"]
     assert event["data"]["output"]["left_alone"] is True
     assert event["data"]["output"]["reason"] == "changed by another actor"
+
+
+async def test_a_cap_never_raises_a_limit_already_lower(gpu_cluster: MakeGpuCluster, gpu_node: GpuNode) -> None:
+    gpu_node.sidecar.nvml.set("gpu.0.power_limit", 400_000)  # an operator's 400 W, below the 80 % cap (560 W)
+    cluster: Cluster = await gpu_cluster()
+    await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUTemperatureHigh", 0))))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()
+    [cap] = [s for s in rem["steps"] if s["name"] == "cap"]
+    assert cap["output"]["left_alone"] is True and cap["output"]["new_watts"] == 400.0
+    assert "left as it is" in cap["output"]["message"]
+    assert gpu_node.power_limit_mw(0) == 400_000
+    audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    assert not [e for e in audit if e["kind"] == "sidecar.post"]  # nothing was written to the GPU
