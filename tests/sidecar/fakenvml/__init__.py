@@ -31,7 +31,7 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(dir=BUILD_DIR, suffix=".so")
     os.close(fd)
     subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libnvidia-ml.so.1", "-o", tmp, str(SOURCE)],
+        [gcc, "-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname,libnvidia-ml.so.1", "-o", tmp, str(SOURCE), "-lpthread"],
         check=True,
     )
     os.replace(tmp, LIBRARY)

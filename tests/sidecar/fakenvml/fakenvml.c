@@ -27,6 +27,7 @@
  *   err.<function>.i     the same, for GPU i only
  *   calls.<function>     incremented by the fake on every mutating call
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,60 +75,94 @@ typedef struct {
     int temperature;
 } nvmlTemperature_t;
 
+/* The state as last read. The sidecar calls NVML from several threads (request handlers, the detector),
+ * as the real library allows: a reader must never see the table half reloaded, so `load` parses into a
+ * scratch table and swaps it in under `kv_lock`, and `get` hands out a thread-local copy of the value. */
 static char keys[MAX_KV][KEY_LEN];
 static char vals[MAX_KV][VAL_LEN];
 static int nkv;
+static char next_keys[MAX_KV][KEY_LEN];
+static char next_vals[MAX_KV][VAL_LEN];
 static int init_count;
+static pthread_mutex_t kv_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+#define GET_RING 16
+static __thread char got[GET_RING][VAL_LEN];
+static __thread int got_next;
 
 static void load(void) {
     const char *path = getenv("FAKE_NVML_STATE");
     char line[KEY_LEN + VAL_LEN + 4];
-    nkv = 0;
-    if (!path) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    while (nkv < MAX_KV && fgets(line, sizeof line, f)) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        char *space = strchr(line, ' ');
-        if (!space || space == line) continue;
-        *space = 0;
-        snprintf(keys[nkv], KEY_LEN, "%.127s", line);
-        snprintf(vals[nkv], VAL_LEN, "%.1023s", space + 1);
-        nkv++;
+    int n = 0;
+    pthread_mutex_lock(&load_lock);
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (f) {
+        while (n < MAX_KV && fgets(line, sizeof line, f)) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = 0;
+            char *space = strchr(line, ' ');
+            if (!space || space == line) continue;
+            *space = 0;
+            snprintf(next_keys[n], KEY_LEN, "%.127s", line);
+            snprintf(next_vals[n], VAL_LEN, "%.1023s", space + 1);
+            n++;
+        }
+        fclose(f);
     }
-    fclose(f);
+    pthread_mutex_lock(&kv_lock);
+    for (int i = 0; i < n; i++) {
+        memcpy(keys[i], next_keys[i], KEY_LEN);
+        memcpy(vals[i], next_vals[i], VAL_LEN);
+    }
+    nkv = n;
+    pthread_mutex_unlock(&kv_lock);
+    pthread_mutex_unlock(&load_lock);
 }
 
 static void save(void) {
     const char *path = getenv("FAKE_NVML_STATE");
     char tmp[4096];
     if (!path) return;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d.%lu", path, (int)getpid(), (unsigned long)pthread_self());
+    pthread_mutex_lock(&kv_lock);
     FILE *f = fopen(tmp, "w");
-    if (!f) return;
-    for (int i = 0; i < nkv; i++) fprintf(f, "%s %s\n", keys[i], vals[i]);
-    fclose(f);
-    rename(tmp, path);
+    if (f) {
+        for (int i = 0; i < nkv; i++) fprintf(f, "%s %s\n", keys[i], vals[i]);
+        fclose(f);
+        rename(tmp, path);
+    }
+    pthread_mutex_unlock(&kv_lock);
 }
 
 static const char *get(const char *key) {
+    const char *found = NULL;
+    pthread_mutex_lock(&kv_lock);
     for (int i = 0; i < nkv; i++)
-        if (strcmp(keys[i], key) == 0) return vals[i];
-    return NULL;
+        if (strcmp(keys[i], key) == 0) {
+            char *copy = got[got_next];
+            got_next = (got_next + 1) % GET_RING;
+            snprintf(copy, VAL_LEN, "%s", vals[i]);
+            found = copy;
+            break;
+        }
+    pthread_mutex_unlock(&kv_lock);
+    return found;
 }
 
 static void set(const char *key, const char *value) {
-    for (int i = 0; i < nkv; i++)
+    pthread_mutex_lock(&kv_lock);
+    int done = 0;
+    for (int i = 0; i < nkv && !done; i++)
         if (strcmp(keys[i], key) == 0) {
             snprintf(vals[i], VAL_LEN, "%s", value);
-            return;
+            done = 1;
         }
-    if (nkv < MAX_KV) {
+    if (!done && nkv < MAX_KV) {
         snprintf(keys[nkv], KEY_LEN, "%s", key);
         snprintf(vals[nkv], VAL_LEN, "%s", value);
         nkv++;
     }
+    pthread_mutex_unlock(&kv_lock);
 }
 
 static long long num(const char *key, long long fallback) {
