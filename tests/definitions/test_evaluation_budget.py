@@ -113,3 +113,17 @@ def test_a_condition_past_its_budget_is_refused() -> None:
 def test_conditions_within_the_budget_still_evaluate() -> None:
     pods = [{"name": f"p{i}"} for i in range(400)]
     assert compile_condition('context.pods.exists(p, p.name == "p399")').evaluate({"context": {"pods": pods}})
+
+
+def test_a_catastrophic_regex_in_matches_runs_in_linear_time() -> None:
+    """`matches()` runs on RE2: `(a+)+$` against 100,000 a's and a b would backtrack for ages on Python's
+    `re` (and the test would hit its timeout); here it simply does not match."""
+    hostile = {"alert": {"summary": "a" * 100_000 + "b"}}
+    assert compile_condition('alert.summary.matches("(a+)+$")').evaluate(hostile) is False
+    assert compile_condition('alert.summary.matches("^(a+)+b$")').evaluate(hostile) is True
+
+
+def test_a_backreference_fails_the_condition_with_its_reason() -> None:
+    condition = compile_condition(r'alert.summary.matches("(a)\\1")')
+    with pytest.raises(ConditionError, match="failed"):
+        condition.evaluate({"alert": {"summary": "aa"}})
