@@ -285,8 +285,9 @@ def test_what_happens_when_the_alert_resolves(defs: DefinitionSet) -> None:
 
 
 def test_power_cap_is_a_percent_of_the_default_clamped_into_range(defs: DefinitionSet) -> None:
-    assert _rendered(defs, "GPUTemperatureHigh", None, "cap") == {"percent_of_default": 80, "clamp": True}
-    assert _rendered(defs, "GPUTemperatureCritical", None, "cap") == {"percent_of_default": 60, "clamp": True}
+    capped = {"clamp": True, "only_lower": True}  # never raise a limit someone set lower
+    assert _rendered(defs, "GPUTemperatureHigh", None, "cap") == {"percent_of_default": 80, **capped}
+    assert _rendered(defs, "GPUTemperatureCritical", None, "cap") == {"percent_of_default": 60, **capped}
 
 
 def test_playbooks_round_trip_through_json(defs: DefinitionSet) -> None:
