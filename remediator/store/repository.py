@@ -25,6 +25,7 @@ from sqlalchemy.orm import defer
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
+from remediator.retrying import on_conflict
 from remediator.store.audit import canonical, event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.definition_versions import DefinitionVersion
@@ -288,13 +289,14 @@ class Repository:
         Returns (outcome, remediation_id or ""). Outcome is `started`, `linked` or `cooldown`.
         """
         active_key = f"{new.target_key}|{new.playbook}"
-        for _ in range(3):
-            try:
-                async with self.transaction() as session:
-                    return await self._record_firing(session, alert, new, active_key)
-            except IntegrityError:
-                continue  # another replica started the same remediation a moment ago: link to it
-        raise StoreUnavailable("could not record alert after concurrent starts")
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._record_firing(session, alert, new, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record alert after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _record_firing(
         self, session: AsyncSession, alert: AlertRow, new: NewRemediation, active_key: str
@@ -887,13 +889,14 @@ class Repository:
         Returns (`started` or `linked`, remediation id); audited on both remediations.
         """
         active_key = f"{new.target_key}|{new.playbook}"
-        for _ in range(3):
-            try:
-                async with self.transaction() as session:
-                    return await self._create_escalation(session, source, new, reason, active_key)
-            except IntegrityError:
-                continue  # another replica started the same rung a moment ago: link to it
-        raise StoreUnavailable("could not record an escalation after concurrent starts")
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._create_escalation(session, source, new, reason, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record an escalation after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _create_escalation(
         self, session: AsyncSession, source: Remediation, new: NewRemediation, reason: str, active_key: str
