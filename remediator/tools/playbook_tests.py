@@ -27,7 +27,6 @@ from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
-from remediator.engine.plan_only import AlertPlan, jsonable, plan_proposal, quarantines
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
@@ -35,6 +34,7 @@ from remediator.intake.normalize import GpuAlert, normalize
 from remediator.kube_names import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
+from remediator.tools.plan_only import AlertPlan, jsonable, plan_proposal, quarantines
 
 __all__ = [
     "BUNDLED_TESTS",

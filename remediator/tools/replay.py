@@ -2,7 +2,7 @@
 
 For every firing alert received since a point in time (first deliveries only; repeats never started
 anything), the alert is matched and planned with the given definitions by the controller's own planning
-code (remediator.engine.plan_only) and compared with what the controller actually did then:
+code (remediator.tools.plan_only) and compared with what the controller actually did then:
 
 * would start: no remediation was started for it, the new definitions would start one;
 * would not start: a remediation was started, the new definitions match nothing (or find no target);
@@ -30,7 +30,6 @@ from sqlalchemy.engine import make_url
 from remediator.actions.base import Target
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet, Playbook
-from remediator.engine.plan_only import jsonable, plan_proposal, step_view
 from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
@@ -38,6 +37,7 @@ from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import AlertRow, Remediation, StepRow
 from remediator.store.repository import Repository
+from remediator.tools.plan_only import jsonable, plan_proposal, step_view
 
 __all__ = ["ReplayEntry", "ReplayReport", "render_text", "replay", "replay_database"]
 
