@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from remediator.actions.base import Target
 from remediator.definitions import DefinitionSet, Playbook, Step
@@ -22,7 +22,7 @@ from remediator.matching import match_rules
 
 __all__ = [
     "EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "pending_step", "plan_steps", "propose",
-    "target_for", "waiting_note",
+    "target_for", "target_of", "waiting_note",
 ]
 
 
@@ -77,6 +77,17 @@ def target_for(kind: str, alert: GpuAlert) -> Target:
         gpu_index=alert.gpu_index,
         namespace=alert.namespace,
         pod=alert.pod,
+    )
+
+
+def target_of(rem: Any) -> Target:
+    """The target a stored remediation acts on (its row's columns); live runs and replays read it alike."""
+    kind: Literal["node", "gpu", "namespace"] = (
+        "gpu" if rem.target_kind == "gpu" else "namespace" if rem.target_kind == "namespace" else "node"
+    )
+    return Target(
+        kind=kind, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace,
+        pod=rem.pod,
     )
 
 

@@ -27,10 +27,9 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import make_url
 
-from remediator.actions.base import Target
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet, Playbook
-from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for
+from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for, target_of
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.settings import Settings
@@ -108,13 +107,6 @@ def _stored_alert(rem: Remediation) -> GpuAlert:
     return GpuAlert(**rem.plan["alert"])
 
 
-def _stored_target(rem: Remediation) -> Target:
-    return Target(
-        kind="gpu" if rem.target_kind == "gpu" else "namespace" if rem.target_kind == "namespace" else "node",
-        node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace, pod=rem.pod,
-    )
-
-
 def _outputs(rows: list[StepRow]) -> dict[str, Any]:
     return {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
 
@@ -123,7 +115,7 @@ def _actual_steps(rem: Remediation, rows: list[StepRow]) -> list[dict[str, Any]]
     """The steps the remediation ran (its step rows) or, where it never got to them, would have run."""
     playbook = Playbook.model_validate(rem.plan["playbook"])
     variables = build_variables(
-        alert=_stored_alert(rem), target=_stored_target(rem), params=rem.params, context=rem.context,
+        alert=_stored_alert(rem), target=target_of(rem), params=rem.params, context=rem.context,
         steps=_outputs(rows), xid=rem.plan.get("xid") or {},
     )
     planned = plan_steps(playbook, variables, require_approval=bool(rem.plan.get("require_approval")))
