@@ -39,7 +39,7 @@ from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, deci
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
-from remediator.engine.planning import build_variables, step_applies, target_of
+from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
 from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
@@ -522,7 +522,7 @@ class Executor:
     # -- approvals (the token and page live in the approval service) ------------------------------
 
     def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
-        required = step.approval == "required" or (bool(rem.plan.get("require_approval")) and idx == 0)
+        required = approval_required(step, idx, bool(rem.plan.get("require_approval")))
         if not required:
             return False
         return not (rem.approval_step == idx and rem.decision == "approved")

@@ -21,8 +21,8 @@ from remediator.intake.normalize import GpuAlert
 from remediator.matching import match_rules
 
 __all__ = [
-    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "pending_step", "plan_steps", "propose",
-    "target_for", "target_of", "waiting_note",
+    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "pending_step",
+    "plan_steps", "propose", "target_for", "target_of", "waiting_note",
 ]
 
 
@@ -187,6 +187,12 @@ def step_applies(step: Step, variables: Mapping[str, Any]) -> bool:
     return compile_condition(step.when).evaluate(variables)
 
 
+def approval_required(step: Step, index: int, require_approval: bool) -> bool:
+    """Does step `index` wait for a human: its own `approval: required`, or the rule's `require_approval`
+    (which gates the first step)? The live executor and every plan-only tool ask this."""
+    return step.approval == "required" or (require_approval and index == 0)
+
+
 def plan_steps(
     playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False
 ) -> list[PlannedStep]:
@@ -194,7 +200,7 @@ def plan_steps(
     planned: list[PlannedStep] = []
     done = variables.get("steps") or {}
     for index, step in enumerate(playbook.steps):
-        approval = step.approval == "required" or (require_approval and index == 0)
+        approval = approval_required(step, index, require_approval)
         try:
             runs = step_applies(step, variables)
         except Exception as exc:

@@ -108,6 +108,7 @@ class FleetFacts(_Strict):
     recent_quarantine_starts: int = Field(default=0, ge=0)
     flapping: bool = False
     node_recent_remediations: int = Field(default=0, ge=0)
+    override: bool = Field(default=False, description="a human released it past the flapping and repeat holds")
     now: datetime | None = Field(default=None, description="for maintenance windows; default: now")
 
 
@@ -407,6 +408,7 @@ def _verdict(
             node_recent_remediations=fleet.node_recent_remediations,
             node_repeat_limit=settings.node_repeat_limit,
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
+            override=fleet.override,
         )
     )
 
