@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
 from remediator.actions.context import uses_gpu
-from remediator.actions.node import cordon_node, require_kube, target_node
+from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
 from remediator.durations import parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
@@ -241,6 +241,10 @@ class Drain(Action):
     Params = DrainParams
     quarantines = True
     default_revert = "uncordon"
+
+    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+        """The drain's cordon is still this remediation's."""
+        return cordoned_by(node, remediation_id)
 
     def __init__(
         self, *, poll_interval: float = 1.0, backoff_initial: float = 1.0, backoff_max: float = 30.0

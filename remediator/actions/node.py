@@ -35,6 +35,7 @@ __all__ = [
     "Unlabel",
     "Untaint",
     "cordon_node",
+    "cordoned_by",
     "label_value_problem",
     "qualified_name_problem",
     "require_kube",
@@ -98,6 +99,14 @@ def target_node(ctx: ActionContext) -> str:
     if not ctx.target.node:
         raise Invalid(f"{ctx.step_name}: the remediation target {ctx.target.key} names no node")
     return ctx.target.node
+
+
+def cordoned_by(node: Mapping[str, Any], remediation_id: str) -> bool:
+    """The node is unschedulable, and the cordon is this remediation's (its annotation names it)."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return bool((node.get("spec") or {}).get("unschedulable")) and (
+        annotations.get(REMEDIATION_ANNOTATION) == remediation_id
+    )
 
 
 def _meta_map(node: Mapping[str, Any], field: str) -> dict[str, str]:
@@ -181,10 +190,7 @@ class Cordon(Action):
 
     def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
         """Still cordoned, by this remediation (another's cordon is theirs)."""
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        return bool((node.get("spec") or {}).get("unschedulable")) and (
-            annotations.get(REMEDIATION_ANNOTATION) == remediation_id
-        )
+        return cordoned_by(node, remediation_id)
 
     async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
         name = target_node(ctx)
