@@ -175,7 +175,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Alertmanager payload in, plan out. Touches no cluster and no database."""
-    from remediator.engine.simulation import simulate_payload
+    from remediator.tools.simulation import simulate_payload
 
     settings = _settings(config)
     try:
@@ -189,7 +189,7 @@ def simulate(
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
         return
-    from remediator.engine.simulation import render_text
+    from remediator.tools.simulation import render_text
 
     typer.echo(render_text(report))
 
@@ -214,7 +214,7 @@ def test_playbooks(
     """Run playbook tests plan-only (no cluster, no database); exit 1 with a diff on any mismatch."""
     from remediator.actions.registry import default_registry
     from remediator.engine.bootstrap import load_defs
-    from remediator.engine.playbook_tests import default_test_paths, render_report, run_tests
+    from remediator.tools.playbook_tests import default_test_paths, render_report, run_tests
 
     settings = _settings(config, rules_dir=rules, playbooks_dir=playbooks)
     actions = default_registry()
@@ -260,9 +260,9 @@ def replay(
     from remediator.actions.registry import default_registry
     from remediator.engine.bootstrap import load_defs
     from remediator.engine.effectiveness import render_ladder_text
-    from remediator.engine.replay import render_text, replay_database
     from remediator.engine.reports import ladder_from_database
     from remediator.store.repository import utcnow
+    from remediator.tools.replay import render_text, replay_database
 
     back = _duration(since, "--since")
     span = _duration(window, "--window")

@@ -33,8 +33,8 @@ from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.notifications import NotificationService
 from remediator.engine.runtime import Runtime
-from remediator.engine.simulation import simulate_payload
 from remediator.settings import BUNDLED_DIR, Settings
+from remediator.tools.simulation import simulate_payload
 
 __all__ = ["DEMO_RULE", "GATED_SAMPLE", "SAMPLES_DIR", "Override", "prepare_definitions", "run_demo"]
 

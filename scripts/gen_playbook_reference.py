@@ -31,7 +31,7 @@ from remediator.actions.registry import default_registry  # noqa: E402
 from remediator.definitions import TEMPLATE_VARIABLES, Playbook, RevertSpec, Rule, Step  # noqa: E402
 from remediator.definitions.matchers import Matcher  # noqa: E402
 from remediator.durations import format_duration  # noqa: E402
-from remediator.engine import playbook_tests as pt  # noqa: E402
+from remediator.tools import playbook_tests as pt  # noqa: E402
 
 DOC = ROOT / "docs" / "playbooks.md"
 BEGIN = "<!-- BEGIN GENERATED REFERENCE: scripts/gen_playbook_reference.py -->"

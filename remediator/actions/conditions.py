@@ -25,7 +25,8 @@ from pydantic import Field, field_validator
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.errors import Conflict
+from remediator.errors import Conflict, StepFailed
+from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
     "DEFAULT_CONDITION",
@@ -38,7 +39,6 @@ __all__ = [
 DEFAULT_CONDITION = "GPUHealthy"
 RECOVERED_REASON = "Recovered"
 MAX_MESSAGE = 1024
-CONFLICT_ATTEMPTS = 5
 _CAMEL = re.compile(r"^[A-Z][A-Za-z0-9]{0,127}$")
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -133,22 +133,23 @@ async def write_condition(
 ) -> tuple[KubeObject | None, dict[str, Any] | None]:
     """Make the node's condition `kind` say (status, reason, message); (node read last, condition written or
     None when it already said so)."""
-    for _attempt in range(CONFLICT_ATTEMPTS):
-        node = await kube.get_node(name)
-        current = _find(node, kind)
-        if _same(current, status, reason, message):
-            return node, None
-        condition = _condition(current, kind, status, reason, message)
-        patch = {
-            "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
-            "status": {"conditions": [condition]},
-        }
-        try:
-            await kube.patch_node_status(name, patch)
-        except Conflict:
-            continue
-        return node, condition
-    raise Conflict(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)")
+    try:
+        async for attempt in on_conflict(Conflict):
+            with attempt:
+                node = await kube.get_node(name)
+                current = _find(node, kind)
+                if _same(current, status, reason, message):
+                    return node, None
+                condition = _condition(current, kind, status, reason, message)
+                patch = {
+                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                    "status": {"conditions": [condition]},
+                }
+                await kube.patch_node_status(name, patch)
+                return node, condition
+    except Conflict:
+        raise StepFailed(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class SetNodeCondition(Action):

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field, field_validator
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
 from remediator.actions.context import uses_gpu
-from remediator.actions.node import cordon_node, require_kube, target_node
+from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
 from remediator.durations import parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
@@ -191,28 +192,40 @@ class _Evictor:
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
-    async def _evict(self, ref: PodRef, grace: int | None) -> None:
-        delay = self.drain.backoff_initial
-        while True:
-            await self.bucket.acquire()
-            try:
-                await self.kube.evict_pod(ref.namespace, ref.name, grace_period_seconds=grace, uid=ref.uid)
-            except (NotFound, Conflict):
-                return  # gone already, or replaced by a new pod of the same name
-            except TemporaryError as exc:
+    def _wait(self, state: RetryCallState) -> float:
+        """The server's Retry-After (a PDB's 429), else exponential backoff; never past the deadline."""
+        exc = state.outcome.exception() if state.outcome is not None else None
+        backoff = min(self.drain.backoff_initial * 2 ** (state.attempt_number - 1), self.drain.backoff_max)
+        wait = exc.retry_after if isinstance(exc, TemporaryError) and exc.retry_after else backoff
+        return max(0.0, min(wait, self._left()))
+
+    def _blocked(self, ref: PodRef) -> Callable[[RetryCallState], None]:
+        def note(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(exc, TemporaryError):
                 self.blocked[ref.uid] = exc.message
-                wait = exc.retry_after if exc.retry_after else delay
-                delay = min(delay * 2, self.drain.backoff_max)
-                if self._left() <= 0:
-                    return
-                await asyncio.sleep(min(wait, self._left()))
-                continue
-            except PermanentError as exc:
-                self.failures.append(exc)
-                return
-            self.blocked.pop(ref.uid, None)
-            await self._record(ref)
+        return note
+
+    async def _evict(self, ref: PodRef, grace: int | None) -> None:
+        """Evict one pod, retrying what may pass later (a PDB's 429, 5xx) until the drain's deadline."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, TemporaryError) and not isinstance(e, Conflict)),
+            wait=self._wait, stop=lambda _state: self._left() <= 0, after=self._blocked(ref), reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    await self.bucket.acquire()
+                    await self.kube.evict_pod(ref.namespace, ref.name, grace_period_seconds=grace, uid=ref.uid)
+        except (NotFound, Conflict):
+            return  # gone already, or replaced by a new pod of the same name
+        except TemporaryError:
+            return  # still blocked at the deadline: `blocked` says why
+        except PermanentError as exc:
+            self.failures.append(exc)
             return
+        self.blocked.pop(ref.uid, None)
+        await self._record(ref)
 
     async def _record(self, ref: PodRef) -> None:
         async with self._lock:
@@ -228,6 +241,10 @@ class Drain(Action):
     Params = DrainParams
     quarantines = True
     default_revert = "uncordon"
+
+    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+        """The drain's cordon is still this remediation's."""
+        return cordoned_by(node, remediation_id)
 
     def __init__(
         self, *, poll_interval: float = 1.0, backoff_initial: float = 1.0, backoff_max: float = 30.0

@@ -17,8 +17,9 @@ from pydantic import field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.errors import Conflict, Invalid, NotSupported
+from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
 from remediator.kube_names import QUARANTINE_TAINT, REMEDIATION_ANNOTATION, STATE_LABEL
+from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
     "DEFAULT_TAINT_KEY",
@@ -34,6 +35,7 @@ __all__ = [
     "Unlabel",
     "Untaint",
     "cordon_node",
+    "cordoned_by",
     "label_value_problem",
     "qualified_name_problem",
     "require_kube",
@@ -43,7 +45,6 @@ __all__ = [
 DEFAULT_TAINT_KEY = QUARANTINE_TAINT
 QUARANTINE_STATE = "quarantined"
 MAX_ANNOTATION_BYTES = 256 * 1024
-CONFLICT_ATTEMPTS = 5
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -98,6 +99,14 @@ def target_node(ctx: ActionContext) -> str:
     if not ctx.target.node:
         raise Invalid(f"{ctx.step_name}: the remediation target {ctx.target.key} names no node")
     return ctx.target.node
+
+
+def cordoned_by(node: Mapping[str, Any], remediation_id: str) -> bool:
+    """The node is unschedulable, and the cordon is this remediation's (its annotation names it)."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return bool((node.get("spec") or {}).get("unschedulable")) and (
+        annotations.get(REMEDIATION_ANNOTATION) == remediation_id
+    )
 
 
 def _meta_map(node: Mapping[str, Any], field: str) -> dict[str, str]:
@@ -181,10 +190,7 @@ class Cordon(Action):
 
     def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
         """Still cordoned, by this remediation (another's cordon is theirs)."""
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        return bool((node.get("spec") or {}).get("unschedulable")) and (
-            annotations.get(REMEDIATION_ANNOTATION) == remediation_id
-        )
+        return cordoned_by(node, remediation_id)
 
     async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
         name = target_node(ctx)
@@ -280,17 +286,18 @@ async def _patch_with_retry(kube: KubeAdapter, name: str, build: Any) -> tuple[K
 
     A 409 means another writer got in between: read again and rebuild, so their change survives.
     """
-    for _attempt in range(CONFLICT_ATTEMPTS):
-        node = await kube.get_node(name)
-        patch: dict[str, Any] = build(node)
-        if not patch:
-            return node, patch
-        patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
-        try:
-            return await kube.patch_node(name, patch), patch
-        except Conflict:
-            continue
-    raise Conflict(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)")
+    try:
+        async for attempt in on_conflict(Conflict):
+            with attempt:
+                node = await kube.get_node(name)
+                patch: dict[str, Any] = build(node)
+                if not patch:
+                    return node, patch
+                patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+                return await kube.patch_node(name, patch), patch
+    except Conflict:
+        raise StepFailed(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Taint(Action):

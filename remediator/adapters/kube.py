@@ -64,7 +64,12 @@ _SCALABLE_KINDS: dict[str, str] = {"Deployment": "deployment", "StatefulSet": "s
 
 
 class TokenBucket:
-    """At most `rate` acquisitions a second on average, bursts up to `burst`; time from the event loop."""
+    """At most `rate` acquisitions a second on average, bursts up to `burst`; time from the event loop.
+
+    Kept rather than a library: it is the same client-side QPS/burst limiter client-go and kubectl apply to an
+    API server (20 lines), it reads the event loop's clock so tests drive it without sleeping, and the
+    maintained asyncio limiters (aiolimiter) implement a leaky bucket without a burst parameter.
+    """
 
     def __init__(self, rate: float, burst: int | None = None) -> None:
         if rate <= 0:

@@ -23,9 +23,9 @@ from typing import Any, Literal
 
 from remediator.adapters.notifier import PodLine
 from remediator.definitions import Step
-from remediator.engine.executor import alert_of, playbook_of, target_of
+from remediator.engine.executor import alert_of, playbook_of
 from remediator.engine.notifications import pods_of
-from remediator.engine.planning import build_variables, plan_steps
+from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.engine.runtime import Runtime
 from remediator.errors import ApprovalError
 from remediator.store.models import Approval, Remediation, StepRow

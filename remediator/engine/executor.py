@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from remediator.actions.base import Action, ActionContext, ActionResult, Target
+from remediator.actions.base import Action, ActionContext, ActionResult
 from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
@@ -39,7 +39,7 @@ from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, deci
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
-from remediator.engine.planning import build_variables, step_applies
+from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
 from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
@@ -146,13 +146,6 @@ def alert_started(rem: Remediation) -> datetime:
         except ValueError:
             pass
     return utc(rem.created_at)
-
-
-def target_of(rem: Remediation) -> Target:
-    return Target(
-        kind=rem.target_kind,  # type: ignore[arg-type]
-        node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace, pod=rem.pod,
-    )
 
 
 class Executor:
@@ -529,7 +522,7 @@ class Executor:
     # -- approvals (the token and page live in the approval service) ------------------------------
 
     def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
-        required = step.approval == "required" or (bool(rem.plan.get("require_approval")) and idx == 0)
+        required = approval_required(step, idx, bool(rem.plan.get("require_approval")))
         if not required:
             return False
         return not (rem.approval_step == idx and rem.decision == "approved")

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from remediator.actions.base import Target
 from remediator.definitions import DefinitionSet, Playbook, Step
@@ -21,8 +21,8 @@ from remediator.intake.normalize import GpuAlert
 from remediator.matching import match_rules
 
 __all__ = [
-    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "build_variables", "pending_step", "plan_steps", "propose",
-    "target_for", "waiting_note",
+    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "pending_step",
+    "plan_steps", "propose", "target_for", "target_of", "waiting_note",
 ]
 
 
@@ -77,6 +77,17 @@ def target_for(kind: str, alert: GpuAlert) -> Target:
         gpu_index=alert.gpu_index,
         namespace=alert.namespace,
         pod=alert.pod,
+    )
+
+
+def target_of(rem: Any) -> Target:
+    """The target a stored remediation acts on (its row's columns); live runs and replays read it alike."""
+    kind: Literal["node", "gpu", "namespace"] = (
+        "gpu" if rem.target_kind == "gpu" else "namespace" if rem.target_kind == "namespace" else "node"
+    )
+    return Target(
+        kind=kind, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace,
+        pod=rem.pod,
     )
 
 
@@ -176,6 +187,12 @@ def step_applies(step: Step, variables: Mapping[str, Any]) -> bool:
     return compile_condition(step.when).evaluate(variables)
 
 
+def approval_required(step: Step, index: int, require_approval: bool) -> bool:
+    """Does step `index` wait for a human: its own `approval: required`, or the rule's `require_approval`
+    (which gates the first step)? The live executor and every plan-only tool ask this."""
+    return step.approval == "required" or (require_approval and index == 0)
+
+
 def plan_steps(
     playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False
 ) -> list[PlannedStep]:
@@ -183,7 +200,7 @@ def plan_steps(
     planned: list[PlannedStep] = []
     done = variables.get("steps") or {}
     for index, step in enumerate(playbook.steps):
-        approval = step.approval == "required" or (require_approval and index == 0)
+        approval = approval_required(step, index, require_approval)
         try:
             runs = step_applies(step, variables)
         except Exception as exc:

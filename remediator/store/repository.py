@@ -7,7 +7,6 @@ worker check its lease (`owner`), so a replica that lost its lease cannot record
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +24,9 @@ from sqlalchemy.orm import defer
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, TRANSITIONS, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
-from remediator.store.audit import canonical, event_hash
+from remediator.jsondata import jsonable
+from remediator.retrying import on_conflict
+from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.intake_repeats import as_repeats
@@ -84,10 +85,6 @@ class NewRemediation:
     params: dict[str, Any]
     plan: dict[str, Any]
     cooldown: timedelta | None
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(canonical(value))
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -164,7 +161,7 @@ class Repository:
         prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
         prev_hash = prev or await chain_start(session)
         ts = self._clock()
-        payload = _jsonable(data or {})
+        payload = jsonable(data or {})
         digest = event_hash(
             ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
             key=self.audit_key,
@@ -288,13 +285,14 @@ class Repository:
         Returns (outcome, remediation_id or ""). Outcome is `started`, `linked` or `cooldown`.
         """
         active_key = f"{new.target_key}|{new.playbook}"
-        for _ in range(3):
-            try:
-                async with self.transaction() as session:
-                    return await self._record_firing(session, alert, new, active_key)
-            except IntegrityError:
-                continue  # another replica started the same remediation a moment ago: link to it
-        raise StoreUnavailable("could not record alert after concurrent starts")
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._record_firing(session, alert, new, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record alert after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _record_firing(
         self, session: AsyncSession, alert: AlertRow, new: NewRemediation, active_key: str
@@ -332,8 +330,8 @@ class Repository:
                 target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
                 gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=alert.id,
                 alert_fingerprint=alert.fingerprint, alertname=alert.alertname, alert_labels=dict(alert.labels),
-                alert_annotations=dict(alert.annotations), alert_resolved=False, params=_jsonable(new.params),
-                plan=_jsonable(new.plan), context={}, phase="forward", current_step=0, active_key=active_key,
+                alert_annotations=dict(alert.annotations), alert_resolved=False, params=jsonable(new.params),
+                plan=jsonable(new.plan), context={}, phase="forward", current_step=0, active_key=active_key,
                 quarantined=False, linked_alerts=0, next_run_at=now,
             )
         )
@@ -554,7 +552,7 @@ class Repository:
     async def set_context(self, rem_id: str, owner: str, context: dict[str, Any]) -> None:
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
-            rem.context = _jsonable(context)
+            rem.context = jsonable(context)
             await self.audit(session, "context.gathered", remediation_id=rem_id,
                              data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
@@ -601,13 +599,13 @@ class Repository:
             if step is None:
                 step = StepRow(
                     remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status="running",
-                    attempts=1, params=_jsonable(params), output={}, progress={}, error=None, started_at=now,
+                    attempts=1, params=jsonable(params), output={}, progress={}, error=None, started_at=now,
                 )
                 session.add(step)
             else:
                 step.attempts += 1
                 step.status = "running"
-                step.params = _jsonable(params)
+                step.params = jsonable(params)
             await session.flush()
             await self.audit(
                 session, "step.started", remediation_id=rem_id,
@@ -622,7 +620,7 @@ class Repository:
             await session.execute(
                 update(StepRow)
                 .where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
-                .values(progress=_jsonable(progress))
+                .values(progress=jsonable(progress))
             )
 
     async def finish_step(
@@ -644,7 +642,7 @@ class Repository:
                 )
                 session.add(step)
             step.status = status
-            step.output = _jsonable(output or {})
+            step.output = jsonable(output or {})
             step.error = error
             step.finished_at = now
             if advance:
@@ -671,9 +669,9 @@ class Repository:
         async with self.transaction() as session:
             row = await session.get(ControllerState, key)
             if row is None:
-                session.add(ControllerState(key=key, value=_jsonable(value), updated_at=self._clock()))
+                session.add(ControllerState(key=key, value=jsonable(value), updated_at=self._clock()))
             else:
-                row.value = _jsonable(value)
+                row.value = jsonable(value)
                 row.updated_at = self._clock()
             await self.audit(session, audit_kind, actor=actor, data=value)
 
@@ -887,13 +885,14 @@ class Repository:
         Returns (`started` or `linked`, remediation id); audited on both remediations.
         """
         active_key = f"{new.target_key}|{new.playbook}"
-        for _ in range(3):
-            try:
-                async with self.transaction() as session:
-                    return await self._create_escalation(session, source, new, reason, active_key)
-            except IntegrityError:
-                continue  # another replica started the same rung a moment ago: link to it
-        raise StoreUnavailable("could not record an escalation after concurrent starts")
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._create_escalation(session, source, new, reason, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record an escalation after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _create_escalation(
         self, session: AsyncSession, source: Remediation, new: NewRemediation, reason: str, active_key: str
@@ -913,7 +912,7 @@ class Repository:
                 gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=source.alert_id,
                 alert_fingerprint=source.alert_fingerprint, alertname=source.alertname,
                 alert_labels=dict(source.alert_labels), alert_annotations=dict(source.alert_annotations),
-                alert_resolved=False, params=_jsonable(new.params), plan=_jsonable(new.plan), context={},
+                alert_resolved=False, params=jsonable(new.params), plan=jsonable(new.plan), context={},
                 phase="forward", current_step=0, active_key=active_key, quarantined=False, linked_alerts=0,
                 next_run_at=now,
             )

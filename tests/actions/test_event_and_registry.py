@@ -93,3 +93,16 @@ def test_registry_holds_the_kubernetes_actions_by_name() -> None:
         "annotate": "unannotate",
         "drain": "uncordon",
     }
+
+
+def test_every_default_undo_exists_and_every_quarantine_can_say_it_still_holds() -> None:
+    """What the engine relies on instead of knowing actions: an undo it can look up, and `still_holds` on
+    every action that puts a node under quarantine (else a lifted quarantine would count forever)."""
+    from remediator.actions.base import Action
+
+    registry = default_registry()
+    for name, action in registry.items():
+        if action.default_revert is not None:
+            assert action.default_revert in registry, name
+        if action.quarantines:
+            assert type(action).still_holds is not Action.still_holds, f"{name} quarantines but cannot say so"

@@ -274,3 +274,22 @@ async def test_annotate_and_unannotate_restore_exactly(fake_kube: FakeKube, make
 async def test_unannotate_without_a_key_or_prior_output_is_invalid(node: dict, make_ctx: MakeCtx) -> None:
     with pytest.raises(Invalid):
         await Unannotate().run(make_ctx(), Unannotate().parse({}))
+
+
+async def test_a_node_that_keeps_changing_fails_the_step_once_without_nested_retries(
+    fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
+) -> None:
+    """Every patch loses the race: the conflict retries stop after CONFLICT_ATTEMPTS, as a permanent failure,
+    so the step's own retries of temporary errors do not multiply them."""
+    from remediator.engine.executor import run_with_retries
+    from remediator.errors import StepFailed
+    from remediator.retrying import CONFLICT_ATTEMPTS
+
+    fake_kube.before(
+        "patch", "nodes", lambda call: fake_kube.write("nodes", None, NODE, {"metadata": {"labels": {"x": "y"}}}),
+        times=1000,
+    )
+    taint = Taint()
+    with pytest.raises(StepFailed, match="kept changing under us"):
+        await run_with_retries(taint, make_ctx(), taint.parse({"value": "xid-48"}), retries=3, timeout=30)
+    assert [c.status for c in fake_kube.requests("patch", "nodes")] == [409] * CONFLICT_ATTEMPTS

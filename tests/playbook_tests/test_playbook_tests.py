@@ -11,8 +11,8 @@ import pytest
 
 from remediator.actions.registry import default_registry
 from remediator.engine.bootstrap import load_defs
-from remediator.engine.playbook_tests import BUNDLED_TESTS, load_tests, run_tests
 from remediator.settings import BUNDLED_DIR, Settings
+from remediator.tools.playbook_tests import BUNDLED_TESTS, load_tests, run_tests
 from tests.cli.test_cli import run
 from tests.reload.conftest import remove_step
 

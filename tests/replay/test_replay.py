@@ -13,8 +13,8 @@ import pytest
 from remediator.actions.registry import default_registry
 from remediator.definitions import load_definitions
 from remediator.engine.bootstrap import action_params
-from remediator.engine.replay import ReplayReport, render_text, replay
 from remediator.store.repository import utcnow
+from remediator.tools.replay import ReplayReport, render_text, replay
 from tests.cli.test_cli import run
 from tests.helpers import am_alert, am_payload, xid_labels
 from tests.reload.conftest import Controller, MakeController, remove_step

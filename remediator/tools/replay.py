@@ -2,7 +2,7 @@
 
 For every firing alert received since a point in time (first deliveries only; repeats never started
 anything), the alert is matched and planned with the given definitions by the controller's own planning
-code (remediator.engine.plan_only) and compared with what the controller actually did then:
+code (remediator.tools.plan_only) and compared with what the controller actually did then:
 
 * would start: no remediation was started for it, the new definitions would start one;
 * would not start: a remediation was started, the new definitions match nothing (or find no target);
@@ -27,17 +27,16 @@ from typing import Any, Literal
 
 from sqlalchemy.engine import make_url
 
-from remediator.actions.base import Target
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet, Playbook
-from remediator.engine.plan_only import jsonable, plan_proposal, step_view
-from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for
+from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for, target_of
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import AlertRow, Remediation, StepRow
 from remediator.store.repository import Repository
+from remediator.tools.plan_only import jsonable, plan_proposal, step_view
 
 __all__ = ["ReplayEntry", "ReplayReport", "render_text", "replay", "replay_database"]
 
@@ -108,13 +107,6 @@ def _stored_alert(rem: Remediation) -> GpuAlert:
     return GpuAlert(**rem.plan["alert"])
 
 
-def _stored_target(rem: Remediation) -> Target:
-    return Target(
-        kind="gpu" if rem.target_kind == "gpu" else "namespace" if rem.target_kind == "namespace" else "node",
-        node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace, pod=rem.pod,
-    )
-
-
 def _outputs(rows: list[StepRow]) -> dict[str, Any]:
     return {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
 
@@ -123,7 +115,7 @@ def _actual_steps(rem: Remediation, rows: list[StepRow]) -> list[dict[str, Any]]
     """The steps the remediation ran (its step rows) or, where it never got to them, would have run."""
     playbook = Playbook.model_validate(rem.plan["playbook"])
     variables = build_variables(
-        alert=_stored_alert(rem), target=_stored_target(rem), params=rem.params, context=rem.context,
+        alert=_stored_alert(rem), target=target_of(rem), params=rem.params, context=rem.context,
         steps=_outputs(rows), xid=rem.plan.get("xid") or {},
     )
     planned = plan_steps(playbook, variables, require_approval=bool(rem.plan.get("require_approval")))

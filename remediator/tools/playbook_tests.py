@@ -27,7 +27,6 @@ from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
-from remediator.engine.plan_only import AlertPlan, jsonable, plan_proposal, quarantines
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
@@ -35,6 +34,7 @@ from remediator.intake.normalize import GpuAlert, normalize
 from remediator.kube_names import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
+from remediator.tools.plan_only import AlertPlan, jsonable, plan_proposal, quarantines
 
 __all__ = [
     "BUNDLED_TESTS",
@@ -108,6 +108,7 @@ class FleetFacts(_Strict):
     recent_quarantine_starts: int = Field(default=0, ge=0)
     flapping: bool = False
     node_recent_remediations: int = Field(default=0, ge=0)
+    override: bool = Field(default=False, description="a human released it past the flapping and repeat holds")
     now: datetime | None = Field(default=None, description="for maintenance windows; default: now")
 
 
@@ -407,6 +408,7 @@ def _verdict(
             node_recent_remediations=fleet.node_recent_remediations,
             node_repeat_limit=settings.node_repeat_limit,
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
+            override=fleet.override,
         )
     )
 

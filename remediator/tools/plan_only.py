@@ -15,6 +15,7 @@ from remediator.actions.base import Action
 from remediator.definitions import DefinitionSet, Playbook
 from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, propose, xid_variables
 from remediator.intake.normalize import GpuAlert
+from remediator.jsondata import jsonable
 
 __all__ = ["AlertPlan", "jsonable", "plan_alert", "plan_proposal", "quarantines", "step_view"]
 
@@ -26,17 +27,6 @@ class AlertPlan:
     proposal: Proposal
     variables: dict[str, Any]
     steps: list[PlannedStep] = field(default_factory=list)
-
-
-def jsonable(value: Any) -> Any:
-    """Plain JSON-like data (tuples as lists, unknown objects as strings), for comparing and printing."""
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
 
 
 def quarantines(playbook: Playbook, actions: Mapping[str, Action]) -> bool:
