@@ -1,0 +1,217 @@
+"""Reads for the API, UI, guardrails and reports: lists, counts and the facts guardrails decide on."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy import false, func, or_, select, true
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
+
+from remediator.engine.states import ACTIVE_STATES
+from remediator.store.models import (
+    AlertRow,
+    AuditEvent,
+    Remediation,
+    StepRow,
+)
+from remediator.store.unit_of_work import (
+    LARGE_COLUMNS,
+    RepositoryBase,
+)
+
+__all__ = ["ReadStore"]
+
+
+class ReadStore(RepositoryBase):
+    """Reads for the API, UI, guardrails and reports (a mixin of `Repository`)."""
+
+    async def list_remediations(
+        self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0,
+        id_prefix: str | None = None, leave_out: Collection[str] = (),
+    ) -> list[Remediation]:
+        """Remediations newest first, without the columns named in `leave_out` (of LARGE_COLUMNS): touching
+        one of those on a returned row raises instead of loading it."""
+        async with self.transaction() as session:
+            query = select(Remediation)
+            if leave_out:
+                query = query.options(*(defer(getattr(Remediation, c), raiseload=True) for c in leave_out))
+            if state:
+                query = query.where(Remediation.state == state)
+            if node:
+                query = query.where(Remediation.node == node)
+            if id_prefix:
+                query = query.where(Remediation.id.startswith(id_prefix, autoescape=True))
+            query = query.order_by(Remediation.created_at.desc(), Remediation.id).limit(limit).offset(offset)
+            return list((await session.scalars(query)).all())
+
+    async def remediations_since(
+        self, since: datetime | None, *, after: tuple[datetime, str] | None = None, limit: int = 1000
+    ) -> list[Remediation]:
+        """One page of remediations created at or after `since`, oldest first by (created_at, id).
+
+        Pass the (created_at, id) of the last row of a page as `after` to read the next one.
+        """
+        async with self.transaction() as session:
+            query = select(Remediation)
+            if since is not None:
+                query = query.where(Remediation.created_at >= since)
+            if after is not None:
+                at, rem_id = after
+                query = query.where(
+                    or_(Remediation.created_at > at, (Remediation.created_at == at) & (Remediation.id > rem_id))
+                )
+            query = query.order_by(Remediation.created_at, Remediation.id).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def list_audit(
+        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000
+    ) -> list[AuditEvent]:
+        async with self.transaction() as session:
+            query = select(AuditEvent).where(AuditEvent.id > after_id)
+            if remediation_id:
+                query = query.where(AuditEvent.remediation_id == remediation_id)
+            query = query.order_by(AuditEvent.id).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def list_alerts(self, *, since: datetime | None = None, limit: int = 100000) -> list[AlertRow]:
+        async with self.transaction() as session:
+            query = select(AlertRow)
+            if since is not None:
+                query = query.where(AlertRow.received_at >= since)
+            return list((await session.scalars(query.order_by(AlertRow.id).limit(limit))).all())
+
+    async def recent_alerts(
+        self, *, state: str | None = None, status: str | None = None, node: str | None = None,
+        node_labels: Sequence[str] = (), limit: int = 100,
+    ) -> list[AlertRow]:
+        """Stored alerts, newest first; `node` matches any of `node_labels` (the node label precedence)."""
+        async with self.transaction() as session:
+            query = select(AlertRow)
+            if state:
+                query = query.where(AlertRow.state == state)
+            if status:
+                query = query.where(AlertRow.status == status)
+            if node:
+                matches = [AlertRow.labels[key].as_string() == node for key in node_labels]
+                query = query.where(or_(*matches) if matches else false())
+            query = query.order_by(AlertRow.id.desc()).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def count_by_state(self) -> dict[str, int]:
+        async with self.transaction() as session:
+            rows = await session.execute(select(Remediation.state, func.count()).group_by(Remediation.state))
+            return {str(state): int(n) for state, n in rows.all()}
+
+    async def oldest_active(self) -> dict[str, datetime]:
+        """created_at of the oldest remediation in each active state that has one."""
+        async with self.transaction() as session:
+            rows = await session.execute(
+                select(Remediation.state, func.min(Remediation.created_at))
+                .where(Remediation.state.in_(ACTIVE_STATES))
+                .group_by(Remediation.state)
+            )
+            return {
+                str(state): at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+                for state, at in rows.all()
+                if at is not None
+            }
+
+    async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
+        rows = await session.scalars(
+            select(Remediation.node).where(Remediation.quarantined == true(), Remediation.node.is_not(None)).distinct()
+        )
+        return {n for n in rows.all() if n}
+
+    async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
+        count = await session.scalar(
+            select(func.count()).where(AuditEvent.kind == "quarantine.started", AuditEvent.ts >= since)
+        )
+        return int(count or 0)
+
+    async def flap_count(self, session: AsyncSession, fingerprint: str, since: datetime) -> int:
+        """How often this alert resolved within the window (first deliveries only)."""
+        count = await session.scalar(
+            select(func.count()).where(
+                AlertRow.fingerprint == fingerprint, AlertRow.status == "resolved", AlertRow.state != "repeat",
+                AlertRow.received_at >= since,
+            )
+        )
+        return int(count or 0)
+
+    async def node_remediations_since(self, session: AsyncSession, node: str, since: datetime, exclude: str) -> int:
+        """Remediations on this node that started acting (quarantine or steps) within the window."""
+        count = await session.scalar(
+            select(func.count(func.distinct(Remediation.id))).where(
+                Remediation.node == node, Remediation.created_at >= since, Remediation.id != exclude,
+                Remediation.id.in_(select(StepRow.remediation_id).where(StepRow.phase == "forward",
+                                                                         StepRow.status == "succeeded")),
+            )
+        )
+        return int(count or 0)
+
+    async def recent_alerts_for_gpu(
+        self, node: str, gpu: str, alertname: str, since: datetime,
+        node_labels: Sequence[str] = ("node", "kubernetes_node", "Hostname", "hostname"),
+    ) -> list[AlertRow]:
+        """First deliveries of firing `alertname` alerts on one GPU within the window (the node named by any
+        of `node_labels`, the controller's NODE_LABEL_PRECEDENCE).
+
+        The node and GPU labels are compared in SQL: loading every recent alert of the name and filtering here
+        made a storm quadratic (10,000 Xid alerts: each loaded all the others).
+        """
+        labels = AlertRow.labels
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(AlertRow).where(
+                    AlertRow.alertname == alertname, AlertRow.status == "firing", AlertRow.state != "repeat",
+                    AlertRow.received_at >= since,
+                    or_(*(labels[key].as_string() == node for key in node_labels)),
+                    or_(*(labels[key].as_string() == gpu for key in ("UUID", "gpu"))),
+                )
+            )
+            return list(rows.all())
+
+    async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
+        """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""
+        async with self.transaction() as session:
+            query = select(Remediation).where(Remediation.node == node)
+            if since is not None:
+                query = query.where(Remediation.created_at >= since)
+            rows = await session.scalars(query.order_by(Remediation.created_at.desc()).limit(limit))
+            return list(rows.all())
+
+    async def held(self) -> list[Remediation]:
+        return await self.list_remediations(state="held", limit=1000, leave_out=LARGE_COLUMNS)
+
+    async def get_alert(self, alert_id: int) -> AlertRow | None:
+        async with self.transaction() as session:
+            return await session.get(AlertRow, alert_id)
+
+    async def processed_alerts(
+        self, *, outcomes: Sequence[str], since: datetime | None = None, limit: int = 500
+    ) -> list[AlertRow]:
+        """Processed alerts (first deliveries) with one of these outcomes, newest first."""
+        async with self.transaction() as session:
+            query = select(AlertRow).where(AlertRow.state == "done", AlertRow.outcome.in_(list(outcomes)))
+            if since is not None:
+                query = query.where(AlertRow.received_at >= since)
+            query = query.order_by(AlertRow.id.desc()).limit(limit)
+            return list((await session.scalars(query)).all())
+
+    async def fleet_remediations(self, since: datetime, limit: int = 2000) -> list[Remediation]:
+        """Remediations that matter to the fleet now: quarantining, active, or created/finished since `since`."""
+        async with self.transaction() as session:
+            query = (
+                select(Remediation)
+                .where(or_(
+                    Remediation.quarantined.is_(True),
+                    Remediation.state.in_(sorted(ACTIVE_STATES)),
+                    Remediation.created_at >= since,
+                    Remediation.finished_at >= since,
+                ))
+                .order_by(Remediation.created_at.desc(), Remediation.id)
+                .limit(limit)
+            )
+            return list((await session.scalars(query)).all())

@@ -1,0 +1,359 @@
+"""Remediations and their moves: start or link for a firing alert, resolve, transitions, leases, crashes,
+admission, escalations."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import case, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from remediator.engine.states import TRANSITIONS
+from remediator.errors import StoreUnavailable
+from remediator.jsondata import jsonable
+from remediator.retrying import on_conflict
+from remediator.store.models import (
+    AlertRow,
+    Remediation,
+)
+from remediator.store.unit_of_work import (
+    _ADMIT_LOCK,
+    NewRemediation,
+    RepositoryBase,
+)
+
+__all__ = ["RemediationStore"]
+
+
+class RemediationStore(RepositoryBase):
+    """Remediations and their moves (a mixin of `Repository`)."""
+
+    async def record_firing(self, alert: AlertRow, new: NewRemediation) -> tuple[str, str]:
+        """Start a remediation for a firing alert, or link it to the active one, or respect the cooldown.
+
+        Returns (outcome, remediation_id or ""). Outcome is `started`, `linked` or `cooldown`.
+        """
+        active_key = f"{new.target_key}|{new.playbook}"
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._record_firing(session, alert, new, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record alert after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _record_firing(
+        self, session: AsyncSession, alert: AlertRow, new: NewRemediation, active_key: str
+    ) -> tuple[str, str]:
+        now = self._clock()
+        active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
+        if active is not None:
+            active.linked_alerts += 1
+            await self._finish_alert(session, alert.id, "linked", note=None, remediation_id=active.id)
+            await self.audit(
+                session, "alert.linked", remediation_id=active.id,
+                data={"alert_id": alert.id, "fingerprint": alert.fingerprint, "alertname": alert.alertname},
+            )
+            return "linked", active.id
+        if new.cooldown:
+            recent = await session.scalar(
+                select(Remediation.id)
+                .where(
+                    Remediation.rule == new.rule, Remediation.target_key == new.target_key,
+                    Remediation.finished_at.is_not(None), Remediation.finished_at > now - new.cooldown,
+                )
+                .limit(1)
+            )
+            if recent is not None:
+                await self._finish_alert(session, alert.id, "cooldown", note=f"cooldown after {recent}",
+                                         remediation_id=recent)
+                await self.audit(session, "alert.cooldown", remediation_id=recent,
+                                 data={"alert_id": alert.id, "rule": new.rule, "target": new.target_key})
+                return "cooldown", recent
+        rem_id = str(uuid.uuid4())
+        session.add(
+            Remediation(
+                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=None,
+                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
+                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
+                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=alert.id,
+                alert_fingerprint=alert.fingerprint, alertname=alert.alertname, alert_labels=dict(alert.labels),
+                alert_annotations=dict(alert.annotations), alert_resolved=False, params=jsonable(new.params),
+                plan=jsonable(new.plan), context={}, phase="forward", current_step=0, active_key=active_key,
+                quarantined=False, linked_alerts=0, next_run_at=now,
+            )
+        )
+        await session.flush()
+        await self._finish_alert(session, alert.id, "started", note=None, remediation_id=rem_id)
+        await self.audit(
+            session, "remediation.created", remediation_id=rem_id,
+            data={"rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": alert.id,
+                  "alertname": alert.alertname, "definitions_version": new.definitions_version},
+        )
+        return "started", rem_id
+
+    async def record_resolved(self, alert: AlertRow) -> list[tuple[str, str]]:
+        """Apply a resolved alert: cancel what has not acted, mark running ones, revert finished ones.
+
+        Returns (remediation_id, what happened) pairs.
+        """
+        results: list[tuple[str, str]] = []
+        async with self.transaction() as session:
+            rows = (
+                await session.scalars(
+                    select(Remediation)
+                    .where(Remediation.alert_fingerprint == alert.fingerprint, Remediation.alert_resolved.is_(False))
+                    .order_by(Remediation.created_at)
+                )
+            ).all()
+            for rem in rows:
+                rem.alert_resolved = True
+                on_resolved = str(rem.plan.get("playbook", {}).get("on_resolved", "keep"))
+                if rem.state in ("pending", "held", "awaiting_approval"):
+                    await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
+                    results.append((rem.id, "cancelled"))
+                    if on_resolved == "revert" and await self._has_done_steps(session, rem.id):
+                        await self._start_revert(session, rem, "alert resolved")
+                        results[-1] = (rem.id, "cancelled+reverting")
+                elif rem.state == "running":
+                    results.append((rem.id, "marked"))
+                elif rem.state in ("succeeded", "failed") and on_resolved == "revert":
+                    await self._start_revert(session, rem, "alert resolved")
+                    results.append((rem.id, "reverting"))
+                else:
+                    results.append((rem.id, "unchanged"))
+            await self._finish_alert(
+                session, alert.id, "resolved", note=None, remediation_id=results[0][0] if results else None
+            )
+            await self.audit(
+                session, "alert.resolved", remediation_id=results[0][0] if results else None,
+                data={"alert_id": alert.id, "fingerprint": alert.fingerprint, "alertname": alert.alertname,
+                      "effects": [{"remediation": r, "effect": e} for r, e in results]},
+            )
+        return results
+
+    async def transition(
+        self, rem_id: str, event: str, *, reason: str | None = None, actor: str = "controller",
+        owner: str | None = None, data: dict[str, Any] | None = None,
+        changes: dict[str, Any] | None = None,
+    ) -> Remediation:
+        """Move one remediation by `event` (checked against the table) and audit it, atomically."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            await self._transition(session, rem, event, reason=reason, actor=actor, data=data)
+            for key, value in (changes or {}).items():
+                setattr(rem, key, value)
+            return rem
+
+    async def start_revert(self, rem_id: str, reason: str, *, actor: str = "controller") -> Remediation:
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, None)
+            await self._transition(session, rem, "revert", reason=reason, actor=actor)
+            rem.phase = "revert"
+            rem.current_step = 0
+            rem.next_run_at = self._clock()
+            rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
+            return rem
+
+    async def claim_remediations(self, owner: str, limit: int, lease: timedelta) -> list[str]:
+        """Claim runnable remediations whose lease is free or expired (a dead replica's work resumes)."""
+        now = self._clock()
+        async with self.transaction() as session:
+            query = (
+                select(Remediation)
+                .where(
+                    Remediation.state.in_(("pending", "running", "reverting", "held")),
+                    or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
+                    or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
+                    or_(Remediation.not_before.is_(None), Remediation.not_before <= now),  # crash backoff
+                )
+                .order_by(case((Remediation.state == "held", 1), else_=0), Remediation.created_at)
+                .limit(limit)
+            )
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            rows = (await session.scalars(query)).all()
+            for rem in rows:
+                rem.lease_owner = owner
+                rem.lease_expires = now + lease
+            return [r.id for r in rows]
+
+    async def renew_lease(self, rem_id: str, owner: str, lease: timedelta) -> bool:
+        async with self.transaction() as session:
+            result = await session.execute(
+                update(Remediation)
+                .where(Remediation.id == rem_id, Remediation.lease_owner == owner)
+                .values(lease_expires=self._clock() + lease)
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def release_lease(self, rem_id: str, owner: str, *, next_run_in: timedelta | None = None) -> None:
+        async with self.transaction() as session:
+            values: dict[str, Any] = {"lease_owner": None, "lease_expires": None}
+            if next_run_in is not None:
+                values["next_run_at"] = self._clock() + next_run_in
+            await session.execute(
+                update(Remediation).where(Remediation.id == rem_id, Remediation.lease_owner == owner).values(**values)
+            )
+
+    async def record_crash(
+        self, rem_id: str, owner: str, *, error: str, backoff: timedelta, backoff_max: timedelta, max_crashes: int
+    ) -> tuple[int, datetime | None]:
+        """Count an unexpected failure of the driver: back off, and end the remediation after `max_crashes`.
+
+        `backoff` is the wait after the first crash; each further crash in a row doubles it, up to
+        `backoff_max`. Returns (crashes in a row, not-before time; None when the remediation is now `failed`).
+        The count starts over whenever a step result is recorded (`finish_step`).
+        """
+        now = self._clock()
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.crashes = (rem.crashes or 0) + 1
+            rem.error = error
+            rem.updated_at = now
+            ends = rem.crashes >= max_crashes and (rem.state, "crash") in TRANSITIONS
+            wait = None if ends else min(backoff * 2 ** min(rem.crashes - 1, 30), backoff_max)
+            not_before = None if wait is None else now + wait
+            await self.audit(
+                session, "remediation.crashed", remediation_id=rem_id,
+                data={"crashes": rem.crashes, "max_crashes": max_crashes, "error": error, "state": rem.state,
+                      "backoff_seconds": None if wait is None else wait.total_seconds(),
+                      "not_before": None if not_before is None else not_before.isoformat()},
+            )
+            if ends:
+                await self._transition(
+                    session, rem, "crash", reason=f"crashed {rem.crashes} times in a row; last error: {error}",
+                    data={"crashes": rem.crashes, "error": error},
+                )
+            rem.not_before = not_before
+            return rem.crashes, not_before
+
+    async def note_revert_pause(self, rem_id: str, owner: str, *, paused: bool, reason: str) -> None:
+        """Record that an undo stopped for the pause switch (`revert.paused`) or goes on (`revert.resumed`)."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.state_reason = reason
+            rem.updated_at = self._clock()
+            await self.audit(session, "revert.paused" if paused else "revert.resumed", remediation_id=rem_id,
+                             data={"reason": reason, "step": rem.current_step})
+
+    async def set_context(self, rem_id: str, owner: str, context: dict[str, Any]) -> None:
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.context = jsonable(context)
+            await self.audit(session, "context.gathered", remediation_id=rem_id,
+                             data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
+
+    async def admit(
+        self, rem_id: str, owner: str, decide: Callable[[Any], Any], facts: Callable[[AsyncSession], Any]
+    ) -> tuple[str, Any, bool]:
+        """Guardrail decision and the quarantine it admits, serialized across replicas.
+
+        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` returns a
+        verdict with `.allow`, `.name`, `.reason`, `.quarantines`. Returns (new state, verdict, changed):
+        `changed` is False when a held remediation is still held for the same reason.
+        """
+        async with self.transaction() as session:
+            await self._lock(session, _ADMIT_LOCK)
+            rem = await self._get_for_update(session, rem_id, owner)
+            gathered = await facts(session)
+            verdict = decide(gathered)
+            if verdict.allow:
+                if rem.state == "held":
+                    await self._transition(session, rem, "release", reason="guardrails allow")
+                await self._transition(session, rem, "start", reason=verdict.reason)
+                rem.quarantined = bool(verdict.quarantines)
+                if rem.quarantined:
+                    await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
+                return rem.state, verdict, True
+            if rem.state == "held" and rem.state_reason == verdict.reason:
+                return rem.state, verdict, False
+            await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
+            return rem.state, verdict, True
+
+    async def get(self, rem_id: str) -> Remediation | None:
+        async with self.transaction() as session:
+            return await session.get(Remediation, rem_id)
+
+    async def create_escalation(self, source: Remediation, new: NewRemediation, reason: str) -> tuple[str, str]:
+        """Start the next rung for `source` (same alert), or link to that rung's active remediation.
+
+        Returns (`started` or `linked`, remediation id); audited on both remediations.
+        """
+        active_key = f"{new.target_key}|{new.playbook}"
+        try:
+            async for attempt in on_conflict(IntegrityError, attempts=3):
+                with attempt:  # another replica inserted the same active key a moment ago: link to it
+                    async with self.transaction() as session:
+                        return await self._create_escalation(session, source, new, reason, active_key)
+        except IntegrityError:
+            raise StoreUnavailable("could not record an escalation after concurrent starts") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _create_escalation(
+        self, session: AsyncSession, source: Remediation, new: NewRemediation, reason: str, active_key: str
+    ) -> tuple[str, str]:
+        now = self._clock()
+        active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
+        if active is not None:
+            await self.audit(session, "remediation.escalated", remediation_id=source.id,
+                             data={"to": active.id, "playbook": new.playbook, "reason": reason, "linked": True})
+            return "linked", active.id
+        rem_id = str(uuid.uuid4())
+        session.add(
+            Remediation(
+                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=reason,
+                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
+                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
+                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=source.alert_id,
+                alert_fingerprint=source.alert_fingerprint, alertname=source.alertname,
+                alert_labels=dict(source.alert_labels), alert_annotations=dict(source.alert_annotations),
+                alert_resolved=False, params=jsonable(new.params), plan=jsonable(new.plan), context={},
+                phase="forward", current_step=0, active_key=active_key, quarantined=False, linked_alerts=0,
+                next_run_at=now,
+            )
+        )
+        await session.flush()
+        await self.audit(session, "remediation.escalated", remediation_id=source.id,
+                         data={"to": rem_id, "playbook": new.playbook, "reason": reason, "linked": False})
+        await self.audit(
+            session, "remediation.created", remediation_id=rem_id,
+            data={"rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": source.alert_id,
+                  "alertname": source.alertname, "definitions_version": new.definitions_version,
+                  "escalated_from": source.id, "reason": reason},
+        )
+        return "started", rem_id
+
+    async def note_return_waiting(self, rem_id: str, owner: str, reason: str) -> None:
+        """Record why an undo waits at its return gate (`revert.waiting`), once per new reason."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            rem.state_reason = reason
+            rem.updated_at = self._clock()
+            await self.audit(session, "revert.waiting", remediation_id=rem_id,
+                             data={"reason": reason, "step": rem.current_step})
+
+    async def wake_held(self) -> int:
+        """Make every held remediation, and every undo waiting out a pause, due now (after resume, or when
+        quarantine room frees). A crash backoff (`not_before`) still applies."""
+        async with self.transaction() as session:
+            result = await session.execute(
+                update(Remediation)
+                .where(Remediation.state.in_(("held", "reverting")))
+                .values(next_run_at=self._clock())
+            )
+            return int(result.rowcount)  # type: ignore[attr-defined]
+
+    async def get_remediations(self, ids: list[str]) -> dict[str, Remediation]:
+        """Remediations by id (for replay); unknown ids are left out."""
+        found: dict[str, Remediation] = {}
+        async with self.transaction() as session:
+            for start in range(0, len(ids), 500):
+                rows = await session.scalars(select(Remediation).where(Remediation.id.in_(ids[start:start + 500])))
+                found.update({rem.id: rem for rem in rows.all()})
+        return found

@@ -1,0 +1,121 @@
+"""Step executions: begin (idempotent on resume), checkpoint progress, finish with output; read them back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select, update
+
+from remediator.jsondata import jsonable
+from remediator.store.models import (
+    StepRow,
+)
+from remediator.store.unit_of_work import (
+    RepositoryBase,
+)
+
+__all__ = ["StepStore"]
+
+
+class StepStore(RepositoryBase):
+    """Step executions (a mixin of `Repository`)."""
+
+    async def begin_step(
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: dict[str, Any]
+    ) -> StepRow:
+        """Create or resume the step row; a resumed step keeps its saved progress and counts the attempt."""
+        async with self.transaction() as session:
+            await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            now = self._clock()
+            resumed = step is not None
+            if step is None:
+                step = StepRow(
+                    remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status="running",
+                    attempts=1, params=jsonable(params), output={}, progress={}, error=None, started_at=now,
+                )
+                session.add(step)
+            else:
+                step.attempts += 1
+                step.status = "running"
+                step.params = jsonable(params)
+            await session.flush()
+            await self.audit(
+                session, "step.started", remediation_id=rem_id,
+                data={"phase": phase, "step": name, "action": action, "index": idx, "attempt": step.attempts,
+                      "resumed": resumed, "params": params},
+            )
+            return step
+
+    async def checkpoint_step(self, rem_id: str, owner: str, *, phase: str, idx: int, progress: dict[str, Any]) -> None:
+        async with self.transaction() as session:
+            await self._get_for_update(session, rem_id, owner)
+            await session.execute(
+                update(StepRow)
+                .where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+                .values(progress=jsonable(progress))
+            )
+
+    async def finish_step(
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, status: str,
+        output: dict[str, Any] | None = None, error: str | None = None, advance: bool = True,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a step's result and move the cursor, with its audit event, in one transaction."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            now = self._clock()
+            if step is None:
+                step = StepRow(
+                    remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status=status,
+                    attempts=0, params={}, output={}, progress={}, started_at=now,
+                )
+                session.add(step)
+            step.status = status
+            step.output = jsonable(output or {})
+            step.error = error
+            step.finished_at = now
+            if advance:
+                rem.current_step = idx + 1
+            rem.updated_at = now
+            rem.crashes = 0  # a recorded step result is progress: crash backoff starts over
+            await self.audit(
+                session, f"step.{status}", remediation_id=rem_id,
+                data={"phase": phase, "step": name, "action": action, "index": idx, "error": error,
+                      "output": output or {}, **(extra or {})},
+            )
+
+    async def steps(self, rem_id: str) -> list[StepRow]:
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(StepRow).where(StepRow.remediation_id == rem_id).order_by(StepRow.phase.desc(), StepRow.idx)
+            )
+            return list(rows.all())
+
+    async def steps_for(self, rem_ids: list[str]) -> dict[str, list[StepRow]]:
+        """Step rows of many remediations at once, in the order `steps` gives them."""
+        found: dict[str, list[StepRow]] = {rem_id: [] for rem_id in rem_ids}
+        async with self.transaction() as session:
+            for start in range(0, len(rem_ids), 500):
+                rows = await session.scalars(
+                    select(StepRow)
+                    .where(StepRow.remediation_id.in_(rem_ids[start:start + 500]))
+                    .order_by(StepRow.remediation_id, StepRow.phase.desc(), StepRow.idx)
+                )
+                for row in rows.all():
+                    found[row.remediation_id].append(row)
+        return found
+
+    async def steps_with_actions(self, actions: Sequence[str], limit: int = 5000) -> list[StepRow]:
+        """The latest step rows of these actions, oldest first (the fleet view reads power caps in force)."""
+        async with self.transaction() as session:
+            rows = await session.scalars(
+                select(StepRow).where(StepRow.action.in_(list(actions))).order_by(StepRow.id.desc()).limit(limit)
+            )
+            return list(reversed(rows.all()))

@@ -1,0 +1,287 @@
+"""The store's unit of work: sessions, the writer gate, audit events and the state-machine write every
+concern shares. `Repository` (store/repository.py) is this base plus one mixin per concern."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Table, func, select, text, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
+from remediator.errors import StoreUnavailable
+from remediator.intake.models import AlertmanagerPayload
+from remediator.jsondata import jsonable
+from remediator.store.audit import event_hash
+from remediator.store.audit_checkpoint import chain_start
+from remediator.store.models import (
+    AlertBatch,
+    AlertRow,
+    AuditEvent,
+    Remediation,
+    StepRow,
+)
+from remediator.store.sqlite_intake import SqliteIntake
+
+__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch", "utcnow"]
+
+# Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
+_BATCHES = cast(Table, AlertBatch.__table__)
+_ALERTS = cast(Table, AlertRow.__table__)
+_AUDIT_LOCK = 7_313_002
+_ADMIT_LOCK = 7_313_003
+# The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
+LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class LeaseLost(Exception):
+    """This worker no longer owns the remediation; another replica took it over."""
+
+
+@dataclass(frozen=True)
+class StoredBatch:
+    batch_id: str
+    alerts: int
+    repeats: int
+
+
+@dataclass(frozen=True)
+class NewRemediation:
+    """What the worker decided to start for a firing alert."""
+
+    rule: str
+    playbook: str
+    definitions_version: str
+    target_kind: str
+    target_key: str
+    node: str | None
+    gpu_uuid: str | None
+    gpu_index: str | None
+    namespace: str | None
+    pod: str | None
+    params: dict[str, Any]
+    plan: dict[str, Any]
+    cooldown: timedelta | None
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    if ts is None:
+        return None
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+class RepositoryBase:
+    """Thin, explicit persistence API over an async sessionmaker (the parts every concern uses)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime] = utcnow) -> None:
+        self._sessions = sessions
+        self._clock = clock
+        # Cleared while webhook batches are waiting to be committed (see IntakeWriter).
+        self.intake_idle = asyncio.Event()
+        self.intake_idle.set()
+        bind = sessions.kw.get("bind")
+        self.dialect = bind.dialect.name if bind is not None else "sqlite"
+        self._sqlite_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
+        self.audit_key: bytes | None = None  # HMAC key of the audit chain (settings.audit_key_bytes())
+        database = bind.url.database if bind is not None else None
+        self._sqlite_intake = (
+            SqliteIntake(database) if self.dialect == "sqlite" and database and database != ":memory:" else None
+        )
+
+    @asynccontextmanager
+    async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:
+        """One transaction; database failures surface as StoreUnavailable.
+
+        Webhook intake has priority: other transactions of this process wait while intake is queued, so a
+        storm is stored first (and answered fast) and processed right after.
+        """
+        if not intake:
+            await self.intake_idle.wait()
+        async with self._writer_gate():
+            try:
+                async with self._sessions() as session, session.begin():
+                    yield session
+            except (OperationalError, OSError, ConnectionError) as exc:
+                raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+    @asynccontextmanager
+    async def _writer_gate(self) -> AsyncIterator[None]:
+        """SQLite has one writer: queue this process's transactions here rather than in SQLite's busy
+        handler, whose sleeps (up to 100 ms each) would dominate latency under load."""
+        if self._sqlite_lock is None:
+            yield
+            return
+        async with self._sqlite_lock:
+            yield
+
+    async def ping(self) -> None:
+        async with self.transaction() as session:
+            await session.execute(text("SELECT 1"))
+
+    async def _lock(self, session: AsyncSession, key: int) -> None:
+        if self.dialect == "postgresql":
+            await session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+    async def audit(
+        self,
+        session: AsyncSession,
+        kind: str,
+        *,
+        remediation_id: str | None = None,
+        actor: str = "controller",
+        data: dict[str, Any] | None = None,
+    ) -> AuditEvent:
+        """Append one hash-chained event inside the caller's transaction."""
+        await self._lock(session, _AUDIT_LOCK)
+        prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
+        prev_hash = prev or await chain_start(session)
+        ts = self._clock()
+        payload = jsonable(data or {})
+        digest = event_hash(
+            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
+            key=self.audit_key,
+        )
+        event = AuditEvent(
+            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
+            hash=digest,
+        )
+        session.add(event)
+        await session.flush()
+        return event
+
+    async def close(self) -> None:
+        if self._sqlite_intake is not None:
+            await self._sqlite_intake.close()
+
+    async def _finish_alert(
+        self, session: AsyncSession, alert_id: int, outcome: str, *, note: str | None, remediation_id: str | None
+    ) -> None:
+        await session.execute(
+            update(AlertRow)
+            .where(AlertRow.id == alert_id)
+            .values(state="done", outcome=outcome, note=note, remediation_id=remediation_id,
+                    processed_at=self._clock(), claim_expires=None)
+        )
+
+    async def _has_done_steps(self, session: AsyncSession, rem_id: str) -> bool:
+        count = await session.scalar(
+            select(func.count()).where(
+                StepRow.remediation_id == rem_id, StepRow.phase == "forward",
+                StepRow.status.in_(("succeeded", "running")),
+            )
+        )
+        return bool(count)
+
+    async def _transition(
+        self, session: AsyncSession, rem: Remediation, event: str, *, reason: str | None = None,
+        actor: str = "controller", data: dict[str, Any] | None = None,
+    ) -> str:
+        old = rem.state
+        new = next_state(old, event)
+        now = self._clock()
+        rem.state = new
+        rem.state_reason = reason
+        rem.updated_at = now
+        if new in FINAL_STATES:
+            rem.finished_at = now
+            rem.active_key = None
+            rem.lease_owner = None
+            rem.lease_expires = None
+        if new not in ACTIVE_STATES or new == "reverting":
+            rem.active_key = None
+        if (
+            new in ("cancelled", "rejected", "expired", "failed")
+            and rem.quarantined
+            and not await self._has_done_steps(session, rem.id)
+        ):
+            rem.quarantined = False  # nothing was changed: the node is not under our quarantine
+        await self.audit(
+            session, f"state.{new}", remediation_id=rem.id, actor=actor,
+            data={"from": old, "to": new, "event": event, "reason": reason, **(data or {})},
+        )
+        return new
+
+    async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
+        await self._transition(session, rem, "revert", reason=reason)
+        rem.phase = "revert"
+        rem.current_step = 0
+        rem.next_run_at = self._clock()
+        rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
+
+    async def _get_for_update(self, session: AsyncSession, rem_id: str, owner: str | None) -> Remediation:
+        query = select(Remediation).where(Remediation.id == rem_id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        rem = await session.scalar(query)
+        if rem is None:
+            raise KeyError(rem_id)
+        if owner is not None and rem.lease_owner != owner:
+            raise LeaseLost(rem_id)
+        return rem
+
+    async def record_audit(
+        self, kind: str, *, remediation_id: str | None = None, actor: str = "controller",
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Append one audit event on its own (for facts that change no row, e.g. a failed notification)."""
+        async with self.transaction() as session:
+            await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
+
+
+class _NotDecided(Exception):
+    """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
+
+
+def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[StoredBatch]:
+    """`stored` with each batch's repeat count raised by the first deliveries it lost to another writer."""
+    return [StoredBatch(s.batch_id, s.alerts, s.repeats + extra.get(s.batch_id, 0)) for s in stored]
+
+
+def _intake_rows(
+    payloads: Sequence[AlertmanagerPayload], keyed: list[list[str]], existing: dict[str, int], now: datetime
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+    """Rows for alert_batches and alerts, marking repeats (seen before, or earlier in this group)."""
+    seen: set[str] = set()
+    repeats: list[list[bool]] = []
+    for keys in keyed:
+        flags = []
+        for key in keys:
+            flags.append(key in existing or key in seen)
+            seen.add(key)
+        repeats.append(flags)
+    ids = [uuid.uuid4().hex for _ in payloads]
+    batch_rows = [
+        {
+            "id": batch_id, "received_at": now, "receiver": p.receiver, "status": p.status,
+            "group_key": p.group_key, "external_url": p.external_url,
+            "truncated_alerts": p.truncated_alerts, "alert_count": len(p.alerts), "repeat_count": sum(flags),
+        }
+        for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+    ]
+    alert_rows = [
+        {
+            "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
+            "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),
+            "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": now,
+            "dedup_key": None if repeat else key, "repeat_of": existing.get(key),
+            "state": "repeat" if repeat else "new",
+        }
+        for p, keys, flags, batch_id in zip(payloads, keyed, repeats, ids, strict=True)
+        for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
+    ]
+    stored = [
+        StoredBatch(batch_id, len(p.alerts), sum(flags))
+        for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+    ]
+    return batch_rows, alert_rows, stored
