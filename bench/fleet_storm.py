@@ -206,7 +206,7 @@ async def storm(
             pending = await remediations(client, procs[0].url, "pending")
             if len(held) >= expect_held and not pending:
                 break
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(2.0)
     result["all_decided_s"] = time.monotonic() - start
     result["held"] = len(held)
 
@@ -231,7 +231,7 @@ async def free_room(
             still = {r["id"] for r in await remediations(client, procs[0].url, "held")}
             if len(held_ids - still) >= args.free:
                 break
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
     started = [r for r in held if r["id"] not in still]
     oldest = held[: args.free]
     by_start = sorted(started, key=lambda r: log.first_taint.get(r["node"], float("inf")))
