@@ -128,7 +128,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def _run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     limit = limit_nodes(args.limit, args.nodes)
     result: dict[str, Any] = {"limit": limit}
-    async with FakeKube() as fake:
+    # ReplicaSets replace evicted pods at once and the replacements run Ready on a node no alert names (the
+    # scheduler's part), so PodDisruptionBudgets let drains go on, as in a cluster with spare capacity.
+    async with FakeKube(controllers=True) as fake:
+        fake.replacement_node = f"gpu-{args.nodes - 1:05d}"
         for ns in range(NAMESPACES):
             fake.add_namespace(f"ml-{ns}")
         fake.load(fleet_objects(args.nodes, args.pods, owners=True))
@@ -167,7 +170,7 @@ async def storm(
     client: httpx.AsyncClient, result: dict[str, Any],
 ) -> None:
     rng = random.Random(1)
-    targets = rng.sample(range(args.nodes), args.alert_nodes)
+    targets = rng.sample(range(args.nodes - 1), args.alert_nodes)  # the last node takes the replacements
     on = targets + [rng.choice(targets) for _ in range(args.alerts - len(targets))]
     rng.shuffle(on)
     alerts = [am_alert(xid_labels(f"gpu-{n:05d}", 79, gpu=str(i % 8), uuid=f"GPU-{i:08d}"))
