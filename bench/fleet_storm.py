@@ -15,7 +15,7 @@ is followed as it is stored, so the count of tainted nodes is known at every mom
 
 The node sidecar's validation gate is replaced by a passing stand-in in the controllers (no sidecar runs).
 Usage: python bench/fleet_storm.py [--nodes 10000] [--pods 80000] [--alerts 5000] [--alert-nodes 2000]
-       [--seconds 10] [--replicas 3] [--limit 5%] [--free 50] [--smoke]
+       [--seconds 10] [--replicas 3] [--concurrency 16] [--limit 5%] [--free 50] [--smoke]
 """
 
 from __future__ import annotations
@@ -101,13 +101,26 @@ class TaintLog:
         self.seen = len(changes)
 
 
+async def request(client: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    """One API call, sent again when the server closed the kept-alive connection just as it was reused."""
+    for attempt in range(3):
+        try:
+            response = await client.request(method, url, **kwargs)
+            response.raise_for_status()
+            return response
+        except httpx.TransportError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def remediations(client: httpx.AsyncClient, url: str, state: str | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     while True:
         params: dict[str, Any] = {"limit": 1000, "offset": len(rows)}
         if state:
             params["state"] = state
-        page = (await client.get(f"{url}/api/v1/remediations", params=params)).json()
+        page = (await request(client, "GET", f"{url}/api/v1/remediations", params=params)).json()
         rows += page
         if len(page) < 1000:
             return rows
@@ -145,7 +158,7 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 "REMEDIATOR_MAX_QUARANTINED_NODES": args.limit, "REMEDIATOR_QUARANTINE_RATE": "1000000",
                 "REMEDIATOR_WORKER_POLL_INTERVAL": "100ms", "REMEDIATOR_KUBE_QPS": "500",
                 "REMEDIATOR_EVICTION_QPS": "100", "REMEDIATOR_LOG_LEVEL": "WARNING",
-                "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS": "true",
+                "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS": "true", "REMEDIATOR_WORKER_CONCURRENCY": str(args.concurrency),
             }
             procs = [ControllerProcess(work, env, name=f"fleet-storm-{i}", python_args=("-c", PRELUDE))
                      for i in range(args.replicas)]
@@ -155,6 +168,7 @@ async def _run(args: argparse.Namespace, url: str) -> dict[str, Any]:
                 result["ready_s"] = time.perf_counter() - started
                 async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as client:
                     await storm(args, fake, log, procs, client, result)
+                    print(f"storm phase: {result}", flush=True)  # kept even if freeing room goes wrong
                     await free_room(args, fake, log, procs, client, result)
             finally:
                 await asyncio.gather(*(p.stop() for p in procs))
@@ -226,7 +240,7 @@ async def free_room(
     chosen = done[: args.free]
     for i, rem in enumerate(chosen):
         fake.reboot_node(rem["node"])  # the return gate wants proof of a reboot
-        (await client.post(f"{procs[i % len(procs)].url}/api/v1/remediations/{rem['id']}/revert")).raise_for_status()
+        await request(client, "POST", f"{procs[i % len(procs)].url}/api/v1/remediations/{rem['id']}/revert")
     freed_at = time.monotonic()
     held_ids = {r["id"] for r in held}
     async with asyncio.timeout(args.wait):
@@ -252,7 +266,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], load: tuple[float, float
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {load[0]:.1f} before, {load[1]:.1f} after); nodes={args.nodes} "
           f"pods={args.pods} alerts={args.alerts} alert-nodes={args.alert_nodes} seconds={args.seconds} "
-          f"replicas={args.replicas} limit={args.limit} ({r['limit']} nodes) free={args.free}; PostgreSQL 127.0.0.1")
+          f"replicas={args.replicas} concurrency={args.concurrency} limit={args.limit} ({r['limit']} nodes) "
+          f"free={args.free}; PostgreSQL 127.0.0.1")
     rate = r["limit"] / r["breaker_s"]
     print("| measurement | value |")
     print("|---|---|")
@@ -292,6 +307,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10.0, help="the alerts are sent over this long")
     parser.add_argument("--replicas", type=int, default=3)
     parser.add_argument("--limit", default="5%", help="REMEDIATOR_MAX_QUARANTINED_NODES")
+    parser.add_argument("--concurrency", type=int, default=16, help="REMEDIATOR_WORKER_CONCURRENCY per replica")
     parser.add_argument("--free", type=int, default=50, help="quarantines reverted to free room for held ones")
     parser.add_argument("--wait", type=float, default=600.0, help="give up on a phase after this many seconds")
     parser.add_argument("--workdir", help="keep the controllers' logs here")
