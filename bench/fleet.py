@@ -151,13 +151,28 @@ def node_object(index: int, now: str) -> dict[str, Any]:
     return node
 
 
-def fleet_objects(nodes: int, pods: int) -> list[dict[str, Any]]:
+def fleet_objects(nodes: int, pods: int, *, owners: bool = False) -> list[dict[str, Any]]:
+    """Nodes, pods (PODS_PER_APP per app, an app's pods on different nodes) and PodDisruptionBudgets.
+
+    `owners`: each app is also a Deployment with its ReplicaSet, and its pods name the ReplicaSet as their
+    controller (what context gathering reads per pod: pod -> ReplicaSet -> Deployment).
+    """
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     objects = [node_object(i, now) for i in range(nodes)]
+    replicasets: dict[int, dict[str, Any]] = {}
+    if owners:
+        for app in range((pods + PODS_PER_APP - 1) // PODS_PER_APP):
+            namespace, labels = f"ml-{app % NAMESPACES}", {"app": f"train-{app}"}
+            deployment = builders.deployment_body(f"train-{app}", namespace, PODS_PER_APP, labels)
+            deployment["metadata"]["uid"] = f"d-{app:08d}"
+            replicaset = builders.replicaset_body(f"train-{app}-7c9d", namespace, PODS_PER_APP, labels, deployment)
+            replicaset["metadata"]["uid"] = f"r-{app:08d}"
+            replicasets[app] = replicaset
+            objects += [deployment, replicaset]
     for i in range(pods):
         app = i // PODS_PER_APP
         pod = builders.pod_body(f"worker-{i:06d}", f"ml-{app % NAMESPACES}", node=f"gpu-{(i * 7919) % nodes:05d}",
-                                gpus=1, labels={"app": f"train-{app}"})
+                                gpus=1, labels={"app": f"train-{app}"}, owner=replicasets.get(app))
         pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         objects.append(pod)
     for app in range(0, pods // PODS_PER_APP, 10):

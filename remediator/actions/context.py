@@ -7,6 +7,7 @@ the alert labels say; a missing owner is recorded as missing, never raised.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from remediator.errors import NotFound, NotSupported, PermanentError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
 from remediator.settings import Settings
 
-__all__ = ["alert_pod", "gather_context", "gpu_request", "node_ready", "owner_chain", "uses_gpu"]
+__all__ = ["OwnerReads", "alert_pod", "gather_context", "gpu_request", "node_ready", "owner_chain", "uses_gpu"]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -78,11 +79,58 @@ def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
 
 
+OwnerKey = tuple[str, str, str]
+OwnerRead = tuple[KubeObject | None, dict[str, Any]]  # (the owner or None, notes for the chain entry naming it)
+
+
+async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: Mapping[str, Any]) -> OwnerRead:
+    try:
+        owner = await kube.get_owner(namespace, ref)
+    except NotFound:
+        return None, {}
+    except NotSupported:
+        return None, {"unreadable": True}
+    except PermanentError as exc:
+        return None, {"error": exc.message}
+    if ref.get("uid") and (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+        return None, {}  # same name, different object: the real owner is gone
+    return owner, {}
+
+
+class OwnerReads:
+    """The owner reads of one context: each owner read once, the chains of different pods read concurrently.
+
+    `prefetch` walks a pod's chain through these reads; `owner_chain` given the same `OwnerReads` then builds
+    the chains in pod order from the finished reads, exactly as if they had been read one after another (the
+    first entry naming an unreadable owner carries why; a failed read raises where it would have).
+    """
+
+    def __init__(self, kube: KubeAdapter) -> None:
+        self.kube = kube
+        self._reads: dict[OwnerKey, asyncio.Task[OwnerRead]] = {}
+
+    def read(self, namespace: str, ref: Mapping[str, Any]) -> asyncio.Task[OwnerRead]:
+        key = (namespace, str(ref.get("kind", "")), str(ref.get("name", "")))
+        task = self._reads.get(key)
+        if task is None:
+            task = self._reads[key] = asyncio.ensure_future(_fetch_owner(self.kube, namespace, ref))
+        return task
+
+    async def prefetch(self, namespace: str, obj: Mapping[str, Any]) -> None:
+        ref, depth = _controller_ref(obj), 0
+        while ref is not None and depth < MAX_OWNER_DEPTH:
+            owner, _ = await self.read(namespace, ref)
+            if owner is None:
+                return
+            ref, depth = _controller_ref(owner), depth + 1
+
+
 async def owner_chain(
     kube: KubeAdapter,
     namespace: str,
     obj: Mapping[str, Any],
-    cache: dict[tuple[str, str, str], KubeObject | None],
+    cache: dict[OwnerKey, KubeObject | None],
+    reads: OwnerReads | None = None,
 ) -> list[dict[str, Any]]:
     """Pod -> ReplicaSet -> Deployment, Job -> CronJob, ...; a missing or unreadable owner ends the chain."""
     chain: list[dict[str, Any]] = []
@@ -93,31 +141,15 @@ async def owner_chain(
         chain.append(entry)
         key = (namespace, kind, name)
         if key not in cache:
-            cache[key] = await _read_owner(kube, namespace, ref, entry)
+            owner, notes = await (_fetch_owner(kube, namespace, ref) if reads is None else reads.read(namespace, ref))
+            entry.update(notes)
+            cache[key] = owner
         owner = cache[key]
         if owner is None:
             entry.setdefault("missing", True)
             return chain
         ref = _controller_ref(owner)
     return chain
-
-
-async def _read_owner(
-    kube: KubeAdapter, namespace: str, ref: Mapping[str, Any], entry: dict[str, Any]
-) -> KubeObject | None:
-    try:
-        owner = await kube.get_owner(namespace, ref)
-    except NotFound:
-        return None
-    except NotSupported:
-        entry["unreadable"] = True
-        return None
-    except PermanentError as exc:
-        entry["error"] = exc.message
-        return None
-    if ref.get("uid") and (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
-        return None  # same name, different object: the real owner is gone
-    return owner
 
 
 def _pod_summary(pod: Mapping[str, Any], owners: list[dict[str, Any]], from_alert: bool) -> dict[str, Any]:
@@ -214,25 +246,33 @@ async def gather_context(
         return _labels_only(target, named)
     node, on_node = await _node_info(kube, target.node)
     from_alert = await _alert_pod_object(kube, named, on_node)
-    cache: dict[tuple[str, str, str], KubeObject | None] = {}
-    pods: list[dict[str, Any]] = []
-    if from_alert is not None:
-        pods.append(await _summarise(kube, from_alert, True, cache))
     alert_uid = (from_alert or {}).get("metadata", {}).get("uid")
-    for pod in on_node:
-        if uses_gpu(pod) and pod["metadata"].get("uid") != alert_uid:
-            pods.append(await _summarise(kube, pod, False, cache))
+    chosen: list[tuple[Mapping[str, Any], bool]] = [] if from_alert is None else [(from_alert, True)]
+    chosen += [(pod, False) for pod in on_node if uses_gpu(pod) and pod["metadata"].get("uid") != alert_uid]
+    # Read the owners of every pod at once (each owner once), then build the chains in pod order from them.
+    reads = OwnerReads(kube)
+    await asyncio.gather(
+        *(reads.prefetch(_namespace_of(pod), pod) for pod, _ in chosen if not pod.get("missing")),
+        return_exceptions=True,  # a failed read raises below, where reading one by one would have raised it
+    )
+    cache: dict[OwnerKey, KubeObject | None] = {}
+    pods = [await _summarise(kube, pod, from_alert_pod, cache, reads) for pod, from_alert_pod in chosen]
     return {"pods": pods, "pod_source": "alert+node", "node": node}
+
+
+def _namespace_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("namespace"))
 
 
 async def _summarise(
     kube: KubeAdapter,
     pod: Mapping[str, Any],
     from_alert: bool,
-    cache: dict[tuple[str, str, str], KubeObject | None],
+    cache: dict[OwnerKey, KubeObject | None],
+    reads: OwnerReads,
 ) -> dict[str, Any]:
-    namespace = str((pod.get("metadata") or {}).get("namespace"))
-    owners = [] if pod.get("missing") else await owner_chain(kube, namespace, pod, cache)
+    namespace = _namespace_of(pod)
+    owners = [] if pod.get("missing") else await owner_chain(kube, namespace, pod, cache, reads)
     summary = _pod_summary(pod, owners, from_alert)
     if pod.get("missing"):
         summary["missing"] = True

@@ -35,7 +35,7 @@ from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
-from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
+from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
@@ -318,14 +318,20 @@ class Executor:
         now = self.rt.repo._clock()
         flag = await self.rt.repo.get_flag_in(session, PAUSE_KEY)
         node_labels = (rem.context.get("node") or {}).get("labels") or {}
+        quarantined = frozenset(await self.rt.repo.quarantined_nodes(session))
+        limit = settings.quarantine_limit.resolve(self.rt.gpu_nodes)
+        queued_ahead = 0
+        if quarantines and rem.node not in quarantined and len(quarantined) < limit:  # room: is a queue ahead?
+            ahead = await self.rt.repo.held_for_room_before(session, rem.id, rem.created_at, rem.node, BREAKER_REASON)
+            queued_ahead = len(ahead - quarantined)
         return GuardrailFacts(
             now=now,
             paused=bool(flag and flag.get("paused")),
             node=rem.node,
             node_excluded=excluded(node_labels),
             quarantines=quarantines,
-            quarantined_nodes=frozenset(await self.rt.repo.quarantined_nodes(session)),
-            limit_nodes=settings.quarantine_limit.resolve(self.rt.gpu_nodes),
+            quarantined_nodes=quarantined,
+            limit_nodes=limit,
             gpu_nodes=self.rt.gpu_nodes,
             recent_quarantine_starts=await self.rt.repo.recent_quarantine_starts(
                 session, now - settings.quarantine_rate_window
@@ -339,6 +345,7 @@ class Executor:
             node_repeat_limit=settings.node_repeat_limit,
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
             override=await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
+            queued_ahead=queued_ahead,
         )
 
     # -- forward steps ----------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The worker gathers `GuardrailFacts` inside the same transaction that starts the remediation (under an
 advisory lock on PostgreSQL), so replicas cannot overshoot the quarantine limit together. Reverts are never
-subject to guardrails: undoing a quarantine is always allowed.
+subject to guardrails: undoing a quarantine is always allowed. Room under the breaker goes to the held
+remediations in the order they were created: one created later waits while older ones are held for room.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from datetime import datetime, time
 
 from remediator.kube_names import EXCLUDE_LABEL
 
-__all__ = ["GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
+__all__ = ["BREAKER_REASON", "GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
+
+BREAKER_REASON = "circuit breaker:"  # how a hold by the breaker reads: the queue for room is found by it
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class GuardrailFacts:
     windows: Sequence[MaintenanceWindow] = field(default_factory=tuple)
     # A human released this remediation past the flapping / repeat-offender holds.
     override: bool = False
+    # Nodes the circuit breaker holds remediations for that came before this one: room goes to them first.
+    queued_ahead: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,15 @@ def decide(facts: GuardrailFacts) -> Verdict:
         if not already and len(facts.quarantined_nodes) >= facts.limit_nodes:
             return Verdict(
                 False, "circuit_breaker",
-                f"circuit breaker: {len(facts.quarantined_nodes)} of at most {facts.limit_nodes} nodes "
+                f"{BREAKER_REASON} {len(facts.quarantined_nodes)} of at most {facts.limit_nodes} nodes "
                 f"already quarantined ({facts.gpu_nodes} GPU nodes)",
+            )
+        if not already and len(facts.quarantined_nodes) + facts.queued_ahead >= facts.limit_nodes:
+            return Verdict(  # room is free, but held remediations that came first take it, oldest first
+                False, "circuit_breaker",
+                f"{BREAKER_REASON} {len(facts.quarantined_nodes)} of at most {facts.limit_nodes} nodes "
+                f"quarantined and {facts.queued_ahead} held before this one wait for the room "
+                f"({facts.gpu_nodes} GPU nodes)",
             )
         if not already and facts.rate_limit and facts.recent_quarantine_starts >= facts.rate_limit:
             return Verdict(

@@ -124,6 +124,22 @@ class ReadStore(RepositoryBase):
         )
         return {n for n in rows.all() if n}
 
+    async def held_for_room_before(
+        self, session: AsyncSession, rem_id: str, created_at: datetime, node: str | None, reason_prefix: str
+    ) -> set[str]:
+        """Nodes of the held remediations whose reason starts with `reason_prefix` (the circuit breaker's) and
+        that were created before this one: the queue ahead of it for quarantine room. `node` is left out."""
+        rows = await session.scalars(
+            select(Remediation.node).where(
+                Remediation.state == "held",
+                Remediation.state_reason.startswith(reason_prefix, autoescape=True),
+                Remediation.node.is_not(None),
+                or_(Remediation.created_at < created_at,
+                    (Remediation.created_at == created_at) & (Remediation.id < rem_id)),
+            ).distinct()
+        )
+        return {n for n in rows.all() if n and n != node}
+
     async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
         count = await session.scalar(
             select(func.count()).where(AuditEvent.kind == "quarantine.started", AuditEvent.ts >= since)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from remediator.actions.base import Target
@@ -9,7 +10,7 @@ from remediator.actions.context import alert_pod, gather_context
 from remediator.adapters.kube import KubeAdapter
 from remediator.settings import Settings
 from tests.actions.conftest import NODE
-from tests.fakekube import FakeKube
+from tests.fakekube import Call, FakeKube
 
 TARGET = Target(kind="gpu", node=NODE, gpu_uuid="GPU-1")
 
@@ -155,3 +156,51 @@ def test_the_exporters_own_pod_is_not_the_alerts_pod() -> None:
         "ml", "trainer-0")
     assert alert_pod({"pod": "trainer-0", "namespace": "ml"}, TARGET) == ("ml", "trainer-0")
     assert alert_pod({"pod": "mon-1", "namespace": "mon"}, TARGET, ["mon-"]) is None
+
+
+async def test_owners_of_different_pods_are_read_together_and_each_once(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    fake_kube.add_namespace("ml")
+    deploy = fake_kube.add_deployment("trainer", "ml")
+    first = fake_kube.add_replicaset("trainer-1", "ml", deployment=deploy)
+    second = fake_kube.add_replicaset("trainer-2", "ml", deployment=deploy)
+    fake_kube.add_pod("a", "ml", node=NODE, gpus=1, owner=first)
+    fake_kube.add_pod("b", "ml", node=NODE, gpus=1, owner=first)
+    fake_kube.add_pod("c", "ml", node=NODE, gpus=1, owner=second)
+    both_in = asyncio.Event()
+    in_flight: list[str | None] = []
+
+    async def hold(call: Call) -> None:  # each ReplicaSet read waits until the other one has arrived too
+        in_flight.append(call.name)
+        if len(in_flight) == 2:
+            both_in.set()
+        await asyncio.wait_for(both_in.wait(), timeout=5)
+
+    fake_kube.before("get", "replicasets", hold, times=2)
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+
+    assert sorted(in_flight) == ["trainer-1", "trainer-2"]  # the second read started before the first ended
+    assert [c.name for c in fake_kube.requests("get", "replicasets")] == in_flight  # each read once
+    assert len(fake_kube.requests("get", "deployments")) == 1
+    assert [p["name"] for p in context["pods"]] == ["a", "b", "c"]
+    for pod in context["pods"]:
+        assert pod["owners"][1] == {"kind": "Deployment", "name": "trainer"}
+
+
+async def test_an_unreadable_shared_owner_is_explained_on_the_first_pod_in_order(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    """Read together, the chains still come out as if read one by one: the first pod naming the owner
+    carries the error, later ones say it is missing."""
+    fake_kube.add_namespace("ml")
+    rs = fake_kube.add_replicaset("trainer-1", "ml")
+    fake_kube.add_pod("a", "ml", node=NODE, gpus=1, owner=rs)
+    fake_kube.add_pod("b", "ml", node=NODE, gpus=1, owner=rs)
+    fake_kube.fail("get", "replicasets", status=403, times=1)
+    context = await gather_context(kube_adapter, TARGET, {}, settings)
+    first, second = context["pods"]
+    assert (first["name"], second["name"]) == ("a", "b")
+    assert "error" in first["owners"][0] and first["owners"][0]["missing"] is True
+    assert second["owners"] == [{"kind": "ReplicaSet", "name": "trainer-1", "missing": True}]
+    assert len(fake_kube.requests("get", "replicasets")) == 1

@@ -16,9 +16,10 @@ SCRIPTS = sorted(
 
 
 def test_every_script_is_listed() -> None:
-    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "reads.py", "fleet.py", "decide.py"} <= set(
-        SCRIPTS
-    )
+    assert {
+        "ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "reads.py", "fleet.py", "decide.py",
+        "fleet_storm.py", "fleet_latency.py",
+    } <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -32,6 +33,42 @@ def test_script_runs_as_documented(script: str) -> None:
     assert "usage:" in done.stdout
 
 
-    assert {"ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "reads.py", "fleet.py", "decide.py"} <= set(
-        SCRIPTS
+def smoke(script: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, f"bench/{script}", "--smoke", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=400, check=False,
     )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+def table(stdout: str) -> dict[str, str]:
+    return {cells[1].strip(): cells[2].strip() for line in stdout.splitlines()
+            if line.startswith("| ") and len(cells := line.split("|")) == 4}
+
+
+def test_fleet_smoke_measures_both_inventories() -> None:
+    """The CI form of bench/fleet.py: a small fleet, both inventories, a few seconds per phase."""
+    stdout = smoke("fleet.py", "--seconds", "2")
+    rows = [line for line in stdout.splitlines() if line.startswith("| list every") or line.startswith("| watch")]
+    assert [row.split("|")[3].strip() for row in rows] == ["rest", "load", "rest", "load"]
+
+
+def test_fleet_storm_smoke_reaches_the_breaker_and_frees_room() -> None:
+    """The CI form of bench/fleet_storm.py (2 replicas on PostgreSQL): the breaker holds and held ones start."""
+    rows = table(smoke("fleet_storm.py"))
+    most, limit = rows["most nodes tainted at once (whole run)"].replace("(limit ", "").rstrip(")").split()
+    assert int(most) == int(limit) == 20
+    assert rows["pod evictions / pods evicted twice"].endswith("/ 0")
+    assert rows["held by the breaker"] == "40"
+    assert rows["reverted to free room / held started after"] == "3 / 3"
+    assert rows["of those, among the oldest held"] == "3 of 3"  # room goes to the oldest held first
+    assert "nodes quarantined per second up to the breaker" in rows
+
+
+def test_fleet_latency_smoke_measures_both_clusters() -> None:
+    """The CI form of bench/fleet_latency.py: the small cluster (baseline) and the fleet, same run."""
+    rows = [line.split("|") for line in smoke("fleet_latency.py").splitlines() if line.startswith("| small")
+            or line.startswith("| fleet")]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [("small", "16 / 128"), ("fleet", "400 / 3200")]

@@ -176,3 +176,25 @@ async def test_the_ui_banner_shows_a_tripped_breaker_while_it_lasts(make_cluster
     page = (await cluster.api.get("/")).text
     assert "Circuit breaker tripped" not in page
     assert [s for s, _ in await states(cluster)] == ["reverted", "succeeded"]
+
+
+async def test_room_under_the_breaker_goes_to_the_oldest_held_not_to_a_newcomer(make_cluster: MakeCluster) -> None:
+    cluster: Cluster = await make_cluster(max_quarantined_nodes="1")
+    for name in ("gpu-1", "gpu-2", "gpu-3"):
+        cluster.fake.add_node(name, labels={"nvidia.com/gpu.present": "true"})
+    await cluster.post(am_payload(firing("gpu-1", 0)))
+    await cluster.settle()
+    await cluster.post(am_payload(firing("gpu-2", 1)))  # held by the breaker: gpu-1 takes the one place
+    await cluster.settle()
+    cluster.rt.settings = cluster.rt.settings.model_copy(update={"max_quarantined_nodes": "2"})  # room for one
+    await cluster.post(am_payload(firing("gpu-3", 2)))  # admitted before gpu-2's next re-check comes round
+    await cluster.settle()
+    by_node = {r["node"]: r for r in (await cluster.api.get("/api/v1/remediations")).json()}
+    assert by_node["gpu-3"]["state"] == "held" and "1 held before this one" in by_node["gpu-3"]["state_reason"]
+    assert not [t for t in taints(cluster.fake, "gpu-3") if t["key"] == TAINT_KEY]
+
+    await cluster.rt.repo.wake_held()  # the re-check: the place goes to gpu-2, held first
+    await cluster.settle()
+    by_node = {r["node"]: r for r in (await cluster.api.get("/api/v1/remediations")).json()}
+    assert by_node["gpu-2"]["state"] in ("running", "succeeded")
+    assert by_node["gpu-3"]["state"] == "held" and "2 of at most 2" in by_node["gpu-3"]["state_reason"]

@@ -36,6 +36,14 @@ def test_breaker_counts_other_nodes_but_not_the_same_node() -> None:
     assert decide(replace(full, node="a")).allow
 
 
+def test_room_under_the_breaker_goes_to_those_held_before() -> None:
+    one_free = replace(BASE, quarantined_nodes=frozenset({"a"}))
+    v = decide(replace(one_free, queued_ahead=1))
+    assert not v.allow and v.name == "circuit_breaker" and "1 held before this one" in v.reason
+    assert decide(replace(one_free, queued_ahead=0)).allow
+    assert decide(replace(one_free, queued_ahead=1, node="a")).allow  # its node is quarantined already
+
+
 def test_non_quarantining_playbooks_ignore_the_breaker() -> None:
     assert decide(replace(BASE, quarantines=False, quarantined_nodes=frozenset({"a", "b", "c"}))).allow
 

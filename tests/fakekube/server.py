@@ -419,7 +419,12 @@ class FakeKube:
         return selected
 
     def _list(self, rt: ResourceType, namespace: str | None, params: Mapping[str, str]) -> dict[str, Any]:
-        items = self.store.stored(rt, namespace, self._selectors(rt, params))
+        selected = self._selectors(rt, params)  # validates both selectors first
+        node = None
+        if rt.plural == "pods":  # the apiserver's watch cache indexes pods by node: answer from the index
+            fields = parse_field_selector(params.get("fieldSelector"), rt.plural)
+            node = next((f.value for f in fields if f.field == "spec.nodeName" and not f.negate), None)
+        items = self.store.stored(rt, namespace, selected, node=node)
         metadata: dict[str, Any] = {"resourceVersion": str(self.store.revision)}
         start = int(params.get("continue") or 0)
         limit = int(params.get("limit") or 0)

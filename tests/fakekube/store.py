@@ -115,6 +115,20 @@ class Store:
         self.listeners: list[Callable[[], None]] = []
         # plural -> (namespace, name) -> the stored object: lists read this, not kmock's wrappers (90,000 objects)
         self._live: dict[str, dict[tuple[str | None, str], dict[str, Any]]] = {}
+        # spec.nodeName -> pods on it, as the apiserver's watch cache indexes pods (what kubelets list by)
+        self._pods_by_node: dict[str, set[tuple[str | None, str]]] = {}
+
+    def _index(self, plural: str, key: tuple[str | None, str], old: Any, new: Any) -> None:
+        if plural != "pods":
+            return
+        before = ((old or {}).get("spec") or {}).get("nodeName")
+        after = ((new or {}).get("spec") or {}).get("nodeName")
+        if before == after:
+            return
+        if before:
+            self._pods_by_node.get(str(before), set()).discard(key)
+        if after:
+            self._pods_by_node.setdefault(str(after), set()).add(key)
 
     def _notify(self) -> None:
         for listener in list(self.listeners):
@@ -134,7 +148,9 @@ class Store:
         self.revision += 1
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
         self.objects[rt.ref, namespace, name] = obj
-        self._live.setdefault(rt.plural, {})[namespace, name] = obj
+        live = self._live.setdefault(rt.plural, {})
+        self._index(rt.plural, (namespace, name), live.get((namespace, name)), obj)
+        live[namespace, name] = obj
         self.compacted = self.revision
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
@@ -151,7 +167,9 @@ class Store:
             self.objects[key].create(stored)
         else:
             self.objects[key] = stored
-        self._live.setdefault(rt.plural, {})[namespace, name] = stored
+        live = self._live.setdefault(rt.plural, {})
+        self._index(rt.plural, (namespace, name), live.get((namespace, name)), stored)
+        live[namespace, name] = stored
         self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored), event))
         self._notify()
         return copy.deepcopy(stored)
@@ -162,7 +180,7 @@ class Store:
         last = copy.deepcopy(entry.raw)
         last["metadata"]["resourceVersion"] = str(self.revision)
         entry.delete()
-        self._live.get(rt.plural, {}).pop((namespace, name), None)
+        self._index(rt.plural, (namespace, name), self._live.get(rt.plural, {}).pop((namespace, name), None), None)
         self.changes.append(Change(self.revision, rt.plural, namespace, name, None, "DELETED", last))
         self._notify()
 
@@ -174,12 +192,18 @@ class Store:
         rt: ResourceType,
         namespace: str | None = None,
         where: Callable[[dict[str, Any]], bool] | None = None,
+        *,
+        node: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The stored objects themselves (callers copy what they hand out), sorted, filtered by `where`."""
+        """The stored objects themselves (callers copy what they hand out), sorted, filtered by `where`.
+
+        `node` (pods only) narrows the scan to the pods whose spec.nodeName is `node`, from the index.
+        """
         live = self._live.get(rt.plural, {})
+        keys = live.keys() if node is None else self._pods_by_node.get(node, set())
         found = [
             (ns or "", name, obj)
-            for (ns, name), obj in live.items()
+            for (ns, name), obj in ((key, live[key]) for key in keys)
             if (namespace is None or ns == namespace) and (where is None or where(obj))
         ]
         found.sort(key=lambda entry: (entry[0], entry[1]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fakekube import FakeKube
+from tests.fakekube import FakeKube, builders
 from tests.fakekube_tests.conftest import Raw
 
 
@@ -27,6 +27,18 @@ async def names(raw: Raw, path: str, **params: str) -> list[str]:
 
 async def test_field_selector_on_node_name(raw: Raw, cluster: None) -> None:
     assert await names(raw, "/api/v1/pods", fieldSelector="spec.nodeName=n1") == ["done", "train"]
+
+
+async def test_node_name_selector_follows_deletes_and_bulk_loads(raw: Raw, cluster: None, fake_kube: FakeKube) -> None:
+    """Lists by spec.nodeName are answered from an index (as the apiserver's watch cache does): it must
+    forget a removed pod, see one stored later, and cover objects bulk-loaded without the change log."""
+    fake_kube.remove("pods", "ml", "train")
+    fake_kube.add_pod("late", "ml", node="n1")
+    loaded = builders.pod_body("loaded", "ml", node="n1")
+    fake_kube.load([loaded])
+    assert await names(raw, "/api/v1/pods", fieldSelector="spec.nodeName=n1") == ["done", "late", "loaded"]
+    assert await names(raw, "/api/v1/namespaces/ml/pods", fieldSelector="spec.nodeName=n1") == ["late", "loaded"]
+    assert await names(raw, "/api/v1/pods", fieldSelector="spec.nodeName=n9") == []
 
 
 async def test_field_selectors_combine_and_negate(raw: Raw, cluster: None) -> None:
