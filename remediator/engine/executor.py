@@ -368,10 +368,7 @@ class Executor:
             rows = await self.rt.repo.steps(rem.id)
             variables = self._variables(rem, rows)
             if not step_applies(step, variables):
-                await self.rt.repo.finish_step(
-                    rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                    status="skipped", output={"reason": f"when: {step.when} is false"},
-                )
+                await self._step_skipped(rem, "forward", idx, step.name, step)
                 return None
             stage = "approval"
             if self._needs_approval(rem, step, idx):
@@ -391,11 +388,7 @@ class Executor:
             outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
             if isinstance(outcome, ActionResult):
                 stage = "output"
-                await self.rt.repo.finish_step(
-                    rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action,
-                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
-                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
-                )
+                await self._step_done(rem, "forward", idx, step.name, step.action, ctx, outcome)
                 if action.quarantines and not ctx.dry_run and self._quarantine_started(rem, rows) is None:
                     started = alert_started(rem)
                     self.rt.metrics.time_to_quarantine.labels(playbook=rem.playbook).observe(
@@ -414,6 +407,23 @@ class Executor:
             return None
         await self._step_failed(rem, step, idx, outcome.error, rendered, output=outcome.output)
         return None
+
+    async def _step_done(
+        self, rem: Remediation, phase: str, idx: int, name: str, action: str, ctx: ActionContext,
+        outcome: ActionResult,
+    ) -> None:
+        """Record a step (forward, gate or undo) that did its work: `planned` when it only described it."""
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=action,
+            status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
+            output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
+        )
+
+    async def _step_skipped(self, rem: Remediation, phase: str, idx: int, name: str, step: Step) -> None:
+        await self.rt.repo.finish_step(
+            rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action,
+            status="skipped", output={"reason": f"when: {step.when} is false"},
+        )
 
     async def _step_cancelled(self, rem: Remediation, step: Step, idx: int, cancel: CancelRemediation) -> None:
         """A step ended the remediation (e.g. `wait` saw the alert resolve): cancel, and undo what was done."""
@@ -611,11 +621,7 @@ class Executor:
             outcome = await self._run(action, ctx, params, 5, 600.0)
             if isinstance(outcome, ActionResult):
                 stage = "output"
-                await self.rt.repo.finish_step(
-                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name,
-                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
-                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
-                )
+                await self._step_done(rem, "revert", idx, name, action_name, ctx, outcome)
                 return None
         except ResumeLater as later:  # e.g. a `wait` named in `revert:`
             return timedelta(seconds=later.delay)
@@ -639,10 +645,7 @@ class Executor:
         try:
             variables = self._variables(rem, rows)
             if not step_applies(step, variables):
-                await self.rt.repo.finish_step(
-                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action,
-                    status="skipped", output={"reason": f"when: {step.when} is false"},
-                )
+                await self._step_skipped(rem, "revert", idx, name, step)
                 return None
             stage = "template"
             rendered = self._render(step.params, variables)
@@ -659,11 +662,7 @@ class Executor:
             outcome = await self._run(action, ctx, params, step.retries, timeout)
             if isinstance(outcome, ActionResult):
                 stage = "output"
-                await self.rt.repo.finish_step(
-                    rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action,
-                    status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
-                    output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
-                )
+                await self._step_done(rem, "revert", idx, name, step.action, ctx, outcome)
                 return None
         except ResumeLater as later:
             if later.reason and later.reason != rem.state_reason:
