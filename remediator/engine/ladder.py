@@ -17,13 +17,24 @@ effectiveness report reads it to tell an escalation from a first run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from remediator.definitions import DefinitionSet
-from remediator.engine.planning import Proposal, target_for
+from remediator.definitions.memo import derived
+from remediator.engine.decision import (
+    RECURRENCE_WINDOWS,
+    Recurrence,
+    fault_history,
+    gpu_of,
+    ladder_proposal,
+    returned_at,
+    rung,
+    same_subject,
+    utc,
+)
+from remediator.engine.planning import Proposal
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version, versions_for
 from remediator.intake.normalize import GpuAlert
@@ -32,6 +43,7 @@ from remediator.store.repository import NewRemediation
 
 __all__ = [
     "Ladder",
+    "count_recurrence",
     "fault_history",
     "new_remediation",
     "remediation_plan",
@@ -42,50 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-RECURRENCE_WINDOWS: tuple[tuple[str, timedelta], ...] = (("24h", timedelta(hours=24)), ("7d", timedelta(days=7)))
-HISTORY_ROWS = 50
-
-
-def rung(ladder: Sequence[str], playbook: str) -> int | None:
-    """The 1-based position of `playbook` on the ladder, or None when it is not on it."""
-    return ladder.index(playbook) + 1 if playbook in ladder else None
-
-
-def gpu_of(rem: Remediation) -> str | None:
-    """The GPU a remediation was about (a node target keeps the alert's GPU in its plan)."""
-    return rem.gpu_uuid or (rem.plan.get("alert") or {}).get("gpu_uuid")
-
-
-def same_subject(rem: Remediation, node: str | None, gpu_uuid: str | None) -> bool:
-    """Was `rem` about the same GPU (both name a UUID), else about the same node?"""
-    theirs = gpu_of(rem)
-    if gpu_uuid and theirs:
-        return theirs == gpu_uuid
-    return rem.node == node
-
-
-def utc(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the store writes UTC, so say so."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def returned_at(rem: Remediation) -> datetime | None:
-    """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
-    if rem.finished_at is not None and (rem.state == "reverted" or (rem.state == "succeeded" and not rem.quarantined)):
-        return utc(rem.finished_at)
-    return None
-
-
-def fault_history(rems: Iterable[Remediation]) -> list[dict[str, Any]]:
-    """Oldest first: when each fault came, its alert and Xid, what ran and how it ended."""
-    rows = []
-    for rem in sorted(rems, key=lambda r: utc(r.created_at)):
-        xid = (rem.plan.get("xid") or {}).get("code")
-        rows.append({
-            "at": utc(rem.created_at).isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
-            "playbook": rem.playbook, "outcome": rem.state, "remediation": rem.id,
-        })
-    return rows[-HISTORY_ROWS:]
 
 
 def remediation_plan(
@@ -94,7 +62,7 @@ def remediation_plan(
 ) -> dict[str, Any]:
     """The snapshot a remediation runs from (its playbook, alert, Xid facts, definition versions)."""
     plan: dict[str, Any] = {
-        "playbook": proposal.playbook.model_dump(mode="json"),
+        "playbook": derived(proposal.playbook, "json", lambda: proposal.playbook.model_dump(mode="json")),
         "alert": asdict(alert),
         "xid": dict(xid),
         "require_approval": proposal.require_approval,
@@ -127,40 +95,6 @@ class Ladder:
     def steps(self) -> list[str]:
         return list(self.rt.settings.escalation_ladder)
 
-    async def on_recurrence(self, alert: GpuAlert, proposal: Proposal) -> tuple[Proposal, dict[str, Any]] | None:
-        """The next rung's proposal, with its `escalation` record, when this fault recurs within the window
-        after a ladder remediation returned the GPU (or node) to service; None when the rule's own stands."""
-        ladder = self.steps
-        asked = rung(ladder, proposal.playbook.name)
-        if asked is None or not alert.node:
-            return None
-        now = utc(self.rt.repo._clock())
-        window = self.rt.settings.recurrence_window
-        longest = max(window, *(w for _, w in RECURRENCE_WINDOWS))
-        history = await self.rt.repo.node_history(alert.node, since=now - longest - timedelta(days=1))
-        back = [
-            (at, r) for r in history
-            if same_subject(r, alert.node, alert.gpu_uuid) and (at := returned_at(r)) is not None and at <= now
-        ]
-        if not back:
-            return None
-        at, previous = max(back, key=lambda pair: pair[0])
-        self._count_recurrence(previous, now - at)
-        was = rung(ladder, previous.playbook)
-        if now - at <= window:
-            self.rt.metrics.remediation_outcomes.labels(playbook=previous.playbook, outcome="recurred").inc()
-        if now - at > window or was is None or was < asked:
-            return None
-        target_rung = min(was + 1, len(ladder))
-        escalation = {
-            "from": previous.id, "reason": "recurrence", "rung": target_rung, "ladder": ladder,
-            "recurrence_seconds": (now - at).total_seconds(),
-            "history": fault_history(r for r in history if same_subject(r, alert.node, alert.gpu_uuid)),
-            "gate": None,
-        }
-        escalated = self._proposal(ladder[target_rung - 1], alert, "escalation:recurrence")
-        return None if escalated is None else (escalated, escalation)
-
     async def after_failed_gate(self, rem: Remediation, gate: Mapping[str, Any] | None, why: str) -> str | None:
         """Start the next rung for a remediation whose GPU failed its gate; its id, or None at the top."""
         ladder = self.steps
@@ -192,20 +126,21 @@ class Ladder:
         return new_id
 
     def _proposal(self, playbook_name: str, alert: GpuAlert, rule: str) -> Proposal | None:
-        playbook = self.rt.definitions.current.playbooks.get(playbook_name)
-        if playbook is None:
+        proposal = ladder_proposal(self.rt.definitions.current, playbook_name, alert, rule)
+        if proposal is None:
             log.warning("escalation ladder names playbook %r, which is not loaded: no escalation", playbook_name)
-            return None
-        return Proposal(
-            rule_name=rule, playbook=playbook, params=dict(playbook.params),
-            target=target_for(playbook.target, alert), cooldown=None, require_approval=False,
-        )
+        return proposal
 
-    def _count_recurrence(self, previous: Remediation, after: timedelta) -> None:
-        counter = self.rt.metrics.recurrences
-        xid = (previous.plan.get("xid") or {}).get("code")
-        model = (previous.plan.get("alert") or {}).get("model") or ""
-        for name, window in RECURRENCE_WINDOWS:
-            if after <= window:
-                counter.labels(playbook=previous.playbook, xid="" if xid is None else str(xid), model=model,
-                               window=name).inc()
+
+def count_recurrence(metrics: Any, found: Recurrence) -> None:
+    """A fault came back after a ladder remediation returned its GPU: the recurrence metrics (both windows),
+    and `recurred` for the remediation that did not hold when it came back within RECURRENCE_WINDOW."""
+    previous = found.previous
+    xid = (previous.plan.get("xid") or {}).get("code")
+    model = (previous.plan.get("alert") or {}).get("model") or ""
+    for name, window in RECURRENCE_WINDOWS:
+        if found.after <= window:
+            metrics.recurrences.labels(playbook=previous.playbook, xid="" if xid is None else str(xid), model=model,
+                                       window=name).inc()
+    if found.within_window:
+        metrics.remediation_outcomes.labels(playbook=previous.playbook, outcome="recurred").inc()

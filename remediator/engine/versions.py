@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from remediator.definitions import DefinitionSet
+from remediator.definitions.memo import derived
 from remediator.engine.runtime import DefinitionsHolder
 from remediator.store.repository import Repository
 
@@ -53,6 +54,11 @@ def _origins(sources: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], str]
 
 def versions_for(defs: DefinitionSet, rule_name: str, playbook_name: str) -> dict[str, str | None]:
     """The versions recorded in a remediation's plan (`plan["versions"]`)."""
+    key = ("versions", rule_name, playbook_name)
+    return dict(derived(defs, key, lambda: _versions(defs, rule_name, playbook_name)))
+
+
+def _versions(defs: DefinitionSet, rule_name: str, playbook_name: str) -> dict[str, str | None]:
     origins = _origins(tuple(sorted(defs.sources.items())))
     rule = next((r for r in defs.rules if r.name == rule_name), None)
     playbook = defs.playbooks.get(playbook_name)

@@ -10,22 +10,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 from remediator.adapters.node_watch import NodeWatch
+from remediator.definitions import DefinitionSet
+from remediator.engine.batch_facts import BatchFacts
+from remediator.engine.decision import (
+    Decision,
+    DecisionPolicy,
+    NoTarget,
+    Unmatched,
+    decide,
+    escalation_subject,
+    history_since,
+    utc,
+)
 from remediator.engine.executor import Executor
-from remediator.engine.ladder import Ladder, new_remediation, remediation_plan
+from remediator.engine.ladder import count_recurrence, new_remediation, remediation_plan
 from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
-from remediator.engine.planning import Proposal, propose, target_for, xid_variables
+from remediator.engine.planning import xid_variables
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
-from remediator.intake.normalize import GpuAlert, normalize, parse_xid
+from remediator.intake.normalize import GpuAlert, normalize
 from remediator.inventory import NodeInventory
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
+from remediator.store.decision_store import Finished, Started
 from remediator.store.models import AlertRow
 from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
@@ -57,7 +72,6 @@ class Worker:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.executor = Executor(rt)
-        self.ladder = Ladder(rt)
         self.outcomes = OutcomeSweep(rt)
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -247,81 +261,102 @@ class Worker:
             await self.outcomes.maybe_sweep()
         return processed > 0 or dispatched > 0
 
-    async def process_alerts(self, limit: int = 100) -> int:
+    async def process_alerts(self, limit: int = 500) -> int:
+        """Decide claimed alerts in arrival order: consecutive firing alerts as one batch (engine/decision.py,
+        store/decision_store.py), a resolved alert on its own after what fired before it."""
         rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
+        firing: list[AlertRow] = []
         for row in rows:
-            try:
-                await self.process_alert(row)
-            except StoreUnavailable:
-                raise
-            except Exception as exc:
-                log.exception("alert %s could not be processed", row.id)
-                await self.rt.repo.finish_alert(
-                    row.id, "error", note=str(exc)[:2000], audit_kind="alert.error",
-                    audit_data={"alert_id": row.id, "error": str(exc)[:2000]},
-                )
+            if row.status != "resolved":
+                firing.append(row)
+                continue
+            await self.decide_alerts(firing)
+            firing = []
+            await self._guarded(row, self._resolve)
+        await self.decide_alerts(firing)
         return len(rows)
 
-    async def process_alert(self, row: AlertRow) -> None:
-        if row.status == "resolved":
-            await after_resolved(self.rt, await self.rt.repo.record_resolved(row))
-            return
-        alert = normalize_row(self.rt, row)
-        defs = self.rt.definitions.current
-        proposal = propose(alert, defs)
-        escalated = await self._escalation(alert, row)
-        if escalated is not None:
-            proposal = escalated
-        if proposal is None:
-            await self.rt.repo.finish_alert(
-                row.id, "unmatched", audit_kind="alert.unmatched",
-                audit_data={"alert_id": row.id, "alertname": row.alertname, "fingerprint": row.fingerprint,
-                            "kind": alert.kind, "node": alert.node},
-            )
-            return
-        if proposal.target.kind in ("node", "gpu") and not alert.node:
-            await self.rt.repo.finish_alert(
-                row.id, "no_target", note=alert.node_problem or "no node label found",
-                audit_kind="alert.no_target",
-                audit_data={"alert_id": row.id, "rule": proposal.rule_name,
-                            "looked_for": list(self.rt.settings.node_label_precedence),
-                            "problem": alert.node_problem},
-            )
-            return
-        escalation: dict[str, Any] | None = None
-        recurred = await self.ladder.on_recurrence(alert, proposal)
-        if recurred is not None:
-            proposal, escalation = recurred
-        plan = remediation_plan(proposal, alert, defs, xid_variables(alert, defs, None), escalation=escalation)
-        await persist_version(self.rt.repo, self.rt.definitions, defs)
-        await self.rt.repo.record_firing(row, new_remediation(proposal, defs, plan))
+    async def _resolve(self, row: AlertRow) -> None:
+        await after_resolved(self.rt, await self.rt.repo.record_resolved(row))
 
-    async def _escalation(self, alert: GpuAlert, row: AlertRow) -> Proposal | None:
-        """Application-class Xids repeating on one GPU across pods escalate to the GPU-reset playbook."""
-        settings = self.rt.settings
+    async def _guarded(self, row: AlertRow, work: Callable[[AlertRow], Awaitable[Any]]) -> None:
+        """Run `work` for one alert; an error (not the store's) closes the alert as `error`, audited."""
+        try:
+            await work(row)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.exception("alert %s could not be processed", row.id)
+            error = _error(row, exc)
+            await self.rt.repo.finish_alert(row.id, error.outcome, note=error.note, audit_kind=error.audit_kind,
+                                            audit_data=error.audit_data)
+
+    async def decide_alerts(self, rows: Sequence[AlertRow]) -> None:
+        """Decide firing alerts together: their facts in two reads, their outcomes in one transaction."""
+        if not rows:
+            return
         defs = self.rt.definitions.current
-        gpu = alert.gpu_uuid or alert.gpu_index
-        if alert.xid is None or not alert.node or not gpu or settings.escalation_playbook not in defs.playbooks:
-            return None
-        if defs.xid.lookup(alert.xid).resolution != "RESTART_APP":
-            return None
-        since = self.rt.repo._clock() - settings.escalation_window
-        recent = await self.rt.repo.recent_alerts_for_gpu(
-            alert.node, gpu, alert.alertname, since, node_labels=settings.node_label_precedence
+        policy = DecisionPolicy.of(self.rt.settings)
+        alerts: dict[int, GpuAlert] = {}
+        decided: dict[int, Finished | Started] = {}
+        for row in rows:
+            try:
+                alerts[row.id] = normalize_row(self.rt, row)
+            except Exception as exc:
+                log.exception("alert %s could not be processed", row.id)
+                decided[row.id] = _error(row, exc)
+        facts = await self._facts(list(alerts.values()), defs, policy)
+        for row in rows:
+            alert = alerts.get(row.id)
+            if alert is None:
+                continue
+            try:
+                decided[row.id] = self._verdict(row, alert, decide(alert, defs, policy, facts.of(alert)), defs)
+            except Exception as exc:
+                log.exception("alert %s could not be processed", row.id)
+                decided[row.id] = _error(row, exc)
+        batch = [(row, decided[row.id]) for row in rows]
+        if any(isinstance(verdict, Started) for _, verdict in batch):
+            await persist_version(self.rt.repo, self.rt.definitions, defs)
+        try:
+            await self.rt.repo.record_decisions(batch)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            log.exception("a batch of %d decided alerts could not be recorded together: one at a time", len(batch))
+            for row, verdict in batch:
+                await self._guarded(row, partial(self._record_alone, verdict=verdict))
+
+    async def _record_alone(self, row: AlertRow, *, verdict: Finished | Started) -> None:
+        await self.rt.repo.record_decisions([(row, verdict)])
+
+    async def _facts(self, alerts: Sequence[GpuAlert], defs: DefinitionSet, policy: DecisionPolicy) -> BatchFacts:
+        """What `decide` needs about these alerts' GPUs and nodes, read for all of them at once."""
+        repo = self.rt.repo
+        now = utc(repo._clock())
+        counted = [a for a in alerts if escalation_subject(a, defs, policy) is not None]
+        labels = tuple(self.rt.settings.node_label_precedence)
+        recent = await repo.firing_alerts_on_nodes(
+            [a.alertname for a in counted], [str(a.node) for a in counted], now - policy.escalation_window, labels,
         )
-        app_class = [
-            r for r in recent
-            if (code := parse_xid(r.labels, r.annotations)) is not None
-            and defs.xid.lookup(code).resolution == "RESTART_APP"
-        ]
-        pods = {r.labels.get("exported_pod") or r.labels.get("pod") for r in app_class} - {None, ""}
-        if len(app_class) < settings.escalation_count or len(pods) < settings.escalation_pods:
-            return None
-        playbook = defs.playbooks[settings.escalation_playbook]
-        return Proposal(
-            rule_name="escalation:repeated-application-xid", playbook=playbook, params=dict(playbook.params),
-            target=target_for(playbook.target, alert), cooldown=None, require_approval=False,
-        )
+        nodes = [a.node for a in alerts if a.node] if policy.ladder else []
+        histories = await repo.node_histories(nodes, history_since(now, policy)) if nodes else {}
+        return BatchFacts(now, recent, histories, labels)
+
+    def _verdict(self, row: AlertRow, alert: GpuAlert, decision: Decision, defs: DefinitionSet) -> Finished | Started:
+        if isinstance(decision, Unmatched):
+            return Finished("unmatched", None, "alert.unmatched", {
+                "alert_id": row.id, "alertname": row.alertname, "fingerprint": row.fingerprint, "kind": alert.kind,
+                "node": alert.node})
+        if isinstance(decision, NoTarget):
+            return Finished("no_target", alert.node_problem or "no node label found", "alert.no_target", {
+                "alert_id": row.id, "rule": decision.proposal.rule_name,
+                "looked_for": list(self.rt.settings.node_label_precedence), "problem": alert.node_problem})
+        if decision.recurrence is not None:
+            count_recurrence(self.rt.metrics, decision.recurrence)
+        proposal = decision.proposal
+        plan = remediation_plan(proposal, alert, defs, xid_variables(alert, defs, None), escalation=decision.escalation)
+        return Started(new_remediation(proposal, defs, plan))
 
     async def expire_approvals(self) -> None:
         """Close overdue approval requests (expired, audited, notified; or continued per playbook)."""
@@ -375,3 +410,7 @@ class Worker:
         for state in ACTIVE_STATES:
             at = oldest.get(state)
             self.rt.metrics.oldest_active.labels(state=state).set((now - at).total_seconds() if at else 0)
+
+
+def _error(row: AlertRow, exc: Exception) -> Finished:
+    return Finished("error", str(exc)[:2000], "alert.error", {"alert_id": row.id, "error": str(exc)[:2000]})

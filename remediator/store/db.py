@@ -1,7 +1,8 @@
 """Database engine set-up and schema migrations, for SQLite (embedded default) and PostgreSQL (replicas).
 
-SQLite runs in WAL mode and every transaction starts with BEGIN IMMEDIATE, so writers queue instead of
-failing half-way with SQLITE_BUSY; PostgreSQL serializes the few global decisions with advisory locks.
+SQLite runs in WAL mode and every transaction that may write starts with BEGIN IMMEDIATE, so writers queue
+instead of failing half-way with SQLITE_BUSY (read-only ones start deferred and run beside them); PostgreSQL
+serializes the few global decisions with advisory locks.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-__all__ = ["MIGRATIONS_DIR", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
+__all__ = ["MIGRATIONS_DIR", "READ_ONLY", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+READ_ONLY = "remediator_read_only"  # execution option of the engine that read-only transactions use
 
 
 def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
@@ -38,7 +40,9 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
 
         @event.listens_for(sync, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # A read-only transaction (Repository.reading) starts deferred: it takes no write lock, so it
+            # runs beside the writer instead of queueing behind it.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
     return create_async_engine(url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)

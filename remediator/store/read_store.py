@@ -167,28 +167,6 @@ class ReadStore(RepositoryBase):
         )
         return int(count or 0)
 
-    async def recent_alerts_for_gpu(
-        self, node: str, gpu: str, alertname: str, since: datetime,
-        node_labels: Sequence[str] = ("node", "kubernetes_node", "Hostname", "hostname"),
-    ) -> list[AlertRow]:
-        """First deliveries of firing `alertname` alerts on one GPU within the window (the node named by any
-        of `node_labels`, the controller's NODE_LABEL_PRECEDENCE).
-
-        The node and GPU labels are compared in SQL: loading every recent alert of the name and filtering here
-        made a storm quadratic (10,000 Xid alerts: each loaded all the others).
-        """
-        labels = AlertRow.labels
-        async with self.transaction() as session:
-            rows = await session.scalars(
-                select(AlertRow).where(
-                    AlertRow.alertname == alertname, AlertRow.status == "firing", AlertRow.state != "repeat",
-                    AlertRow.received_at >= since,
-                    or_(*(labels[key].as_string() == node for key in node_labels)),
-                    or_(*(labels[key].as_string() == gpu for key in ("UUID", "gpu"))),
-                )
-            )
-            return list(rows.all())
-
     async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
         """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""
         async with self.transaction() as session:

@@ -4,7 +4,7 @@ admission, escalations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,7 +37,7 @@ class RemediationStore(RepositoryBase):
 
         Returns (outcome, remediation_id or ""). Outcome is `started`, `linked` or `cooldown`.
         """
-        active_key = f"{new.target_key}|{new.playbook}"
+        active_key = active_key_of(new)
         try:
             async for attempt in on_conflict(IntegrityError, attempts=3):
                 with attempt:  # another replica inserted the same active key a moment ago: link to it
@@ -76,18 +76,7 @@ class RemediationStore(RepositoryBase):
                                  data={"alert_id": alert.id, "rule": new.rule, "target": new.target_key})
                 return "cooldown", recent
         rem_id = str(uuid.uuid4())
-        session.add(
-            Remediation(
-                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=None,
-                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
-                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
-                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=alert.id,
-                alert_fingerprint=alert.fingerprint, alertname=alert.alertname, alert_labels=dict(alert.labels),
-                alert_annotations=dict(alert.annotations), alert_resolved=False, params=jsonable(new.params),
-                plan=jsonable(new.plan), context={}, phase="forward", current_step=0, active_key=active_key,
-                quarantined=False, linked_alerts=0, next_run_at=now,
-            )
-        )
+        session.add(new_row_for(rem_id, alert, new, active_key, now))
         await session.flush()
         await self._finish_alert(session, alert.id, "started", note=None, remediation_id=rem_id)
         await self.audit(
@@ -285,7 +274,7 @@ class RemediationStore(RepositoryBase):
 
         Returns (`started` or `linked`, remediation id); audited on both remediations.
         """
-        active_key = f"{new.target_key}|{new.playbook}"
+        active_key = active_key_of(new)
         try:
             async for attempt in on_conflict(IntegrityError, attempts=3):
                 with attempt:  # another replica inserted the same active key a moment ago: link to it
@@ -305,19 +294,10 @@ class RemediationStore(RepositoryBase):
                              data={"to": active.id, "playbook": new.playbook, "reason": reason, "linked": True})
             return "linked", active.id
         rem_id = str(uuid.uuid4())
-        session.add(
-            Remediation(
-                id=rem_id, created_at=now, updated_at=now, finished_at=None, state="pending", state_reason=reason,
-                rule=new.rule, playbook=new.playbook, definitions_version=new.definitions_version,
-                target_kind=new.target_kind, target_key=new.target_key, node=new.node, gpu_uuid=new.gpu_uuid,
-                gpu_index=new.gpu_index, namespace=new.namespace, pod=new.pod, alert_id=source.alert_id,
-                alert_fingerprint=source.alert_fingerprint, alertname=source.alertname,
-                alert_labels=dict(source.alert_labels), alert_annotations=dict(source.alert_annotations),
-                alert_resolved=False, params=jsonable(new.params), plan=jsonable(new.plan), context={},
-                phase="forward", current_step=0, active_key=active_key, quarantined=False, linked_alerts=0,
-                next_run_at=now,
-            )
-        )
+        session.add(new_row(
+            rem_id, new, active_key, now, alert_id=source.alert_id, fingerprint=source.alert_fingerprint,
+            alertname=source.alertname, labels=source.alert_labels, annotations=source.alert_annotations, reason=reason,
+        ))
         await session.flush()
         await self.audit(session, "remediation.escalated", remediation_id=source.id,
                          data={"to": rem_id, "playbook": new.playbook, "reason": reason, "linked": False})
@@ -357,3 +337,43 @@ class RemediationStore(RepositoryBase):
                 rows = await session.scalars(select(Remediation).where(Remediation.id.in_(ids[start:start + 500])))
                 found.update({rem.id: rem for rem in rows.all()})
         return found
+
+
+def active_key_of(new: NewRemediation) -> str:
+    """At most one active remediation per (target, playbook): the unique key that says so."""
+    return f"{new.target_key}|{new.playbook}"
+
+
+def new_row_for(rem_id: str, alert: AlertRow, new: NewRemediation, active_key: str, now: datetime) -> Remediation:
+    """The row of a remediation started for a stored alert."""
+    return new_row(rem_id, new, active_key, now, alert_id=alert.id, fingerprint=alert.fingerprint,
+                   alertname=alert.alertname, labels=alert.labels, annotations=alert.annotations)
+
+
+def new_row(
+    rem_id: str, new: NewRemediation, active_key: str, now: datetime, *, alert_id: int | None, fingerprint: str,
+    alertname: str, labels: Mapping[str, Any], annotations: Mapping[str, Any], reason: str | None = None,
+) -> Remediation:
+    """The row of a new remediation: pending, at its first step, runnable now."""
+    return Remediation(**new_values(
+        rem_id, new, active_key, now, alert_id=alert_id, fingerprint=fingerprint, alertname=alertname, labels=labels,
+        annotations=annotations, reason=reason,
+    ))
+
+
+def new_values(
+    rem_id: str, new: NewRemediation, active_key: str, now: datetime, *, alert_id: int | None, fingerprint: str,
+    alertname: str, labels: Mapping[str, Any], annotations: Mapping[str, Any], reason: str | None = None,
+) -> dict[str, Any]:
+    """The column values of a new remediation (`new_row`, or a batch insert of several)."""
+    return {
+        "id": rem_id, "created_at": now, "updated_at": now, "finished_at": None, "state": "pending",
+        "state_reason": reason, "rule": new.rule, "playbook": new.playbook,
+        "definitions_version": new.definitions_version, "target_kind": new.target_kind, "target_key": new.target_key,
+        "node": new.node, "gpu_uuid": new.gpu_uuid, "gpu_index": new.gpu_index, "namespace": new.namespace,
+        "pod": new.pod, "alert_id": alert_id, "alert_fingerprint": fingerprint, "alertname": alertname,
+        "alert_labels": dict(labels), "alert_annotations": dict(annotations), "alert_resolved": False,
+        "params": jsonable(new.params), "plan": jsonable(new.plan), "context": {}, "phase": "forward",
+        "current_step": 0, "active_key": active_key, "quarantined": False, "linked_alerts": 0, "next_run_at": now,
+        "crashes": 0,
+    }

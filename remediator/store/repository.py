@@ -2,22 +2,22 @@
 
 Every state change is written with its audit event in the same transaction. Writes made on behalf of a
 worker check its lease (`owner`), so a replica that lost its lease cannot record a step twice. The methods
-live in one module per concern (intake, remediations, steps, approvals, flags, reads) over one unit of work
-(`unit_of_work.py`); `Repository` puts them together.
+live in one module per concern (intake, batched decisions, remediations, steps, approvals, flags, reads)
+over one unit of work (`unit_of_work.py`); `Repository` puts them together.
 """
 
 from __future__ import annotations
 
 from remediator.store.approval_store import ApprovalStore
+from remediator.store.decision_store import DecisionStore
 from remediator.store.flag_store import FlagStore
 from remediator.store.intake_store import IntakeStore
 from remediator.store.read_store import ReadStore
-from remediator.store.remediation_store import RemediationStore
 from remediator.store.step_store import StepStore
 from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StoredBatch, utcnow
 
 __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
 
-class Repository(IntakeStore, RemediationStore, StepStore, ApprovalStore, FlagStore, ReadStore):
+class Repository(IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore):
     """The store's whole API: one instance per process, shared by the API and the worker."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, text, update
+from sqlalchemy import Table, func, insert, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -21,6 +21,7 @@ from remediator.intake.models import AlertmanagerPayload
 from remediator.jsondata import jsonable
 from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
+from remediator.store.db import READ_ONLY
 from remediator.store.models import (
     AlertBatch,
     AlertRow,
@@ -35,6 +36,7 @@ __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "RepositoryBase", "St
 # Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
 _BATCHES = cast(Table, AlertBatch.__table__)
 _ALERTS = cast(Table, AlertRow.__table__)
+_AUDIT_EVENTS = cast(Table, AuditEvent.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
 # The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
@@ -92,6 +94,7 @@ class RepositoryBase:
         self.intake_idle.set()
         bind = sessions.kw.get("bind")
         self.dialect = bind.dialect.name if bind is not None else "sqlite"
+        self._read_bind = bind.execution_options(**{READ_ONLY: True}) if bind is not None else None
         self._sqlite_lock: asyncio.Lock | None = asyncio.Lock() if self.dialect == "sqlite" else None
         self.audit_key: bytes | None = None  # HMAC key of the audit chain (settings.audit_key_bytes())
         database = bind.url.database if bind is not None else None
@@ -114,6 +117,19 @@ class RepositoryBase:
                     yield session
             except (OperationalError, OSError, ConnectionError) as exc:
                 raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncSession]:
+        """A read-only transaction, beside the writers: SQLite in WAL mode lets readers run while one
+        connection writes, so reads need not queue at the writer gate. Nothing may be written in it."""
+        sessions = self._sessions(bind=self._read_bind) if self._read_bind is not None else self._sessions()
+        try:
+            async with sessions as session, session.begin():
+                yield session
+                if session.new or session.dirty or session.deleted:
+                    raise RuntimeError("a read-only transaction changed rows")
+        except (OperationalError, OSError, ConnectionError) as exc:
+            raise StoreUnavailable(str(exc).splitlines()[0]) from exc
 
     @asynccontextmanager
     async def _writer_gate(self) -> AsyncIterator[None]:
@@ -143,22 +159,44 @@ class RepositoryBase:
         data: dict[str, Any] | None = None,
     ) -> AuditEvent:
         """Append one hash-chained event inside the caller's transaction."""
+        prev_hash = await self._chain_head(session)
+        event = AuditEvent(**self._chained(kind, remediation_id, actor, data, prev_hash))
+        session.add(event)
+        await session.flush()
+        return event
+
+    async def audit_many(
+        self, session: AsyncSession, events: Sequence[tuple[str, str | None, dict[str, Any] | None]],
+        *, actor: str = "controller",
+    ) -> None:
+        """Append several events to the chain, in order, inside the caller's transaction (one insert)."""
+        if not events:
+            return
+        prev_hash = await self._chain_head(session)
+        rows = []
+        for kind, remediation_id, data in events:
+            row = self._chained(kind, remediation_id, actor, data, prev_hash)
+            rows.append(row)
+            prev_hash = row["hash"]
+        await session.execute(insert(_AUDIT_EVENTS), rows)
+
+    async def _chain_head(self, session: AsyncSession) -> str:
+        """The hash the next event chains to, under the audit lock (held to the end of the transaction)."""
         await self._lock(session, _AUDIT_LOCK)
         prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
-        prev_hash = prev or await chain_start(session)
+        return prev or await chain_start(session)
+
+    def _chained(
+        self, kind: str, remediation_id: str | None, actor: str, data: dict[str, Any] | None, prev_hash: str
+    ) -> dict[str, Any]:
         ts = self._clock()
         payload = jsonable(data or {})
         digest = event_hash(
             ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
             key=self.audit_key,
         )
-        event = AuditEvent(
-            ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
-            hash=digest,
-        )
-        session.add(event)
-        await session.flush()
-        return event
+        return {"ts": ts, "remediation_id": remediation_id, "kind": kind, "actor": actor, "data": payload,
+                "prev_hash": prev_hash, "hash": digest}
 
     async def close(self) -> None:
         if self._sqlite_intake is not None:

@@ -1,10 +1,13 @@
-"""recent_alerts_for_gpu (the repeated-Xid escalation's count) selects by node and GPU label in SQL."""
+"""The repeated-Xid escalation's count: the store selects a batch's recent alerts by node label in SQL, and
+`BatchFacts` hands each alert those of its name on its GPU."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
+from remediator.engine.batch_facts import BatchFacts
 from remediator.intake.models import AlertmanagerPayload
+from remediator.intake.normalize import GpuAlert
 from remediator.store.db import make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository, utcnow
 from tests.helpers import am_alert, am_payload
@@ -41,6 +44,14 @@ async def check_selection(repo: Repository) -> None:
     await repo.store_batch(AlertmanagerPayload.model_validate(am_payload(*alerts)))
     await repo.store_batch(AlertmanagerPayload.model_validate(am_payload(am_alert(wanted[0]))))  # a repeat
 
-    found = await repo.recent_alerts_for_gpu("n1", "GPU-A", "GPUXidError", utcnow() - timedelta(hours=1))
-    assert sorted(r.labels["pod"] for r in found) == ["p1", "p2", "p3"]
-    assert await repo.recent_alerts_for_gpu("n1", "GPU-A", "GPUXidError", utcnow() + timedelta(hours=1)) == []
+    node_labels = ("node", "kubernetes_node", "Hostname", "hostname")
+    now = utcnow()
+    recent = await repo.firing_alerts_on_nodes(["GPUXidError"], ["n1"], now - timedelta(hours=1), node_labels)
+    # the three wanted and the other GPU on n1; not n2, not "n1-suffix", not the resolved one, not the repeat
+    assert len(recent) == 4
+    facts = BatchFacts(now, recent, {}, node_labels).of(
+        GpuAlert(alertname="GPUXidError", status="firing", fingerprint="f", kind="xid", node="n1", node_source="Hostname",
+                 gpu_uuid="GPU-A")
+    )
+    assert sorted(labels["pod"] for labels, _ in facts.gpu_alerts) == ["p1", "p2", "p3"]
+    assert await repo.firing_alerts_on_nodes(["GPUXidError"], ["n1"], now + timedelta(hours=1), node_labels) == []

@@ -1,0 +1,250 @@
+"""Deciding stored alerts a batch at a time: the facts a batch needs in two reads, its outcomes in one commit.
+
+A storm of 10,000 alerts decided one transaction per alert spends its time in per-statement round trips
+(and, on SQLite, in queueing behind the one writer), not in deciding. Here the worker reads the facts for a
+whole claimed batch at once (recent alerts on the batch's GPUs, the batch's nodes' remediation history),
+decides every alert in memory (engine/decision.py), and records all outcomes in one transaction: the
+remediations started, the alerts linked to an active remediation or held by a cooldown, each with its
+audit event, exactly as `record_firing` and `finish_alert` record them one by one.
+
+When another replica started a remediation with the same active key while this batch was being decided
+(a unique-key conflict, PostgreSQL with several replicas), the batch's transaction rolls back whole and the
+batch is recorded alert by alert instead, each alert in its own transaction as before (where one alert's
+conflict is retried on its own and cannot undo the others).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, and_, bindparam, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from remediator.store.models import AlertRow, Remediation
+from remediator.store.remediation_store import RemediationStore, active_key_of, new_values
+from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
+
+__all__ = ["AlertOutcome", "DecisionStore", "Finished", "Started"]
+
+_REMEDIATIONS = cast(Table, Remediation.__table__)
+_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An alert that starts nothing: unmatched, no target, or an error while deciding it."""
+
+    outcome: str
+    note: str | None
+    audit_kind: str
+    audit_data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Started:
+    """An alert whose decision is to start `new` (linked or held by a cooldown if the store says so)."""
+
+    new: NewRemediation
+
+
+@dataclass(frozen=True)
+class AlertOutcome:
+    alert_id: int
+    outcome: str
+    remediation_id: str | None
+
+
+@dataclass
+class _Pending:
+    """What one batch will write, collected in alert order."""
+
+    remediations: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    linked: dict[str, int]
+    audits: list[tuple[str, str | None, dict[str, Any]]]
+    outcomes: list[AlertOutcome]
+
+
+class DecisionStore(RemediationStore):
+    """Batched decisions (a mixin of `Repository`, over the one-at-a-time `RemediationStore`)."""
+
+    async def firing_alerts_on_nodes(
+        self, alertnames: Sequence[str], nodes: Sequence[str], since: datetime, node_labels: Sequence[str],
+    ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """(alert name, labels, annotations) of the firing first deliveries of these alert names received since `since`
+        on any of `nodes` (named by any of `node_labels`, the controller's NODE_LABEL_PRECEDENCE)."""
+        if not alertnames or not nodes:
+            return []
+        labels = AlertRow.labels
+        found: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        names = sorted(set(alertnames))
+        wanted = sorted(set(nodes))
+        async with self.reading() as session:
+            for i in range(0, len(wanted), _CHUNK):
+                chunk = wanted[i : i + _CHUNK]
+                rows = await session.execute(
+                    select(AlertRow.alertname, AlertRow.labels, AlertRow.annotations).where(
+                        AlertRow.alertname.in_(names), AlertRow.status == "firing", AlertRow.state != "repeat",
+                        AlertRow.received_at >= since,
+                        or_(*(labels[key].as_string().in_(chunk) for key in node_labels)),
+                    )
+                )
+                found.extend((str(name), dict(lab or {}), dict(ann or {})) for name, lab, ann in rows.all())
+        return found
+
+    async def node_histories(self, nodes: Sequence[str], since: datetime) -> dict[str, list[Remediation]]:
+        """Remediations created since `since` on those of `nodes` where one of them returned its target to
+        service (reverted, or succeeded without a quarantine), newest first. A node without such a remediation
+        has no history the ladder reads (engine/decision.py `recurrence`), so its rows are not loaded: in a storm
+        that is nearly every node, and their plans are kilobytes each."""
+        history: dict[str, list[Remediation]] = defaultdict(list)
+        wanted = sorted(set(nodes))
+        returned = or_(
+            Remediation.state == "reverted", and_(Remediation.state == "succeeded", Remediation.quarantined.is_(False))
+        )
+        async with self.reading() as session:
+            for i in range(0, len(wanted), _CHUNK):
+                chunk = wanted[i : i + _CHUNK]
+                with_returns = (await session.scalars(
+                    select(Remediation.node).distinct().where(
+                        Remediation.node.in_(chunk), Remediation.created_at >= since,
+                        Remediation.finished_at.is_not(None), returned,
+                    )
+                )).all()
+                if not with_returns:
+                    continue
+                rows = await session.scalars(
+                    select(Remediation)
+                    .where(Remediation.node.in_(list(with_returns)), Remediation.created_at >= since)
+                    .order_by(Remediation.created_at.desc())
+                )
+                for rem in rows.all():
+                    history[str(rem.node)].append(rem)
+        return dict(history)
+
+    async def record_decisions(self, decided: Sequence[tuple[AlertRow, Finished | Started]]) -> list[AlertOutcome]:
+        """Record a batch's decisions in one transaction, in alert order; alert by alert after a conflict."""
+        if not decided:
+            return []
+        try:
+            async with self.transaction() as session:
+                return await self._record_decisions(session, decided)
+        except IntegrityError:
+            return [await self._record_one(row, verdict) for row, verdict in decided]
+
+    async def _record_one(self, row: AlertRow, verdict: Finished | Started) -> AlertOutcome:
+        if isinstance(verdict, Started):
+            outcome, rem_id = await self.record_firing(row, verdict.new)
+            return AlertOutcome(row.id, outcome, rem_id or None)
+        async with self.transaction() as session:
+            await self._finish_alert(session, row.id, verdict.outcome, note=verdict.note, remediation_id=None)
+            await self.audit(session, verdict.audit_kind, data=verdict.audit_data)
+        return AlertOutcome(row.id, verdict.outcome, None)
+
+    async def _record_decisions(
+        self, session: AsyncSession, decided: Sequence[tuple[AlertRow, Finished | Started]]
+    ) -> list[AlertOutcome]:
+        starts = [v.new for _, v in decided if isinstance(v, Started)]
+        active = await self._active_by_key(session, [active_key_of(n) for n in starts])
+        cooled = await self._recently_finished(session, starts)
+        pending = _Pending([], [], defaultdict(int), [], [])
+        for row, verdict in decided:
+            if isinstance(verdict, Finished):
+                self._finish(pending, row, verdict.outcome, None, note=verdict.note)
+                pending.audits.append((verdict.audit_kind, None, verdict.audit_data))
+            else:
+                self._start(pending, row, verdict.new, active, cooled)
+        if pending.remediations:
+            await session.execute(insert(_REMEDIATIONS), pending.remediations)
+        if pending.linked:
+            await session.execute(
+                update(_REMEDIATIONS)
+                .where(_REMEDIATIONS.c.id == bindparam("b_id"))
+                .values(linked_alerts=_REMEDIATIONS.c.linked_alerts + bindparam("b_count")),
+                [{"b_id": rem_id, "b_count": count} for rem_id, count in pending.linked.items()],
+            )
+        await session.execute(
+            update(_ALERTS)
+            .where(_ALERTS.c.id == bindparam("b_id"))
+            .values(state="done", outcome=bindparam("b_outcome"), note=bindparam("b_note"),
+                    remediation_id=bindparam("b_rem"), processed_at=bindparam("b_at"), claim_expires=None),
+            pending.alerts,
+        )
+        await self.audit_many(session, pending.audits)
+        return pending.outcomes
+
+    def _finish(self, pending: _Pending, row: AlertRow, outcome: str, rem_id: str | None, *, note: str | None) -> None:
+        pending.alerts.append(
+            {"b_id": row.id, "b_outcome": outcome, "b_note": note, "b_rem": rem_id, "b_at": self._clock()}
+        )
+        pending.outcomes.append(AlertOutcome(row.id, outcome, rem_id))
+
+    def _start(
+        self, pending: _Pending, row: AlertRow, new: NewRemediation, active: dict[str, str],
+        cooled: dict[tuple[str, str], list[tuple[str, datetime]]],
+    ) -> None:
+        key = active_key_of(new)
+        now = self._clock()
+        if key in active:
+            rem_id = active[key]
+            pending.linked[rem_id] += 1
+            self._finish(pending, row, "linked", rem_id, note=None)
+            pending.audits.append(("alert.linked", rem_id, {
+                "alert_id": row.id, "fingerprint": row.fingerprint, "alertname": row.alertname}))
+            return
+        if new.cooldown:
+            recent = next(
+                (rid for rid, at in cooled.get((new.rule, new.target_key), []) if at > now - new.cooldown), None
+            )
+            if recent is not None:
+                self._finish(pending, row, "cooldown", recent, note=f"cooldown after {recent}")
+                pending.audits.append(("alert.cooldown", recent, {
+                    "alert_id": row.id, "rule": new.rule, "target": new.target_key}))
+                return
+        rem_id = str(uuid.uuid4())
+        active[key] = rem_id
+        pending.remediations.append(new_values(rem_id, new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
+                                               alertname=row.alertname, labels=row.labels, annotations=row.annotations))
+        self._finish(pending, row, "started", rem_id, note=None)
+        pending.audits.append(("remediation.created", rem_id, {
+            "rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": row.id,
+            "alertname": row.alertname, "definitions_version": new.definitions_version}))
+
+    async def _active_by_key(self, session: AsyncSession, keys: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        wanted = sorted(set(keys))
+        for i in range(0, len(wanted), _CHUNK):
+            rows = await session.execute(
+                select(Remediation.active_key, Remediation.id).where(Remediation.active_key.in_(wanted[i : i + _CHUNK]))
+            )
+            found.update({str(key): str(rem_id) for key, rem_id in rows.all()})
+        return found
+
+    async def _recently_finished(
+        self, session: AsyncSession, starts: Sequence[NewRemediation]
+    ) -> dict[tuple[str, str], list[tuple[str, datetime]]]:
+        """Finished remediations within the longest cooldown of the batch, by (rule, target key)."""
+        with_cooldown = [n for n in starts if n.cooldown]
+        if not with_cooldown:
+            return {}
+        since = self._clock() - max(n.cooldown for n in with_cooldown if n.cooldown)
+        found: dict[tuple[str, str], list[tuple[str, datetime]]] = defaultdict(list)
+        targets = sorted({n.target_key for n in with_cooldown})
+        for i in range(0, len(targets), _CHUNK):
+            rows = await session.execute(
+                select(Remediation.rule, Remediation.target_key, Remediation.id, Remediation.finished_at).where(
+                    Remediation.target_key.in_(targets[i : i + _CHUNK]), Remediation.finished_at.is_not(None),
+                    Remediation.finished_at > since,
+                )
+            )
+            for rule, target, rem_id, finished in rows.all():
+                at = _aware(finished)
+                if at is not None:
+                    found[(str(rule), str(target))].append((str(rem_id), at))
+        return found
