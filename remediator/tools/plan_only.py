@@ -40,11 +40,13 @@ def plan_proposal(
     defs: DefinitionSet,
     context: Mapping[str, Any],
     outputs: Mapping[str, Any] | None = None,
+    *,
+    escalation: Mapping[str, Any] | None = None,
 ) -> AlertPlan:
     """Render the proposal's playbook; `outputs` are earlier steps' outputs by step name, when known."""
     variables = build_variables(
         alert=alert, target=proposal.target, params=proposal.params, context=context, steps=outputs or {},
-        xid=xid_variables(alert, defs, None),
+        xid=xid_variables(alert, defs, None), escalation=escalation,
     )
     steps = plan_steps(proposal.playbook, variables, require_approval=proposal.require_approval)
     return AlertPlan(proposal, variables, steps)

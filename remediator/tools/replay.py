@@ -13,8 +13,10 @@ Steps are rendered with the context the remediation gathered at the time (pods, 
 steps produced, so only the definitions differ. What a remediation actually ran is taken from its step
 rows; steps it never reached are rendered from the playbook snapshot it started with. Facts that depend
 on the fleet at the time are carried over from history: an alert linked to an active remediation, or held
-back by a cooldown, stays so while the new definitions pick the same playbook and target; a GPU-reset
-escalation (repeated application Xids) stays an escalation. Guardrail verdicts are not compared.
+back by a cooldown, stays so while the new definitions pick the same playbook and target. Which playbook an
+alert starts is decided by the controller's own `decide` (engine/decision.py) over the facts stored at the
+time: the alerts received up to it (the repeated application-Xid escalation) and its node's remediations
+(the escalation ladder's recurrence). Guardrail verdicts are not compared.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy.engine import make_url
 
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet, Playbook
-from remediator.engine.planning import Proposal, build_variables, plan_steps, propose, target_for, target_of
+from remediator.engine.batch_facts import BatchFacts
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide, history_since
+from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.settings import Settings
@@ -150,47 +154,51 @@ def _actual(row: AlertRow, rem: Remediation | None, rows: list[StepRow]) -> dict
 # -- what would happen -------------------------------------------------------------------------------
 
 
-def _escalation(rem: Remediation, alert: GpuAlert, defs: DefinitionSet, settings: Settings) -> Proposal | None:
-    playbook = defs.playbooks.get(settings.escalation_playbook)
-    if playbook is None:
-        return None
-    return Proposal(
-        rule_name=rem.rule, playbook=playbook, params=dict(playbook.params), target=target_for(playbook.target, alert),
-        cooldown=None, require_approval=False,
-    )
+@dataclass
+class _History:
+    """The facts `decide` read at the time, rebuilt from what the store kept: the alerts received up to this
+    one (for the repeated application-Xid escalation), and the node's remediations (for the ladder)."""
+
+    alerts: list[AlertRow]
+    remediations: dict[str, list[Remediation]]
+    node_labels: tuple[str, ...]
+    window: timedelta
+
+    def facts(self, row: AlertRow, alert: GpuAlert) -> DecisionFacts:
+        at = _aware(row.received_at)
+        recent = [
+            (r.alertname, r.labels, r.annotations) for r in self.alerts
+            if r.status == "firing" and r.state != "repeat" and r.alertname == alert.alertname
+            and at - self.window <= _aware(r.received_at) <= at
+        ]
+        batch = BatchFacts(at, recent, {alert.node or "": self.remediations.get(alert.node or "", [])},
+                           self.node_labels)
+        return batch.of(alert)
 
 
 @dataclass
 class _Replayer:
     defs: DefinitionSet
     settings: Settings
+    history: _History
     # (target, playbook) -> alert id, for remediations only the replay starts (history had none).
     new_active: dict[str, int] = field(default_factory=dict)
 
     def alert(self, row: AlertRow, rem: Remediation | None) -> GpuAlert:
-        alert = normalize(
-            row.labels, row.annotations, status=row.status, fingerprint=row.fingerprint,
-            kinds=self.defs.alert_kinds, node_precedence=self.settings.node_label_precedence,
-            starts_at=row.starts_at.isoformat() if row.starts_at else "",
-        )
-        if alert.node is None and rem is not None and rem.node:
-            alert = replace(alert, node=rem.node)  # resolved from an instance IP at the time
-        return alert
+        return _normalized(self.defs, self.settings, row, rem)
 
     async def plan(
         self, row: AlertRow, rem: Remediation | None, rows: list[StepRow], actual: Mapping[str, Any]
     ) -> dict[str, Any]:
         alert = self.alert(row, rem)
-        escalated = rem is not None and rem.rule.startswith("escalation:") and row.outcome == _STARTS
-        proposal = _escalation(rem, alert, self.defs, self.settings) if escalated and rem else None
-        if proposal is None:
-            proposal = propose(alert, self.defs)
-        if proposal is None:
+        decision = decide(alert, self.defs, DecisionPolicy.of(self.settings), self.history.facts(row, alert))
+        if isinstance(decision, Unmatched):
             return {"outcome": "unmatched"}
+        proposal = decision.proposal
         out: dict[str, Any] = {
             "rule": proposal.rule_name, "playbook": proposal.playbook.name, "target": proposal.target.key,
         }
-        if proposal.target.kind in ("node", "gpu") and not alert.node:
+        if isinstance(decision, NoTarget):
             return {"outcome": "no_target", **out}
         same_pair = actual.get("playbook") == proposal.playbook.name and actual.get("target") == proposal.target.key
         if actual["outcome"] == "linked" and same_pair:
@@ -207,8 +215,24 @@ class _Replayer:
             context: Mapping[str, Any] = rem.context
         else:
             context = await gather_context(None, proposal.target, row.labels, self.settings)
-        plan = plan_proposal(proposal, alert, self.defs, context, _outputs(rows) if historic else None)
+        plan = plan_proposal(proposal, alert, self.defs, context, _outputs(rows) if historic else None,
+                             escalation=decision.escalation)
         return {"outcome": _STARTS, **out, "steps": [step_view(s) for s in plan.steps]}
+
+
+def _normalized(defs: DefinitionSet, settings: Settings, row: AlertRow, rem: Remediation | None) -> GpuAlert:
+    alert = normalize(
+        row.labels, row.annotations, status=row.status, fingerprint=row.fingerprint,
+        kinds=defs.alert_kinds, node_precedence=settings.node_label_precedence,
+        starts_at=row.starts_at.isoformat() if row.starts_at else "",
+    )
+    if alert.node is None and rem is not None and rem.node:
+        alert = replace(alert, node=rem.node)  # resolved from an instance IP at the time
+    return alert
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 # -- comparing ---------------------------------------------------------------------------------------
@@ -283,7 +307,9 @@ async def replay(
     repo: Repository, settings: Settings, defs: DefinitionSet, since: datetime, *, until: datetime | None = None
 ) -> ReplayReport:
     """Replay every firing alert stored since `since` (received time) through `defs`."""
-    rows = await repo.list_alerts(since=since)
+    policy = DecisionPolicy.of(settings)
+    stored = await repo.list_alerts(since=since - policy.escalation_window)
+    rows = [r for r in stored if _aware(r.received_at) >= _aware(since)]
     skipped = {"resolved": 0, "repeats": 0, "unprocessed": 0, "errors": 0}
     firing: list[AlertRow] = []
     for row in rows:
@@ -300,7 +326,13 @@ async def replay(
     rem_ids = sorted({r.remediation_id for r in firing if r.remediation_id})
     rems = await repo.get_remediations(rem_ids)
     steps = await repo.steps_for([i for i in rem_ids if i in rems])
-    replayer = _Replayer(defs, settings)
+    nodes = sorted({str(rem.node) for rem in rems.values() if rem.node} | {
+        str(n) for row in firing if (n := _normalized(defs, settings, row, None).node)})
+    earliest = min((_aware(r.received_at) for r in firing), default=_aware(since))
+    histories = await repo.node_histories(nodes, history_since(earliest, policy)) if nodes else {}
+    replayer = _Replayer(
+        defs, settings, _History(stored, histories, tuple(settings.node_label_precedence), policy.escalation_window)
+    )
     entries: list[ReplayEntry] = []
     for row in firing:
         rem = rems.get(row.remediation_id or "")
