@@ -88,9 +88,9 @@ class Kind:
         return self.singular or self.kind.lower()
 
     def grants(self) -> list[Grant]:
-        out = [(self.group, self.plural, verb.value) for verb in sorted(self.verbs)]
+        out = [(self.group, self.plural, verb.value) for verb in Verb if verb in self.verbs]
         for sub, verbs in self.subresources.items():
-            out.extend((self.group, f"{self.plural}/{sub}", verb.value) for verb in sorted(verbs))
+            out.extend((self.group, f"{self.plural}/{sub}", verb.value) for verb in Verb if verb in verbs)
         return out
 
 
