@@ -120,14 +120,15 @@ def _namespace(namespace: str) -> str:
     return namespace
 
 
-def _supported(kind: str, verb: Verb, subresource: str | None = None, *, namespaced: bool = True) -> Operation:
-    """The table's operation for a kind a caller names at run time; NotSupported when the table lacks it."""
+def _supported(kind: str, verb: Verb, subresource: str | None = None) -> Operation:
+    """The table's operation on a namespaced kind a caller names at run time; NotSupported when the table
+    lacks it (a kind the controller does not use, or a verb it is not granted there)."""
     try:
         op = operation(kind, verb, subresource)
     except LookupError as exc:
         raise NotSupported(str(exc)) from None
-    if op.kind.namespaced != namespaced:
-        raise NotSupported(f"{kind} is {'not ' if namespaced else ''}a namespaced kind")
+    if not op.kind.namespaced:
+        raise NotSupported(f"{kind} is not a namespaced kind")
     return op
 
 
