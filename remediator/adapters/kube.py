@@ -13,12 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pydantic
 from kubernetes.aio import client, config
 from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
@@ -33,6 +32,7 @@ from remediator.errors import (
     TemporaryError,
     error_for_status,
 )
+from remediator.kube_kinds import Operation, Verb, operation
 from remediator.names import escape_field_selector_value, namespace_problem, object_name_problem
 from remediator.settings import Settings
 
@@ -45,22 +45,7 @@ LIST_PAGE = 500
 
 KubeObject = dict[str, Any]
 
-# kind -> (API group attribute, the snake_case resource in the client's method names)
-_NAMESPACED_KINDS: dict[str, tuple[str, str]] = {
-    "Pod": ("core", "pod"),
-    "ResourceQuota": ("core", "resource_quota"),
-    "ReplicationController": ("core", "replication_controller"),
-    "ReplicaSet": ("apps", "replica_set"),
-    "Deployment": ("apps", "deployment"),
-    "StatefulSet": ("apps", "stateful_set"),
-    "DaemonSet": ("apps", "daemon_set"),
-    "Job": ("batch", "job"),
-    "CronJob": ("batch", "cron_job"),
-    "PodDisruptionBudget": ("policy", "pod_disruption_budget"),
-}
-
-# kinds whose `scale` subresource the controller may read and patch -> snake_case resource
-_SCALABLE_KINDS: dict[str, str] = {"Deployment": "deployment", "StatefulSet": "stateful_set"}
+_SELECTORS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
 
 
 class TokenBucket:
@@ -119,8 +104,6 @@ def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> flo
         return None
     return seconds if seconds is not None and seconds > 0 else None
 
-_WRITE_VERBS = ("patch", "create", "delete", "replace")
-
 
 def _name(name: str, what: str) -> str:
     """`name` if it is a valid object name; else Invalid, before any request is built."""
@@ -137,17 +120,33 @@ def _namespace(namespace: str) -> str:
     return namespace
 
 
-def _describe_call(method_name: str, args: tuple[Any, ...]) -> tuple[str, str, str | None, str] | None:
-    """(verb, resource, namespace, name) of a writing client method, None for reads."""
-    base = method_name.removesuffix("_without_preload_content")
-    verb, _, rest = base.partition("_")
-    if verb not in _WRITE_VERBS:
-        return None
-    namespaced = rest.startswith("namespaced_")
-    resource = rest.removeprefix("namespaced_")
-    name = str(args[0]) if args else ""
-    namespace = str(args[1]) if namespaced and len(args) > 1 else None
-    return verb, resource, namespace, name
+def _supported(kind: str, verb: Verb, subresource: str | None = None) -> Operation:
+    """The table's operation on a namespaced kind a caller names at run time; NotSupported when the table
+    lacks it (a kind the controller does not use, or a verb it is not granted there)."""
+    try:
+        op = operation(kind, verb, subresource)
+    except LookupError as exc:
+        raise NotSupported(str(exc)) from None
+    if not op.kind.namespaced:
+        raise NotSupported(f"{kind} is not a namespaced kind")
+    return op
+
+
+Query = list[tuple[str, Any]]
+
+# Every request this adapter sends is one of the kind table's operations (remediator/kube_kinds.py), so the
+# controller's RBAC, rendered from the same table, grants each of them; these are the fixed ones.
+_GET_NODE = operation("Node", Verb.GET)
+_LIST_NODES = operation("Node", Verb.LIST)
+_WATCH_NODES = operation("Node", Verb.WATCH)
+_PATCH_NODE = operation("Node", Verb.PATCH)
+_PATCH_NODE_STATUS = operation("Node", Verb.PATCH, "status")
+_GET_POD = operation("Pod", Verb.GET)
+_LIST_PODS = operation("Pod", Verb.LIST)
+_EVICT_POD = operation("Pod", Verb.CREATE, "eviction")
+_CREATE_EVENT = operation("Event", Verb.CREATE)
+_LIST_QUOTAS = operation("ResourceQuota", Verb.LIST)
+_GET_NAMESPACE = operation("Namespace", Verb.GET)
 
 
 class KubeAdapter:
@@ -160,12 +159,6 @@ class KubeAdapter:
         self.api_client = api_client
         self.recorder: MutationRecorder | None = None
         self._bucket = TokenBucket(qps, burst)
-        self._apis: dict[str, Any] = {
-            "core": client.CoreV1Api(api_client),
-            "apps": client.AppsV1Api(api_client),
-            "batch": client.BatchV1Api(api_client),
-            "policy": client.PolicyV1Api(api_client),
-        }
 
     @classmethod
     def for_host(cls, host: str, *, qps: float = 50.0) -> KubeAdapter:
@@ -176,57 +169,92 @@ class KubeAdapter:
     async def close(self) -> None:
         await self.api_client.close()  # type: ignore[no-untyped-call]
 
-    async def _call(self, method: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
-        write = _describe_call(getattr(method, "__name__", ""), args) if self.recorder else None
-        if write is None:
-            return await self._send(method, *args, **options)
-        try:
-            result = await self._send(method, *args, **options)
-        except ActionError as exc:
-            await self._record(write, exc.status or 0, exc.message)
-            raise
-        await self._record(write, 200, None)
-        return result
+    # ------------------------------------------------------------------ requests
 
-    async def _record(self, write: tuple[str, str, str | None, str], status: int, error: str | None) -> None:
-        if self.recorder is not None:
-            verb, resource, namespace, name = write
-            await self.recorder(Mutation(verb, resource, namespace, name, status, error))
-
-    async def _send(self, method: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
+    async def _open(
+        self,
+        op: Operation,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        query: Query | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send one request of the table (under the QPS limit) and return the unread HTTP response."""
         await self._bucket.acquire()
+        headers = {"Accept": "application/json"}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         try:
-            response = await method(*args, **options)
-            try:
-                body = await response.read()
-                status, headers = int(response.status), dict(response.headers)
-            finally:
-                response.release()
+            request = await self.api_client.param_serialize(
+                method=op.verb.method,
+                resource_path=op.path(name=name, namespace=namespace),
+                query_params=list(query or []),
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            sent = await self.api_client.call_api(*request, _request_timeout=timeout, _preload_content=False)
         except ApiException as exc:  # raised by the client itself, before or without an HTTP answer
             raise error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}") from exc
-        except pydantic.ValidationError as exc:
-            raise Invalid(f"kubernetes client refused the request: {exc}") from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+        response: aiohttp.ClientResponse = sent.response
+        return response
+
+    async def _send(self, op: Operation, **request: Any) -> Any:
+        """One request, its JSON answer decoded; an error status raises as a `remediator.errors` class."""
+        response = await self._open(op, **request)
+        try:
+            body = await response.read()
+            status, headers = int(response.status), dict(response.headers)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+        finally:
+            response.release()
         if status >= 400:
             raise _status_error(status, body, headers)
         return json.loads(body) if body else {}
 
-    def _method(self, group: str, name: str) -> Callable[..., Awaitable[Any]]:
-        method: Callable[..., Awaitable[Any]] = getattr(self._apis[group], f"{name}_without_preload_content")
-        return method
+    async def _call(
+        self,
+        op: Operation,
+        *,
+        name: str | None = None,
+        namespace: str | None = None,
+        recorded_name: str | None = None,
+        **request: Any,
+    ) -> Any:
+        """`_send`, and a write's outcome told to the recorder (verb, object, status). `recorded_name` names
+        the object a create on a collection makes (the path carries no name)."""
+        if not (op.writes and self.recorder):
+            return await self._send(op, name=name, namespace=namespace, **request)
+        written = recorded_name if recorded_name is not None else name
+        try:
+            result = await self._send(op, name=name, namespace=namespace, **request)
+        except ActionError as exc:
+            await self._record(op, namespace, written, exc.status or 0, exc.message)
+            raise
+        await self._record(op, namespace, written, 200, None)
+        return result
 
-    async def _list(self, group: str, name: str, *args: Any, **selectors: str | None) -> list[KubeObject]:
+    async def _record(
+        self, op: Operation, namespace: str | None, name: str | None, status: int, error: str | None
+    ) -> None:
+        if self.recorder is not None:
+            await self.recorder(Mutation(op.verb.value, op.audit_name, namespace, name or "", status, error))
+
+    async def _list(self, op: Operation, namespace: str | None = None, **selectors: str | None) -> list[KubeObject]:
         items: list[KubeObject] = []
         token: str | None = None
         while True:
-            page = await self._call(
-                self._method(group, name),
-                *args,
-                limit=LIST_PAGE,
-                _continue=token,
-                **{k: v for k, v in selectors.items() if v},
-            )
+            query: Query = [("limit", LIST_PAGE)]
+            if token:
+                query.append(("continue", token))
+            query += [(_SELECTORS[k], v) for k, v in selectors.items() if v]
+            page = await self._call(op, namespace=namespace, query=query)
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -235,11 +263,11 @@ class KubeAdapter:
     # ------------------------------------------------------------------ nodes
 
     async def get_node(self, name: str) -> KubeObject:
-        result: KubeObject = await self._call(self._method("core", "read_node"), _name(name, "node name"))
+        result: KubeObject = await self._call(_GET_NODE, name=_name(name, "node name"))
         return result
 
     async def list_nodes(self, label_selector: str | None = None) -> list[KubeObject]:
-        return await self._list("core", "list_node", label_selector=label_selector)
+        return await self._list(_LIST_NODES, label_selector=label_selector)
 
     async def node_pages(self, page_size: int = LIST_PAGE) -> AsyncIterator[tuple[list[KubeObject], str]]:
         """Every node, one page of `page_size` at a time, with the list's resourceVersion (for a watch).
@@ -249,7 +277,8 @@ class KubeAdapter:
         """
         token: str | None = None
         while True:
-            page = await self._call(self._method("core", "list_node"), limit=page_size, _continue=token)
+            query: Query = [("limit", page_size)] + ([("continue", token)] if token else [])
+            page = await self._call(_LIST_NODES, query=query)
             metadata = page.get("metadata") or {}
             yield page.get("items") or [], str(metadata.get("resourceVersion") or "")
             token = metadata.get("continue")
@@ -260,19 +289,16 @@ class KubeAdapter:
         """Watch events (`{"type", "object"}`) on nodes from `resource_version`, bookmarks on, until the
         server ends the stream (after about `timeout_seconds`). An ERROR event (410 Expired among them)
         is yielded as it came; an HTTP error status raises as every other call does."""
-        await self._bucket.acquire()
-        try:
-            response = await self._method("core", "list_node")(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                _request_timeout=timeout_seconds + 30,
-            )
-        except ApiException as exc:
-            raise error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}") from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+        response = await self._open(
+            _WATCH_NODES,
+            query=[
+                ("allowWatchBookmarks", True),
+                ("resourceVersion", resource_version),
+                ("timeoutSeconds", timeout_seconds),
+                ("watch", True),
+            ],
+            timeout=timeout_seconds + 30,
+        )
         try:
             status = int(response.status)
             if status >= 400:
@@ -294,11 +320,11 @@ class KubeAdapter:
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
         """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""
         result: KubeObject = await self._call(
-            self._method("core", "patch_node"),
-            _name(name, "node name"),
-            dict(patch),
-            field_manager=FIELD_MANAGER,
-            _content_type=STRATEGIC_MERGE,
+            _PATCH_NODE,
+            name=_name(name, "node name"),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=dict(patch),
+            content_type=STRATEGIC_MERGE,
         )
         return result
 
@@ -306,20 +332,18 @@ class KubeAdapter:
         """Strategic merge patch of the `nodes/status` subresource: only `status` changes (conditions merge
         by `type`, so other writers' conditions stay); `metadata.resourceVersion` in the patch guards it."""
         result: KubeObject = await self._call(
-            self._method("core", "patch_node_status"),
-            name,
-            dict(patch),
-            field_manager=FIELD_MANAGER,
-            _content_type=STRATEGIC_MERGE,
+            _PATCH_NODE_STATUS,
+            name=_name(name, "node name"),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=dict(patch),
+            content_type=STRATEGIC_MERGE,
         )
         return result
 
     # ------------------------------------------------------------------ pods
 
     async def get_pod(self, namespace: str, name: str) -> KubeObject:
-        result: KubeObject = await self._call(
-            self._method("core", "read_namespaced_pod"), _name(name, "pod name"), _namespace(namespace)
-        )
+        result: KubeObject = await self._call(_GET_POD, name=_name(name, "pod name"), namespace=_namespace(namespace))
         return result
 
     async def list_pods(
@@ -329,17 +353,10 @@ class KubeAdapter:
         field_selector: str | None = None,
         label_selector: str | None = None,
     ) -> list[KubeObject]:
-        if namespace is None:
-            return await self._list(
-                "core",
-                "list_pod_for_all_namespaces",
-                field_selector=field_selector,
-                label_selector=label_selector,
-            )
+        """Pods of one namespace, or of every namespace when `namespace` is None."""
         return await self._list(
-            "core",
-            "list_namespaced_pod",
-            _namespace(namespace),
+            _LIST_PODS,
+            None if namespace is None else _namespace(namespace),
             field_selector=field_selector,
             label_selector=label_selector,
         )
@@ -359,15 +376,14 @@ class KubeAdapter:
             options["gracePeriodSeconds"] = grace_period_seconds
         if uid is not None:
             options["preconditions"] = {"uid": uid}
-        body = client.V1Eviction.model_validate(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": name, "namespace": namespace},
-                "deleteOptions": options or None,
-            }
-        )
-        await self._call(self._method("core", "create_namespaced_pod_eviction"), name, namespace, body)
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if options:
+            body["deleteOptions"] = options
+        await self._call(_EVICT_POD, name=name, namespace=namespace, body=body)
 
     # ------------------------------------------------------------------ events
 
@@ -375,37 +391,35 @@ class KubeAdapter:
         """Create a core/v1 Event (the body as the API spells it, camelCase)."""
         body = client.CoreV1Event.model_validate(dict(event))
         result: KubeObject = await self._call(
-            self._method("core", "create_namespaced_event"), _namespace(namespace), body, field_manager=FIELD_MANAGER
+            _CREATE_EVENT,
+            namespace=_namespace(namespace),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=body,
+            recorded_name=str((event.get("metadata") or {}).get("name") or ""),
         )
         return result
 
     # ------------------------------------------------------------------ namespaced objects
 
-    def _kind(self, kind: str) -> tuple[str, str]:
-        try:
-            return _NAMESPACED_KINDS[kind]
-        except KeyError:
-            raise NotSupported(f"the controller does not read {kind} objects") from None
-
     async def get_object(self, kind: str, namespace: str, name: str) -> KubeObject:
-        group, resource = self._kind(kind)
-        result: KubeObject = await self._call(
-            self._method(group, f"read_namespaced_{resource}"), _name(name, f"{kind} name"), _namespace(namespace)
-        )
+        """A namespaced object of a kind the table lets the controller read (NotSupported otherwise)."""
+        op = _supported(kind, Verb.GET)
+        result: KubeObject = await self._call(op, name=_name(name, f"{kind} name"), namespace=_namespace(namespace))
         return result
 
     async def patch_object(
         self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], *, merge: bool = False
     ) -> KubeObject:
-        """Strategic merge patch (or a JSON merge patch with merge=True) with field manager "remediator"."""
-        group, resource = self._kind(kind)
+        """Strategic merge patch (or a JSON merge patch with merge=True) with field manager "remediator", of
+        a kind the table lets the controller patch (NotSupported otherwise)."""
+        op = _supported(kind, Verb.PATCH)
         result: KubeObject = await self._call(
-            self._method(group, f"patch_namespaced_{resource}"),
-            _name(name, f"{kind} name"),
-            _namespace(namespace),
-            dict(patch),
-            field_manager=FIELD_MANAGER,
-            _content_type=MERGE_PATCH if merge else STRATEGIC_MERGE,
+            op,
+            name=_name(name, f"{kind} name"),
+            namespace=_namespace(namespace),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=dict(patch),
+            content_type=MERGE_PATCH if merge else STRATEGIC_MERGE,
         )
         return result
 
@@ -419,45 +433,33 @@ class KubeAdapter:
     async def get_deployment(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("Deployment", namespace, name)
 
-    async def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
-        return await self.patch_object("Deployment", namespace, name, patch)
-
     async def get_job(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("Job", namespace, name)
 
     async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("Job", namespace, name, patch)
 
-    def _scale_resource(self, kind: str) -> str:
-        if kind not in _SCALABLE_KINDS:
-            raise NotSupported(f"the controller scales Deployments and StatefulSets, not {kind}")
-        return _SCALABLE_KINDS[kind]
-
     async def get_scale(self, kind: str, namespace: str, name: str) -> KubeObject:
         """The autoscaling/v1 Scale of a Deployment or StatefulSet (the `scale` subresource)."""
-        resource = self._scale_resource(kind)
-        result: KubeObject = await self._call(
-            self._method("apps", f"read_namespaced_{resource}_scale"),
-            _name(name, f"{kind} name"),
-            _namespace(namespace),
-        )
+        op = _supported(kind, Verb.GET, "scale")
+        result: KubeObject = await self._call(op, name=_name(name, f"{kind} name"), namespace=_namespace(namespace))
         return result
 
     async def patch_scale(
         self, kind: str, namespace: str, name: str, replicas: int, *, resource_version: str | None = None
     ) -> KubeObject:
         """Set spec.replicas through the `scale` subresource (JSON merge patch, optionally guarded by RV)."""
-        resource = self._scale_resource(kind)
+        op = _supported(kind, Verb.PATCH, "scale")
         patch: dict[str, Any] = {"spec": {"replicas": replicas}}
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": resource_version}
         result: KubeObject = await self._call(
-            self._method("apps", f"patch_namespaced_{resource}_scale"),
-            _name(name, f"{kind} name"),
-            _namespace(namespace),
-            patch,
-            field_manager=FIELD_MANAGER,
-            _content_type=MERGE_PATCH,
+            op,
+            name=_name(name, f"{kind} name"),
+            namespace=_namespace(namespace),
+            query=[("fieldManager", FIELD_MANAGER)],
+            body=patch,
+            content_type=MERGE_PATCH,
         )
         return result
 
@@ -465,7 +467,7 @@ class KubeAdapter:
         return await self.get_object("ResourceQuota", namespace, name)
 
     async def list_resource_quotas(self, namespace: str) -> list[KubeObject]:
-        return await self._list("core", "list_namespaced_resource_quota", _namespace(namespace))
+        return await self._list(_LIST_QUOTAS, _namespace(namespace))
 
     async def patch_resource_quota(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
         return await self.patch_object("ResourceQuota", namespace, name, patch)
@@ -473,17 +475,7 @@ class KubeAdapter:
     # ------------------------------------------------------------------ namespaces
 
     async def get_namespace(self, name: str) -> KubeObject:
-        result: KubeObject = await self._call(self._method("core", "read_namespace"), _namespace(name))
-        return result
-
-    async def patch_namespace(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
-        result: KubeObject = await self._call(
-            self._method("core", "patch_namespace"),
-            _namespace(name),
-            dict(patch),
-            field_manager=FIELD_MANAGER,
-            _content_type=STRATEGIC_MERGE,
-        )
+        result: KubeObject = await self._call(_GET_NAMESPACE, name=_namespace(name))
         return result
 
 

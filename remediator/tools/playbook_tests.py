@@ -31,6 +31,7 @@ from remediator.engine.planning import Proposal, propose, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
+from remediator.kube_kinds import Operation
 from remediator.kube_names import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
@@ -209,11 +210,12 @@ class SnapshotKube(KubeAdapter):
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:  # no API client: nothing is ever sent
         self.recorder = None
-        self._apis = {}
         self.snapshot = snapshot
 
-    def _method(self, group: str, name: str) -> Any:
-        raise NotSupported(f"a cluster snapshot answers reads of nodes, pods and owners only, not {name}")
+    async def _open(self, op: Operation, **request: Any) -> Any:
+        raise NotSupported(
+            f"a cluster snapshot answers reads of nodes, pods and owners only, not {op.verb} {op.resource}"
+        )
 
     async def close(self) -> None:
         return None

@@ -94,21 +94,30 @@ async def test_namespaced_objects_read_and_patch(fake_kube: FakeKube, kube_adapt
     fake_kube.add_deployment("web", replicas=3)
     fake_kube.add_job("batch")
     fake_kube.add_resource_quota("gpus", "default", {"requests.nvidia.com/gpu": "8"})
-    await kube_adapter.patch_deployment("default", "web", {"spec": {"replicas": 0}})
     await kube_adapter.patch_job("default", "batch", {"spec": {"suspend": True}})
     await kube_adapter.patch_resource_quota(
         "default", "gpus", {"spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}
     )
-    assert (await kube_adapter.get_deployment("default", "web"))["spec"]["replicas"] == 0
+    assert (await kube_adapter.get_deployment("default", "web"))["spec"]["replicas"] == 3
     assert (await kube_adapter.get_job("default", "batch"))["spec"]["suspend"] is True
     quota = await kube_adapter.get_resource_quota("default", "gpus")
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
     assert [q["metadata"]["name"] for q in await kube_adapter.list_resource_quotas("default")] == ["gpus"]
 
 
-async def test_namespaces_read_and_patch(fake_kube: FakeKube, kube_adapter: KubeAdapter) -> None:
-    fake_kube.add_namespace("ml")
-    await kube_adapter.patch_namespace("ml", {"metadata": {"labels": {"remediator.io/exclude": "true"}}})
+async def test_a_write_the_kind_table_does_not_grant_is_refused_unsent(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter
+) -> None:
+    fake_kube.add_deployment("web", replicas=3)
+    with pytest.raises(NotSupported, match="patch on deployments"):
+        await kube_adapter.patch_object("Deployment", "default", "web", {"spec": {"replicas": 0}})
+    with pytest.raises(NotSupported, match="patch on cronjobs/scale"):
+        await kube_adapter.patch_scale("CronJob", "default", "web", 0)
+    assert fake_kube.requests("patch", "deployments") == [] and fake_kube.requests("patch", "cronjobs") == []
+
+
+async def test_namespaces_read(fake_kube: FakeKube, kube_adapter: KubeAdapter) -> None:
+    fake_kube.add_namespace("ml", labels={"remediator.io/exclude": "true"})
     assert (await kube_adapter.get_namespace("ml"))["metadata"]["labels"]["remediator.io/exclude"] == "true"
 
 

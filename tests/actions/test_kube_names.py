@@ -27,6 +27,7 @@ async def test_bad_node_names_are_refused_before_any_request(
     for call in (
         kube_adapter.get_node(name),
         kube_adapter.patch_node(name, {"spec": {"unschedulable": True}}),
+        kube_adapter.patch_node_status(name, {"status": {"conditions": []}}),
         kube_adapter.list_pods_on_node(name),
     ):
         with pytest.raises(Invalid) as caught:
@@ -45,7 +46,7 @@ async def test_bad_namespaces_are_refused_before_any_request(
         kube_adapter.list_pods(namespace),
         kube_adapter.evict_pod(namespace, "p1"),
         kube_adapter.get_namespace(namespace),
-        kube_adapter.patch_namespace(namespace, {"metadata": {"labels": {"k": "v"}}}),
+        kube_adapter.patch_resource_quota(namespace, "q", {"spec": {"hard": {}}}),
         kube_adapter.list_resource_quotas(namespace),
         kube_adapter.get_object("Deployment", namespace, "d"),
         kube_adapter.patch_object("Job", namespace, "j", {"spec": {"suspend": True}}),

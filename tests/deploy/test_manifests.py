@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from remediator import kube_kinds
 from remediator.settings import Settings
 from remediator.sidecar.settings import SidecarSettings
 from tests.deploy.helpers import (
@@ -43,6 +44,7 @@ EXPECTED_CLUSTER_GRANTS = {
     ("", "pods", "patch"),
     ("", "pods/eviction", "create"),
     ("", "resourcequotas", "get"),
+    ("", "resourcequotas", "list"),
     ("", "resourcequotas", "patch"),
     ("apps", "deployments/scale", "get"),
     ("apps", "deployments/scale", "patch"),
@@ -192,6 +194,21 @@ def test_roles_are_bound_to_the_controller_service_account_only(overlay: tuple[s
     assert side_sa["automountServiceAccountToken"] is False
     assert pod_spec(sidecar(objects))["serviceAccountName"] == "gpu-remediator-sidecar"
     assert pod_spec(sidecar(objects))["automountServiceAccountToken"] is False
+
+
+def test_rbac_is_rendered_from_the_kind_table(overlay: tuple[str, Objects]) -> None:
+    _, objects = overlay
+    assert render_definitions.RBAC.read_text() == render_definitions.render_rbac(), (
+        "run: python deploy/render_definitions.py"
+    )
+    assert grants(only(objects, "ClusterRole", "gpu-remediator")) == set(kube_kinds.cluster_grants())
+    assert grants(only(objects, "Role", "gpu-remediator-leases")) == set(kube_kinds.namespace_grants())
+
+
+def test_the_kind_table_grants_every_verb_of_each_kind_it_lists() -> None:
+    table = {grant for kind in kube_kinds.KINDS for grant in kind.grants()}
+    assert table <= EXPECTED_CLUSTER_GRANTS
+    assert EXPECTED_CLUSTER_GRANTS - table == set(kube_kinds.UNCALLED_CLUSTER_GRANTS)
 
 
 def test_docs_table_lists_every_granted_verb() -> None:

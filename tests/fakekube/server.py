@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import kmock
 from kmock._internal import parsing as kmock_parsing
 from kmock._internal.rendering import Request
 
+from remediator.kube_kinds import Grant, cluster_grants
 from tests.fakekube import builders
 from tests.fakekube.disruption import compute_budget, is_healthy, pdb_selects
 from tests.fakekube.patching import (
@@ -49,7 +50,12 @@ from tests.fakekube.validation import (
     node_condition_time_problem,
 )
 
-__all__ = ["Call", "FakeKube"]
+__all__ = ["CONTROLLER_GRANTS", "CONTROLLER_USER", "Call", "FakeKube"]
+
+# What the controller's ClusterRole grants (deploy/base/rbac.yaml is rendered from the same table): the
+# fake answers 403 to anything else, as a cluster would, unless it is made with grants=None (an admin).
+CONTROLLER_GRANTS: frozenset[Grant] = frozenset(cluster_grants())
+CONTROLLER_USER = "system:serviceaccount:gpu-remediator:gpu-remediator"
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 MUTABLE_POD_SPEC = ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds")
@@ -240,8 +246,15 @@ def _verb(method: str, params: Mapping[str, str], route: Route | None) -> str:
 class FakeKube:
     """The fake cluster: serve it with `async with FakeKube() as fake`, point a client at `fake.url`."""
 
-    def __init__(self, *, clock_scale: float | None = 0.01, controllers: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        clock_scale: float | None = 0.01,
+        controllers: bool = False,
+        grants: Iterable[Grant] | None = CONTROLLER_GRANTS,
+    ) -> None:
         self.emulator = StrictEmulator(backend=self)
+        self.grants = None if grants is None else frozenset(grants)
         self.store = Store(self.emulator.objects)
         self.clock = FakeClock(clock_scale)
         self.controllers = controllers
@@ -313,8 +326,10 @@ class FakeKube:
         call = self._record(request, route)
         try:
             self.reap()
-            await self._run_rules(call)
             rt = RESOURCES.get((route.group, route.version, route.plural or "")) if route else None
+            if rt is not None and route is not None:
+                self._authorize(rt, route, call)
+            await self._run_rules(call)
             if rt is None or route is None:
                 response = await fallback(request)
             elif call.verb == "watch":
@@ -328,6 +343,24 @@ class FakeKube:
         except kmock.KubernetesError as exc:
             call.status = exc.status
             raise
+
+    def _authorize(self, rt: ResourceType, route: Route, call: Call) -> None:
+        """403 Forbidden, in the apiserver's words, for a verb on a resource the grants do not cover."""
+        if self.grants is None:
+            return
+        verb = "create" if call.verb == "evict" else call.verb
+        resource = rt.plural if route.subresource is None else f"{rt.plural}/{route.subresource}"
+        if (rt.group, resource, verb) in self.grants:
+            return
+        subject = f'{rt.qualified()} "{route.name}"' if route.name else rt.qualified()
+        scope = f'in the namespace "{route.namespace}"' if route.namespace else "at the cluster scope"
+        raise _error(
+            403,
+            "Forbidden",
+            f'{subject} is forbidden: User "{CONTROLLER_USER}" cannot {verb} resource "{resource}" '
+            f'in API group "{rt.group}" {scope}',
+            {"name": route.name or "", "group": rt.group, "kind": rt.plural},
+        )
 
     def _record(self, request: Request, route: Route | None) -> Call:
         headers = {k.lower(): v for k, v in request.headers.items()}

@@ -19,6 +19,8 @@ from typing import Any
 
 import kmock
 
+from remediator.kube_kinds import KINDS
+
 __all__ = ["RESOURCES", "Change", "FakeClock", "ResourceType", "Store", "resource_type"]
 
 
@@ -43,22 +45,18 @@ class ResourceType:
         return self.plural if self.group == "" else f"{self.plural}.{self.group}"
 
 
-_TYPES = [
-    ResourceType("", "v1", "nodes", "Node", namespaced=False),
-    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
-    ResourceType("", "v1", "pods", "Pod", namespaced=True),
-    ResourceType("", "v1", "events", "Event", namespaced=True, has_status=False),
-    ResourceType("", "v1", "resourcequotas", "ResourceQuota", namespaced=True),
-    ResourceType("", "v1", "replicationcontrollers", "ReplicationController", namespaced=True),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", namespaced=True),
-    ResourceType("apps", "v1", "deployments", "Deployment", namespaced=True),
-    ResourceType("apps", "v1", "statefulsets", "StatefulSet", namespaced=True),
-    ResourceType("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
-    ResourceType("batch", "v1", "jobs", "Job", namespaced=True),
-    ResourceType("batch", "v1", "cronjobs", "CronJob", namespaced=True),
+# Served kinds: the controller's kind table (remediator/kube_kinds.py), the one list of the kinds it calls,
+# plus the kinds a cluster holds that the API server itself consults (PodDisruptionBudgets on eviction) or
+# that only the Lease Role names. Which of them has a `status` subresource is the server's business.
+_WITHOUT_STATUS = ("Event", "Lease")
+_SERVER_ONLY = [
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True, has_status=False),
 ]
+_TYPES = [
+    ResourceType(k.group, k.version, k.plural, k.kind, k.namespaced, has_status=k.kind not in _WITHOUT_STATUS)
+    for k in KINDS
+] + _SERVER_ONLY
 RESOURCES: dict[tuple[str, str, str], ResourceType] = {(t.group, t.version, t.plural): t for t in _TYPES}
 BY_PLURAL: dict[str, ResourceType] = {t.plural: t for t in _TYPES}
 

@@ -1,4 +1,8 @@
-"""A raw HTTP client for the fake apiserver, so its tests control bodies and content types exactly."""
+"""A raw HTTP client for the fake apiserver, so its tests control bodies and content types exactly.
+
+These tests exercise the API server's own rules (writes, patches, evictions, watches), so their fake
+answers every verb, as for a cluster admin; RBAC has its own tests (test_rbac.py).
+"""
 
 from __future__ import annotations
 
@@ -53,6 +57,14 @@ class Raw:
         if options:
             body["deleteOptions"] = options
         return await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body)
+
+
+@pytest.fixture
+async def fake_kube() -> AsyncIterator[FakeKube]:
+    async with FakeKube(grants=None) as fake:
+        yield fake
+        internal = fake.internal_errors()
+    assert not internal, f"the fake apiserver failed internally: {internal!r}"
 
 
 @pytest.fixture
