@@ -50,8 +50,8 @@ async def check_selection(repo: Repository) -> None:
     # the three wanted and the other GPU on n1; not n2, not "n1-suffix", not the resolved one, not the repeat
     assert len(recent) == 4
     facts = BatchFacts(now, recent, {}, node_labels).of(
-        GpuAlert(alertname="GPUXidError", status="firing", fingerprint="f", kind="xid", node="n1", node_source="Hostname",
-                 gpu_uuid="GPU-A")
+        GpuAlert(alertname="GPUXidError", status="firing", fingerprint="f", kind="xid", node="n1",
+                 node_source="Hostname", gpu_uuid="GPU-A")
     )
     assert sorted(labels["pod"] for labels, _ in facts.gpu_alerts) == ["p1", "p2", "p3"]
     assert await repo.firing_alerts_on_nodes(["GPUXidError"], ["n1"], now + timedelta(hours=1), node_labels) == []
