@@ -178,6 +178,9 @@ class Executor:
                     if later is not None:  # the step asked to run again later (e.g. `wait`)
                         next_run = later
                         return
+                    if self.rt.crowded:  # others wait for a slot: continue after them (Runtime.crowded)
+                        next_run = timedelta(0)
+                        return
                 elif rem.state == "reverting":
                     later = await self._revert(rem)
                     if later is not None:  # paused before a mutating undo step

@@ -117,6 +117,10 @@ class Runtime:
     notifier: NotificationService | None = None
     gpu_nodes: int = 0
     nodes_by_ip: dict[str, str] = field(default_factory=dict)
+    # Set by the worker when its last claim filled every free slot (more runnable remediations may wait):
+    # a running remediation then gives its slot back between steps, so a storm's new remediations are
+    # admitted and quarantine their nodes before long steps (drains) of earlier ones go on.
+    crowded: bool = False
     intake: IntakeWriter = field(init=False)
 
     def __post_init__(self) -> None:

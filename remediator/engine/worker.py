@@ -371,8 +371,10 @@ class Worker:
                 del self._running[rem_id]
         room = self.rt.settings.worker_concurrency - len(self._running)
         if room <= 0:
+            self.rt.crowded = True
             return 0
         ids = await self.rt.repo.claim_remediations(self.rt.owner, room, self.rt.settings.lease_duration)
+        self.rt.crowded = len(ids) == room
         for rem_id in ids:
             self._running[rem_id] = asyncio.create_task(self._drive(rem_id), name=f"remediation-{rem_id}")
         return len(ids)

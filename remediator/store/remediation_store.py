@@ -161,7 +161,12 @@ class RemediationStore(RepositoryBase):
                     or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
                     or_(Remediation.not_before.is_(None), Remediation.not_before <= now),  # crash backoff
                 )
-                .order_by(case((Remediation.state == "held", 1), else_=0), Remediation.created_at)
+                # New work first (admission quarantines a node; an undo frees breaker room), then the next
+                # step of running ones, then those the breaker holds; oldest first within each.
+                .order_by(
+                    case((Remediation.state == "held", 2), (Remediation.state == "running", 1), else_=0),
+                    Remediation.created_at,
+                )
                 .limit(limit)
             )
             if self.dialect == "postgresql":
