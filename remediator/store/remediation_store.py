@@ -4,7 +4,7 @@ admission, escalations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy import case, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.engine.guardrails import GuardrailFacts, Verdict
 from remediator.engine.states import TRANSITIONS
 from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
@@ -239,12 +240,13 @@ class RemediationStore(RepositoryBase):
                              data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
     async def admit(
-        self, rem_id: str, owner: str, decide: Callable[[Any], Any], facts: Callable[[AsyncSession], Any]
-    ) -> tuple[str, Any, bool]:
+        self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
+        facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]],
+    ) -> tuple[str, Verdict, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
-        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` returns a
-        verdict with `.allow`, `.name`, `.reason`, `.quarantines`. Returns (new state, verdict, changed):
+        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` is the
+        guardrails' verdict on them (engine/guardrails.py). Returns (new state, verdict, changed):
         `changed` is False when a held remediation is still held for the same reason.
         """
         async with self.transaction() as session:
