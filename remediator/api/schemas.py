@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
+from remediator.engine.approval_decisions import decision_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
@@ -111,7 +112,8 @@ def step_out(row: StepRow) -> StepOut:
     )
 
 
-def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
+def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None) -> RemediationDetail:
+    """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any."""
     playbook = rem.plan.get("playbook") or {}
     planned = [
         {"index": i, "name": s.get("name"), "action": s.get("action"), "approval": s.get("approval")}
@@ -121,7 +123,8 @@ def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
         **summary_out(rem).model_dump(),
         alert_labels=rem.alert_labels, alert_annotations=rem.alert_annotations, alert_resolved=rem.alert_resolved,
         params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
-        approval_expires_at=rem.approval_expires_at, decided_by=rem.decided_by, decision=rem.decision,
+        approval_expires_at=approval.expires_at if approval is not None else None,
+        decided_by=approval.decided_by if approval is not None else None, decision=decision_of(rem, approval),
         versions=dict(rem.plan.get("versions") or {"definitions": rem.definitions_version}),
         escalation=rem.plan.get("escalation"),
     )

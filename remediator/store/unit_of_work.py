@@ -277,10 +277,6 @@ class RepositoryBase:
             await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
 
 
-class _NotDecided(Exception):
-    """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
-
-
 def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[StoredBatch]:
     """`stored` with each batch's repeat count raised by the first deliveries it lost to another writer."""
     return [StoredBatch(s.batch_id, s.alerts, s.repeats + extra.get(s.batch_id, 0)) for s in stored]
