@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel
 
 from remediator.engine.approval_decisions import decision_of
+from remediator.engine.states import phase_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
@@ -42,6 +43,8 @@ class RemediationOut(BaseModel):
     updated_at: UtcDatetime
     finished_at: UtcDatetime | None
     current_step: int
+    # `revert` while the remediation undoes its steps and once it has (`reverting`, `reverted`), else
+    # `forward`: derived from the state (engine/states.py: phase_of).
     phase: str
     linked_alerts: int
     definitions_version: str
@@ -98,7 +101,7 @@ def summary_out(rem: Remediation) -> RemediationOut:
         id=rem.id, state=rem.state, state_reason=rem.state_reason, rule=rem.rule, playbook=rem.playbook,
         target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index,
         namespace=rem.namespace, alertname=rem.alertname, created_at=rem.created_at, updated_at=rem.updated_at,
-        finished_at=rem.finished_at, current_step=rem.current_step, phase=rem.phase,
+        finished_at=rem.finished_at, current_step=rem.current_step, phase=phase_of(rem.state),
         linked_alerts=rem.linked_alerts, definitions_version=rem.definitions_version,
         crashes=rem.crashes or 0, error=rem.error,
     )

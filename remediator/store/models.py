@@ -106,7 +106,6 @@ class Remediation(Base):
     # Snapshot of the rule and playbook at start: a running remediation never changes definitions.
     plan: Mapped[Json]
     context: Mapped[Json]
-    phase: Mapped[str] = mapped_column(String(16), default="forward")
     current_step: Mapped[int] = mapped_column(Integer, default=0)
     # Unique while active: one active remediation per (target, playbook).
     active_key: Mapped[str | None] = mapped_column(String(800), unique=True)

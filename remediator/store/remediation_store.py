@@ -144,7 +144,6 @@ class RemediationStore(RepositoryBase):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             await self._transition(session, rem, "revert", reason=reason, actor=actor)
-            rem.phase = "revert"
             rem.current_step = 0
             rem.next_run_at = self._clock()
             rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
@@ -375,7 +374,7 @@ def new_values(
         "node": new.node, "gpu_uuid": new.gpu_uuid, "gpu_index": new.gpu_index, "namespace": new.namespace,
         "pod": new.pod, "alert_id": alert_id, "alert_fingerprint": fingerprint, "alertname": alertname,
         "alert_labels": dict(labels), "alert_annotations": dict(annotations), "alert_resolved": False,
-        "params": jsonable(new.params), "plan": jsonable(new.plan), "context": {}, "phase": "forward",
+        "params": jsonable(new.params), "plan": jsonable(new.plan), "context": {},
         "current_step": 0, "active_key": active_key, "quarantined": False, "linked_alerts": 0, "next_run_at": now,
         "crashes": 0,
     }

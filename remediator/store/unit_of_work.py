@@ -252,7 +252,6 @@ class RepositoryBase:
 
     async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
         await self._transition(session, rem, "revert", reason=reason)
-        rem.phase = "revert"
         rem.current_step = 0
         rem.next_run_at = self._clock()
         rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget

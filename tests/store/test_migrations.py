@@ -2,6 +2,7 @@
 same under the new one, and a downgrade gives them back.
 
 0007: approval decisions stored once, on the approval request (no longer also on the remediation).
+0008: a remediation's phase derived from its state (the `phase` column goes; steps keep theirs).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from remediator.api.schemas import summary_out
 from remediator.engine.approval_decisions import decision_of
 from remediator.store.db import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
@@ -83,6 +85,13 @@ async def rows(engine: AsyncEngine, name: str, order: str) -> list[dict[str, Any
     async with engine.connect() as conn:
         result = await conn.execute(sa.select(found).order_by(found.c[order]))
         return [dict(r._mapping) for r in result]
+
+
+async def insert(engine: AsyncEngine, name: str, values: list[dict[str, Any]]) -> None:
+    """`values` into table `name` as the current revision has it (keys it lacks are left out)."""
+    found = await table(engine, name)
+    async with engine.begin() as conn:
+        await conn.execute(sa.insert(found), [{k: v for k, v in row.items() if k in found.c} for row in values])
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -162,3 +171,51 @@ async def test_0007_moves_decisions_onto_the_requests_and_back(db_url: str, engi
             await conn.execute(
                 sa.text("UPDATE remediations SET approval_token_hash = :h WHERE id = 'never-asked'"), {"h": "1" * 64}
             )
+
+
+def step(rem_id: str, phase: str, status: str) -> dict[str, Any]:
+    return {
+        "remediation_id": rem_id, "phase": phase, "idx": 0, "name": "untaint", "action": "untaint",
+        "status": status, "attempts": 1, "params": {}, "output": {}, "progress": {}, "error": None,
+        "started_at": T0, "finished_at": T0,
+    }
+
+
+def audit_event(rem_id: str, kind: str, n: int) -> dict[str, Any]:
+    return {"ts": T0, "remediation_id": rem_id, "kind": kind, "actor": "controller", "data": {},
+            "prev_hash": f"{n - 1:064d}", "hash": f"{n:064d}"}
+
+
+async def test_0008_derives_the_phase_from_the_state_and_restores_the_column(
+    db_url: str, engine: AsyncEngine
+) -> None:
+    await upgrade(db_url, "0007")
+    phases = {
+        "forward-done": ("succeeded", "forward"),
+        "undoing": ("reverting", "revert"),
+        "undone": ("reverted", "revert"),
+        "undo-failed": ("failed", "revert"),  # its failed revert step says so
+        "undo-cancelled": ("cancelled", "revert"),  # its state.reverting audit event says so
+        "cancelled": ("cancelled", "forward"),
+    }
+    await insert(engine, "remediations",
+                 [remediation(rem_id, state=state, phase=phase) for rem_id, (state, phase) in phases.items()])
+    await insert(engine, "steps",
+                 [step("undo-failed", "revert", "failed"), step("forward-done", "forward", "succeeded")])
+    await insert(engine, "audit_events",
+                 [audit_event("undo-cancelled", "state.reverting", 1), audit_event("cancelled", "state.cancelled", 2)])
+
+    await upgrade(db_url, "0008")
+
+    assert "phase" not in {c.name for c in (await table(engine, "remediations")).columns}
+    assert "phase" in {c.name for c in (await table(engine, "steps")).columns}
+    repo = Repository(make_sessionmaker(engine))
+    for rem_id, (state, _) in phases.items():
+        rem = await repo.get(rem_id)
+        assert rem is not None and rem.state == state
+        assert summary_out(rem).phase == ("revert" if state in ("reverting", "reverted") else "forward")
+
+    await downgrade(db_url, "0007")
+
+    after = {r["id"]: r["phase"] for r in await rows(engine, "remediations", "id")}
+    assert after == {rem_id: phase for rem_id, (_, phase) in phases.items()}
