@@ -127,7 +127,7 @@ def remediation_rows(count: int) -> Iterator[dict[str, Any]]:
             "alert_labels": labels, "alert_annotations": {"summary": f"Xid 79 on {node} GPU {i % 8}",
                                                           "description": "GPU has fallen off the bus."},
             "alert_resolved": state not in ACTIVE, "params": {"gpu": str(i % 8)}, "plan": plan, "context": context,
-            "phase": "forward", "current_step": 6 if state == "succeeded" else 2,
+            "current_step": 6 if state == "succeeded" else 2,
             "active_key": f"{node}/gpu{i % 8}|gpu-reset|{i}" if state in ACTIVE else None,
             "quarantined": state in ("held", "running"), "linked_alerts": i % 3, "crashes": 0,
         }

@@ -7,6 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
+from remediator.engine.approval_decisions import decision_of
+from remediator.engine.states import phase_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
@@ -41,6 +43,8 @@ class RemediationOut(BaseModel):
     updated_at: UtcDatetime
     finished_at: UtcDatetime | None
     current_step: int
+    # `revert` while the remediation undoes its steps and once it has (`reverting`, `reverted`), else
+    # `forward`: derived from the state (engine/states.py: phase_of).
     phase: str
     linked_alerts: int
     definitions_version: str
@@ -97,7 +101,7 @@ def summary_out(rem: Remediation) -> RemediationOut:
         id=rem.id, state=rem.state, state_reason=rem.state_reason, rule=rem.rule, playbook=rem.playbook,
         target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index,
         namespace=rem.namespace, alertname=rem.alertname, created_at=rem.created_at, updated_at=rem.updated_at,
-        finished_at=rem.finished_at, current_step=rem.current_step, phase=rem.phase,
+        finished_at=rem.finished_at, current_step=rem.current_step, phase=phase_of(rem.state),
         linked_alerts=rem.linked_alerts, definitions_version=rem.definitions_version,
         crashes=rem.crashes or 0, error=rem.error,
     )
@@ -111,7 +115,8 @@ def step_out(row: StepRow) -> StepOut:
     )
 
 
-def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
+def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None) -> RemediationDetail:
+    """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any."""
     playbook = rem.plan.get("playbook") or {}
     planned = [
         {"index": i, "name": s.get("name"), "action": s.get("action"), "approval": s.get("approval")}
@@ -121,7 +126,8 @@ def detail_out(rem: Remediation, steps: list[StepRow]) -> RemediationDetail:
         **summary_out(rem).model_dump(),
         alert_labels=rem.alert_labels, alert_annotations=rem.alert_annotations, alert_resolved=rem.alert_resolved,
         params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
-        approval_expires_at=rem.approval_expires_at, decided_by=rem.decided_by, decision=rem.decision,
+        approval_expires_at=approval.expires_at if approval is not None else None,
+        decided_by=approval.decided_by if approval is not None else None, decision=decision_of(rem, approval),
         versions=dict(rem.plan.get("versions") or {"definitions": rem.definitions_version}),
         escalation=rem.plan.get("escalation"),
     )

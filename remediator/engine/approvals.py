@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from remediator.adapters.notifier import PodLine
 from remediator.definitions import Step
+from remediator.engine.approval_decisions import on_expiry
 from remediator.engine.executor import alert_of, playbook_of
 from remediator.engine.notifications import pods_of
 from remediator.engine.planning import build_variables, plan_steps, target_of
@@ -64,7 +65,8 @@ def approval_link(public_url: str, token: str) -> str:
 
 
 def _waits_for(rem: Remediation, approval: Approval) -> bool:
-    return rem.state == "awaiting_approval" and rem.approval_step == approval.step_index
+    """Is `approval` the request `rem` waits for? A remediation has at most one open request."""
+    return rem.state == "awaiting_approval" and approval.decision is None
 
 
 def _not_decided(status: Status) -> Literal["already", "expired", "closed"]:
@@ -333,7 +335,7 @@ class Approvals:
             rem = await self.rt.repo.get(rem_id)
             if rem is None:
                 continue
-            proceed = str((rem.plan.get("playbook") or {}).get("on_expiry") or "abort") == "continue"
+            proceed = on_expiry(rem) == "continue"
             state = await self.rt.repo.expire_approval(rem_id, proceed=proceed)
             if state is None:
                 continue

@@ -35,6 +35,7 @@ from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
+from remediator.engine.approval_decisions import step_approved
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
@@ -374,7 +375,7 @@ class Executor:
                 await self._step_skipped(rem, "forward", idx, step.name, step)
                 return None
             stage = "approval"
-            if self._needs_approval(rem, step, idx):
+            if await self._needs_approval(rem, step, idx):
                 await self._request_approval(rem, step, idx)
                 return None
             stage = "template"
@@ -541,11 +542,11 @@ class Executor:
 
     # -- approvals (the token and page live in the approval service) ------------------------------
 
-    def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
+    async def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
         required = approval_required(step, idx, bool(rem.plan.get("require_approval")))
         if not required:
             return False
-        return not (rem.approval_step == idx and rem.decision == "approved")
+        return not step_approved(rem, await self.rt.repo.current_approval(rem.id), idx)
 
     async def _request_approval(self, rem: Remediation, step: Step, idx: int) -> None:
         from remediator.engine.approvals import Approvals

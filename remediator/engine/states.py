@@ -30,6 +30,7 @@ __all__ = [
     "State",
     "is_active",
     "next_state",
+    "phase_of",
     "shown_state",
 ]
 
@@ -120,6 +121,11 @@ def next_state(state: str, event: str) -> State:
 
 def is_active(state: str) -> bool:
     return state in ACTIVE_STATES
+
+
+def phase_of(state: str) -> str:
+    """Which way a remediation's steps go: `revert` while it undoes them and once it has, else `forward`."""
+    return "revert" if state in (State.REVERTING, State.REVERTED) else "forward"
 
 
 def shown_state(state: str, reason: str | None) -> str:

@@ -5,15 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.store.models import (
     Approval,
     Remediation,
 )
-from remediator.store.unit_of_work import (
-    RepositoryBase,
-    _NotDecided,
-)
+from remediator.store.unit_of_work import RepositoryBase
 
 __all__ = ["ApprovalStore"]
 
@@ -40,11 +38,14 @@ class ApprovalStore(RepositoryBase):
             return [(a, r) for a, r in (await session.execute(query)).all()]
 
     async def due_approvals(self, now: datetime) -> list[str]:
+        """Remediations waiting on a request that is still open after its expiry time."""
         async with self.transaction() as session:
             rows = await session.scalars(
-                select(Remediation.id).where(
-                    Remediation.state == "awaiting_approval", Remediation.approval_expires_at.is_not(None),
-                    Remediation.approval_expires_at < now,
+                select(Approval.remediation_id)
+                .join(Remediation, Remediation.id == Approval.remediation_id)
+                .where(
+                    Remediation.state == "awaiting_approval", Approval.decision.is_(None),
+                    Approval.expires_at < now,
                 )
             )
             return list(rows.all())
@@ -53,7 +54,11 @@ class ApprovalStore(RepositoryBase):
         self, rem_id: str, owner: str, *, step_index: int, step_name: str, token_hash: str,
         expires_at: datetime, requested_to: list[str], reason: str,
     ) -> Approval:
-        """Stop the remediation in awaiting_approval and record the request, in one transaction."""
+        """Stop the remediation in awaiting_approval and record the request, in one transaction.
+
+        A request left open by an earlier wait is closed as `superseded`, so a remediation has at most one
+        open request: the one it waits for while `awaiting_approval`.
+        """
         now = self._clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
@@ -66,12 +71,6 @@ class ApprovalStore(RepositoryBase):
                 session, rem, "await_approval", reason=reason,
                 data={"step": step_name, "index": step_index, "expires_at": expires_at.isoformat()},
             )
-            rem.approval_step = step_index
-            rem.approval_expires_at = expires_at
-            rem.approval_token_hash = token_hash
-            rem.decision = None
-            rem.decided_by = None
-            rem.decided_at = None
             approval = Approval(
                 remediation_id=rem_id, step_index=step_index, step_name=step_name, token_hash=token_hash,
                 created_at=now, expires_at=expires_at, requested_to=list(requested_to), decision=None,
@@ -102,6 +101,13 @@ class ApprovalStore(RepositoryBase):
             )
             return list(rows.all())
 
+    async def current_approval(self, rem_id: str) -> Approval | None:
+        """The newest approval request of a remediation (its open one while it is awaiting_approval)."""
+        async with self.transaction() as session:
+            return await session.scalar(
+                select(Approval).where(Approval.remediation_id == rem_id).order_by(Approval.id.desc()).limit(1)
+            )
+
     async def get_approval(self, approval_id: int) -> Approval | None:
         async with self.transaction() as session:
             return await session.get(Approval, approval_id)
@@ -112,90 +118,83 @@ class ApprovalStore(RepositoryBase):
         """Record a human decision exactly once (compare-and-set) with its transition and audit event.
 
         Returns False, changing nothing, when the request was already decided, has expired, or the
-        remediation is no longer waiting for this step.
+        remediation is no longer waiting for it.
         """
         if decision not in ("approved", "rejected"):
             raise ValueError(f"decision must be approved or rejected, not {decision!r}")
         now = self._clock()
-        try:
-            async with self.transaction() as session:
-                claimed = await session.execute(
-                    update(Approval)
-                    .where(Approval.id == approval_id, Approval.decision.is_(None), Approval.expires_at > now)
-                    .values(decision=decision, decided_by=actor, decided_at=now, decision_source=source)
-                )
-                if not claimed.rowcount:  # type: ignore[attr-defined]
-                    return False
-                approval = await session.get(Approval, approval_id)
-                assert approval is not None
-                moved = await session.execute(
-                    update(Remediation)
-                    .where(
-                        Remediation.id == approval.remediation_id, Remediation.state == "awaiting_approval",
-                        Remediation.decision.is_(None), Remediation.approval_step == approval.step_index,
-                    )
-                    .values(decision=decision, decided_by=actor, decided_at=now)
-                )
-                if not moved.rowcount:  # type: ignore[attr-defined]
-                    raise _NotDecided
-                rem = await session.get(Remediation, approval.remediation_id, populate_existing=True)
-                assert rem is not None
-                event = "approve" if decision == "approved" else "reject"
-                await self._transition(
-                    session, rem, event, actor=actor,
-                    reason=f"{decision} by {actor}" + (f": {comment}" if comment else ""),
-                    data={"approval_id": approval_id, "step": approval.step_name,
-                          "index": approval.step_index, "decided_by": actor, "source": source, "comment": comment},
-                )
-                if decision == "approved":
-                    rem.next_run_at = now
-                return True
-        except _NotDecided:
-            return False
+        async with self.transaction() as session:
+            approval = await session.get(Approval, approval_id)
+            if approval is None:
+                return False
+            rem = await self._get_for_update(session, approval.remediation_id, None)
+            if not await self._close_request(
+                session, approval_id, decision=decision, actor=actor, source=source, now=now, due=False
+            ):
+                return False
+            event = "approve" if decision == "approved" else "reject"
+            await self._transition(
+                session, rem, event, actor=actor,
+                reason=f"{decision} by {actor}" + (f": {comment}" if comment else ""),
+                data={"approval_id": approval_id, "step": approval.step_name,
+                      "index": approval.step_index, "decided_by": actor, "source": source, "comment": comment},
+            )
+            if decision == "approved":
+                rem.next_run_at = now
+            return True
 
     async def expire_approval(self, rem_id: str, *, proceed: bool) -> str | None:
         """Close an overdue request: the remediation expires, or with `proceed` runs the step as approved.
 
-        Compare-and-set like `decide_approval`, so a human decision racing the expiry wins or loses whole.
+        The same compare-and-set as `decide_approval`, so a human decision racing the expiry wins or loses
+        whole. The request is recorded `expired` either way; what that meant is the playbook's `on_expiry`.
         Returns the new state, or None when there was nothing (any more) to expire.
         """
         now = self._clock()
         async with self.transaction() as session:
-            moved = await session.execute(
-                update(Remediation)
-                .where(
-                    Remediation.id == rem_id, Remediation.state == "awaiting_approval",
-                    Remediation.decision.is_(None), Remediation.approval_expires_at < now,
-                )
-                .values(
-                    decision="approved" if proceed else "expired", decided_by="controller", decided_at=now
-                )
-            )
-            if not moved.rowcount:  # type: ignore[attr-defined]
-                return None
-            rem = await session.get(Remediation, rem_id, populate_existing=True)
-            assert rem is not None
-            approvals = list((await session.scalars(
+            rem = await self._get_for_update(session, rem_id, None)
+            approval = await session.scalar(
                 select(Approval).where(Approval.remediation_id == rem_id, Approval.decision.is_(None))
-            )).all())
-            for approval in approvals:
-                approval.decision = "expired"
-                approval.decided_by = "controller"
-                approval.decided_at = now
-                approval.decision_source = "expiry"
-            step = approvals[-1].step_name if approvals else None
+            )
+            if approval is None or not await self._close_request(
+                session, approval.id, decision="expired", actor="controller", source="expiry", now=now, due=True
+            ):
+                return None
+            step, index = approval.step_name, approval.step_index
             await self.audit(
                 session, "approval.expired", remediation_id=rem_id,
-                data={"step": step, "index": rem.approval_step,
-                      "on_expiry": "continue" if proceed else "abort"},
+                data={"step": step, "index": index, "on_expiry": "continue" if proceed else "abort"},
             )
             if proceed:
                 await self._transition(
                     session, rem, "approve", reason="approval not given in time; the playbook says continue",
-                    data={"step": step, "index": rem.approval_step, "on_expiry": "continue"},
+                    data={"step": step, "index": index, "on_expiry": "continue"},
                 )
                 rem.next_run_at = now
             else:
                 await self._transition(session, rem, "expire", reason="approval not given in time",
-                                       data={"step": step, "index": rem.approval_step})
+                                       data={"step": step, "index": index})
             return rem.state
+
+    async def _close_request(
+        self, session: AsyncSession, approval_id: int, *, decision: str, actor: str, source: str, now: datetime,
+        due: bool,
+    ) -> bool:
+        """The compare-and-set every decision goes through: record `decision` on the request only while it is
+        open, its remediation waits for it, and it has not expired (`due`: only once it has). True when this
+        call decided it.
+
+        The caller holds the remediation's row lock (PostgreSQL), so on a server with several replicas the
+        check of the remediation's state here sees any move that committed first (a cancel, another decision).
+        """
+        waiting = select(Remediation.id).where(
+            Remediation.id == Approval.remediation_id, Remediation.state == "awaiting_approval"
+        )
+        in_time = Approval.expires_at < now if due else Approval.expires_at > now
+        closed = await session.execute(
+            update(Approval)
+            .where(Approval.id == approval_id, Approval.decision.is_(None), in_time, waiting.exists())
+            .values(decision=decision, decided_by=actor, decided_at=now, decision_source=source)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(closed.rowcount)  # type: ignore[attr-defined]

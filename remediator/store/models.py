@@ -106,7 +106,6 @@ class Remediation(Base):
     # Snapshot of the rule and playbook at start: a running remediation never changes definitions.
     plan: Mapped[Json]
     context: Mapped[Json]
-    phase: Mapped[str] = mapped_column(String(16), default="forward")
     current_step: Mapped[int] = mapped_column(Integer, default=0)
     # Unique while active: one active remediation per (target, playbook).
     active_key: Mapped[str | None] = mapped_column(String(800), unique=True)
@@ -115,12 +114,6 @@ class Remediation(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_expires: Mapped[datetime | None]
     next_run_at: Mapped[datetime | None]
-    approval_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
-    approval_expires_at: Mapped[datetime | None]
-    approval_step: Mapped[int | None] = mapped_column(Integer)
-    decided_by: Mapped[str | None] = mapped_column(String(256))
-    decided_at: Mapped[datetime | None]
-    decision: Mapped[str | None] = mapped_column(String(16))
     # Crash backoff: consecutive unexpected failures of the driver, the time before which no worker claims
     # the remediation again, and the last such error (also set when the crashes end it in `failed`).
     crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -178,7 +171,11 @@ class ControllerState(Base):
 
 
 class Approval(Base):
-    """One request for a human decision on one step; the link's token is stored only as its SHA-256."""
+    """One request for a human decision on one step; the link's token is stored only as its SHA-256.
+
+    The decision lives here and only here. A remediation's requests are found by `remediation_id`; its
+    newest is the one it waits for while `awaiting_approval` (opening a request supersedes an open one).
+    """
 
     __tablename__ = "approvals"
 

@@ -4,7 +4,7 @@ admission, escalations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy import case, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.engine.guardrails import GuardrailFacts, Verdict
 from remediator.engine.states import TRANSITIONS
 from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
@@ -143,7 +144,6 @@ class RemediationStore(RepositoryBase):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             await self._transition(session, rem, "revert", reason=reason, actor=actor)
-            rem.phase = "revert"
             rem.current_step = 0
             rem.next_run_at = self._clock()
             rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
@@ -244,12 +244,13 @@ class RemediationStore(RepositoryBase):
                              data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
     async def admit(
-        self, rem_id: str, owner: str, decide: Callable[[Any], Any], facts: Callable[[AsyncSession], Any]
-    ) -> tuple[str, Any, bool]:
+        self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
+        facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]],
+    ) -> tuple[str, Verdict, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
-        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` returns a
-        verdict with `.allow`, `.name`, `.reason`, `.quarantines`. Returns (new state, verdict, changed):
+        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` is the
+        guardrails' verdict on them (engine/guardrails.py). Returns (new state, verdict, changed):
         `changed` is False when a held remediation is still held for the same reason.
         """
         async with self.transaction() as session:
@@ -378,7 +379,7 @@ def new_values(
         "node": new.node, "gpu_uuid": new.gpu_uuid, "gpu_index": new.gpu_index, "namespace": new.namespace,
         "pod": new.pod, "alert_id": alert_id, "alert_fingerprint": fingerprint, "alertname": alertname,
         "alert_labels": dict(labels), "alert_annotations": dict(annotations), "alert_resolved": False,
-        "params": jsonable(new.params), "plan": jsonable(new.plan), "context": {}, "phase": "forward",
+        "params": jsonable(new.params), "plan": jsonable(new.plan), "context": {},
         "current_step": 0, "active_key": active_key, "quarantined": False, "linked_alerts": 0, "next_run_at": now,
         "crashes": 0,
     }

@@ -252,7 +252,6 @@ class RepositoryBase:
 
     async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
         await self._transition(session, rem, "revert", reason=reason)
-        rem.phase = "revert"
         rem.current_step = 0
         rem.next_run_at = self._clock()
         rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
@@ -275,10 +274,6 @@ class RepositoryBase:
         """Append one audit event on its own (for facts that change no row, e.g. a failed notification)."""
         async with self.transaction() as session:
             await self.audit(session, kind, remediation_id=remediation_id, actor=actor, data=data)
-
-
-class _NotDecided(Exception):
-    """Rolls back a half-made decision whose second compare-and-set found nothing to change."""
 
 
 def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[StoredBatch]:

@@ -220,7 +220,7 @@ async def test_slack_allowlist_matches_the_immutable_user_id_only(tmp_path: Path
         assert "Recorded" in r.json()["text"]
         (approval,) = await gated.rt.repo.approvals_of(rem.id)
         assert approval.decided_by == "slack:UALICE01" and approval.decision_source == "slack"
-        fresh = await gated.rt.repo.get(rem.id)
+        fresh = await gated.rt.repo.current_approval(rem.id)
         assert fresh is not None and fresh.decided_by == "slack:UALICE01"
 
 

@@ -115,7 +115,8 @@ async def test_reject_ends_the_remediation(gated: Gated) -> None:
     assert r.status_code == 200
     await gated.settle()
     fresh = await gated.rt.repo.get(rem.id)
-    assert fresh is not None and fresh.state == "rejected" and fresh.decided_by == "bob"
+    decided = await gated.rt.repo.current_approval(rem.id)
+    assert fresh is not None and fresh.state == "rejected" and decided is not None and decided.decided_by == "bob"
     assert ("state.rejected", "bob") in await audit_kinds(gated, rem.id)
     assert "drain" not in {s.name for s in await gated.rt.repo.steps(rem.id)}
 
@@ -194,7 +195,8 @@ async def test_expired_link_is_410_and_the_remediation_expires_audited_and_notif
 async def test_on_expiry_continue_runs_the_gated_step(gated: Gated) -> None:
     labels = {"alertname": "GPUECCUncorrectableError", "Hostname": "gpu-node-2", "UUID": "GPU-1", "gpu": "0"}
     rem = await gated.fire(labels)
-    assert rem.state == "awaiting_approval" and rem.approval_step == 0
+    waited = await gated.rt.repo.current_approval(rem.id)
+    assert rem.state == "awaiting_approval" and waited is not None and waited.step_index == 0
     gated.clock.advance(gated.settings.approval_ttl + timedelta(seconds=1))
     await gated.worker.run_once()
     await gated.settle()
@@ -243,5 +245,5 @@ async def test_trusted_header_names_the_approver_and_the_allowlist_applies(tmp_p
         assert await gated.state(rem.id) == "awaiting_approval"
         ok = await gated.client.post(path, data=form, headers={"X-Forwarded-Email": "Alice@Example.com"})
         assert ok.status_code == 200
-        fresh = await gated.rt.repo.get(rem.id)
+        fresh = await gated.rt.repo.current_approval(rem.id)
         assert fresh is not None and fresh.decided_by == "Alice@Example.com"

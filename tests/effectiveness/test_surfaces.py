@@ -47,7 +47,7 @@ def remediation(
         target_kind="gpu", target_key=f"gpu:node-1/{gpu}", node="node-1", gpu_uuid=gpu, gpu_index="0",
         namespace=None, pod=None, alert_id=None, alert_fingerprint="f" * 16, alertname="GPUXidError",
         alert_labels={"Hostname": "node-1"}, alert_annotations={}, alert_resolved=False, params={}, plan=plan,
-        context={}, phase="forward", current_step=0, active_key=None, quarantined=False, linked_alerts=0,
+        context={}, current_step=0, active_key=None, quarantined=False, linked_alerts=0,
     )
 
 

@@ -114,3 +114,14 @@ async def test_pause_stops_an_undo_before_its_next_mutating_step(make_cluster: M
     assert node_state(cluster) == {"cordoned": False, "tainted": False, "annotated": False}
     audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem_id}")).json()
     assert "revert.resumed" in [e["kind"] for e in audit]
+
+
+async def test_the_phase_the_api_shows_follows_the_undo(make_cluster: MakeCluster, tmp_path: Path) -> None:
+    cluster: Cluster = await make_cluster(**definitions(tmp_path, NOTE_RULE, NOTE_PLAYBOOK))
+    rem_id = await remediated(cluster)
+    assert (await cluster.only_remediation())["phase"] == "forward"
+    r = await cluster.api.post(f"/api/v1/remediations/{rem_id}/revert")
+    assert r.status_code == 200 and (r.json()["state"], r.json()["phase"]) == ("reverting", "revert")
+    await cluster.settle()
+    detail = (await cluster.api.get(f"/api/v1/remediations/{rem_id}")).json()
+    assert (detail["state"], detail["phase"]) == ("reverted", "revert")

@@ -57,9 +57,10 @@ def assert_sign_in_redirect(response: httpx.Response, *secrets: str) -> None:
 async def snapshot(gated: Gated, rem_id: str) -> tuple[Any, ...]:
     rem = await gated.rt.repo.get(rem_id)
     assert rem is not None
+    current = await gated.rt.repo.current_approval(rem_id)
     approvals = [(a.decision, a.decided_by) for a in await gated.rt.repo.approvals_of(rem_id)]
     audit = len(await gated.rt.repo.list_audit(remediation_id=rem_id, limit=10_000))
-    return rem.state, rem.decided_by, approvals, audit
+    return rem.state, current.decided_by if current else None, approvals, audit
 
 
 def routes_of(routes: list[Any]) -> list[APIRoute]:

@@ -50,7 +50,7 @@ async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
     rem = await repo.get(rem_id)
     if rem is None:
         raise HTTPException(404, f"no remediation {rem_id}")
-    return detail_out(rem, await repo.steps(rem_id))
+    return detail_out(rem, await repo.steps(rem_id), await repo.current_approval(rem_id))
 
 
 @router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}})

@@ -107,7 +107,7 @@ async def detail(
         "shown_state": display_state(rem, rows),
         "facts": remediation_facts(rt.settings, rem, alert.generator_url if alert is not None else None),
         "steps": approvals.preview(
-            rem, rows, gated=rem.approval_step if rem.state == "awaiting_approval" else None
+            rem, rows, gated=view.approval.step_index if view is not None and rem.state == "awaiting_approval" else None
         ),
         "revert_rows": [r for r in rows if r.phase == "revert"],
         "timeline": [

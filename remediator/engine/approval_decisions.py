@@ -1,0 +1,33 @@
+"""What a remediation's approval request decided. The decision is stored once, on the request (`Approval`);
+the executor, the API and the UI read it from there through these functions.
+
+An expired request means what the playbook's `on_expiry` said when the remediation started (the playbook
+snapshot in its plan): `abort` ends the remediation in `expired`; `continue` runs the gated step as if
+approved, so for such a playbook an expired request reads as `approved`.
+"""
+
+from __future__ import annotations
+
+from remediator.store.models import Approval, Remediation
+
+__all__ = ["decision_of", "on_expiry", "step_approved"]
+
+
+def on_expiry(rem: Remediation) -> str:
+    """`abort` (the default) or `continue`: what an unanswered request of this remediation leads to."""
+    return str((rem.plan.get("playbook") or {}).get("on_expiry") or "abort")
+
+
+def decision_of(rem: Remediation, approval: Approval | None) -> str | None:
+    """The decision of `approval` (a request of `rem`): approved, rejected, expired, superseded, or None
+    while it is open or when there is no request; an expiry the playbook treats as consent is `approved`."""
+    if approval is None:
+        return None
+    if approval.decision == "expired" and on_expiry(rem) == "continue":
+        return "approved"
+    return approval.decision
+
+
+def step_approved(rem: Remediation, approval: Approval | None, index: int) -> bool:
+    """May step `index` run without asking again: the newest request was about it and let it run?"""
+    return approval is not None and approval.step_index == index and decision_of(rem, approval) == "approved"
