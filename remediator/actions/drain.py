@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.context import uses_gpu
 from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
@@ -234,7 +234,7 @@ class _Evictor:
             await self.ctx.checkpoint(dict(self.ctx.progress))
 
 
-class Drain(Action):
+class Drain(Action[DrainParams]):
     """Cordon, then evict the node's (GPU) pods and wait until they are gone or replaced."""
 
     name = "drain"
@@ -253,11 +253,9 @@ class Drain(Action):
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: DrainParams = params
+    async def apply(self, ctx: ActionContext, params: DrainParams) -> ActionResult:
+        p = params
         node = target_node(ctx)
-        if ctx.dry_run:
-            return await self._dry_run(ctx, p, node)
         kube = require_kube(ctx)
         deadline = asyncio.get_running_loop().time() + parse_duration(p.timeout).total_seconds()
         cordon_output, cordoned = await cordon_node(ctx, kube, node)
@@ -305,13 +303,11 @@ class Drain(Action):
             await asyncio.sleep(min(self.poll_interval, left))
         return list(pending.values())
 
-    async def _dry_run(self, ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: DrainParams) -> ActionResult:
+        p = params
+        node = target_node(ctx)
         if ctx.kube is None:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would cordon and drain node {node} ({p.pods} pods)",
-                output={"node": node, "selection": p.pods, "dry_run": True},
-            )
+            return planned(f"would cordon and drain node {node} ({p.pods} pods)", {"node": node, "selection": p.pods})
         pods = await ctx.kube.list_pods_on_node(node)
         plan = plan_drain(pods, p, ctx, set(), await opted_out_namespaces(ctx.kube, pods))
         would = [ref.as_dict() for ref, _ in plan.evict]
@@ -321,9 +317,7 @@ class Drain(Action):
             "would_evict": would,
             "would_wait_for": [r.as_dict() for r in plan.wait],
             "skipped": plan.skipped,
-            "dry_run": True,
         }
         if plan.note:
             output["note"] = plan.note
-        message = f"dry run: would cordon node {node} and evict {len(would)} pods"
-        return ActionResult(changed=False, message=message, output=output)
+        return planned(f"would cordon node {node} and evict {len(would)} pods", output)

@@ -93,14 +93,22 @@ class PowerLimitParams(StrictParams):
         return self
 
 
-class PowerLimit(Action):
-    """Cap a GPU's power limit (the original is remembered on the node for restore_power_limit)."""
+class PowerLimit(Action[PowerLimitParams]):
+    """Cap a GPU's power limit (the original is remembered on the node for restore_power_limit).
+
+    A dry run asks the sidecar the same question with `dry_run`: it answers what it would set."""
 
     name: ClassVar[str] = "power_limit"
-    Params: ClassVar[type[StrictParams]] = PowerLimitParams
+    Params = PowerLimitParams
     default_revert: ClassVar[str | None] = "restore_power_limit"
 
-    async def run(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+        return await self._cap(ctx, params, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+        return await self._cap(ctx, params, dry_run=False)
+
+    async def _cap(self, ctx: ActionContext, params: PowerLimitParams, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu["uuid"])
         low, high = gpu.get("power_limit_min_watts"), gpu.get("power_limit_max_watts")
@@ -124,9 +132,9 @@ class PowerLimit(Action):
                 changed=False,
                 message=f"{uuid} is already limited to {float(current):g} W, at or below {target:g} W: left as it is",
                 output={"node_ip": ip, "gpu_uuid": uuid, "requested_watts": requested, "clamped": target != requested,
-                        "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": ctx.dry_run},
+                        "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": dry_run},
             )
-        answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=ctx.dry_run)
+        answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=dry_run)
         output = {
             "node_ip": ip,
             "gpu_uuid": uuid,
@@ -135,31 +143,37 @@ class PowerLimit(Action):
             "previous_watts": answer.get("previous_watts"),
             "new_watts": answer.get("new_watts"),
             "original_watts": answer.get("original_watts"),
-            "dry_run": ctx.dry_run,
+            "dry_run": dry_run,
         }
-        changed = bool(answer.get("changed")) and not ctx.dry_run
+        changed = bool(answer.get("changed")) and not dry_run
         return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
 
 
-class RestorePowerLimit(Action):
+class RestorePowerLimit(Action[NoParams]):
     """Put back the power limit in force before the first power_limit step; one set by someone else since stays.
 
     The sidecar leaves such a limit alone; the step succeeds without a change and reports it.
     """
 
     name: ClassVar[str] = "restore_power_limit"
-    Params: ClassVar[type[StrictParams]] = NoParams
+    Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._restore(ctx, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._restore(ctx, dry_run=False)
+
+    async def _restore(self, ctx: ActionContext, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu["uuid"])
-        answer = await client.restore_power_limit(ip, uuid, dry_run=ctx.dry_run)
+        answer = await client.restore_power_limit(ip, uuid, dry_run=dry_run)
         output = {
             "node_ip": ip,
             "gpu_uuid": uuid,
             "previous_watts": answer.get("previous_watts"),
             "new_watts": answer.get("new_watts"),
-            "dry_run": ctx.dry_run,
+            "dry_run": dry_run,
         }
         if answer.get("left_alone"):
             output.update(
@@ -169,7 +183,7 @@ class RestorePowerLimit(Action):
                 capped_watts=answer.get("capped_watts"),
                 original_watts=answer.get("original_watts"),
             )
-        changed = bool(answer.get("changed")) and not ctx.dry_run
+        changed = bool(answer.get("changed")) and not dry_run
         return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
 
 
@@ -182,28 +196,37 @@ def _describe_processes(processes: list[Mapping[str, Any]]) -> str:
     return ", ".join(shown) + more
 
 
-class GpuReset(Action):
-    """Reset a GPU; refuses while pods hold it or processes run on it."""
+class GpuReset(Action[NoParams]):
+    """Reset a GPU; refuses while pods hold it or processes run on it.
+
+    A dry run looks at the GPU's pods the same way, says it would refuse where a reset would, and asks
+    the sidecar the reset question with `dry_run`."""
 
     name: ClassVar[str] = "gpu_reset"
-    Params: ClassVar[type[StrictParams]] = NoParams
+    Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._reset(ctx, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._reset(ctx, dry_run=False)
+
+    async def _reset(self, ctx: ActionContext, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu["uuid"])
         pods = await client.gpu_pods(ip, uuid)
         holders = [f"{p['namespace']}/{p['name']}" for p in pods.get("pods", [])]
-        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": ctx.dry_run, "pods": holders}
+        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": dry_run, "pods": holders}
         if holders:
             reason = f"pods still hold {uuid}: {', '.join(holders)}"
             processes = pods.get("processes") or []
             if processes:
                 reason += f"; processes: {_describe_processes(processes)}"
-            if ctx.dry_run:
+            if dry_run:
                 return ActionResult(changed=False, message=f"would refuse: {reason}", output=output)
             raise StepFailed(reason, details=pods)
         try:
-            answer = await client.reset(ip, uuid, dry_run=ctx.dry_run)
+            answer = await client.reset(ip, uuid, dry_run=dry_run)
         except Conflict as exc:
             details = exc.details if isinstance(exc.details, Mapping) else {}
             processes = list(details.get("processes") or [])
@@ -211,10 +234,10 @@ class GpuReset(Action):
                 f"{uuid} is still in use: {_describe_processes(processes)}", status=409, details=details
             ) from exc
         output.update(post_check=answer.get("post_check"), method=answer.get("method"))
-        if not ctx.dry_run and not answer.get("healthy", False):
+        if not dry_run and not answer.get("healthy", False):
             raise StepFailed(f"{uuid} was reset but is not healthy: {answer.get('message')}", details=answer)
         return ActionResult(
-            changed=bool(answer.get("changed")) and not ctx.dry_run,
+            changed=bool(answer.get("changed")) and not dry_run,
             message=str(answer.get("message", "")),
             output=output,
         )
@@ -236,7 +259,7 @@ class CollectDiagnosticsParams(StrictParams):
         return value
 
 
-class CollectDiagnostics(Action):
+class CollectDiagnostics(Action[CollectDiagnosticsParams]):
     """Snapshot the GPU (inventory, driver, pods, processes) into the step output, and the bug report if asked.
 
     With `bug_report: true` the node also runs nvidia-bug-report.sh, keeps the report and the output
@@ -247,10 +270,17 @@ class CollectDiagnostics(Action):
     """
 
     name: ClassVar[str] = "collect_diagnostics"
-    Params: ClassVar[type[StrictParams]] = CollectDiagnosticsParams
+    Params = CollectDiagnosticsParams
     mutating: ClassVar[bool] = False
 
-    async def run(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+        """A dry run snapshots the GPU as well (it only reads) but leaves the bug report (the node writes it)."""
+        return await self._collect(ctx, params, bug_report=False)
+
+    async def apply(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+        return await self._collect(ctx, params, bug_report=True)
+
+    async def _collect(self, ctx: ActionContext, params: CollectDiagnosticsParams, *, bug_report: bool) -> ActionResult:
         client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         inventory = await client.gpus(ip)
@@ -271,7 +301,7 @@ class CollectDiagnostics(Action):
                 output["pods_error"] = exc.message
             message = f"collected diagnostics of {gpu.get('uuid')}"
         if params.bug_report:
-            if ctx.dry_run:
+            if not bug_report:
                 output["bug_report"] = {"dry_run": True}
                 message += "; would collect nvidia-bug-report.sh output on the node"
             else:

@@ -10,11 +10,11 @@ compare with (no boot ID was recorded), because then a reboot cannot be proven.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.context import node_ready
 from remediator.actions.node import require_kube, target_node
 from remediator.actions.wait import ResumeLater
@@ -44,23 +44,23 @@ class AwaitRebootParams(StrictParams):
         return value
 
 
-class AwaitReboot(Action):
+class AwaitReboot(Action[AwaitRebootParams]):
     """Wait until the node's boot ID differs from the one recorded at quarantine and the node is Ready."""
 
     name: ClassVar[str] = "await_reboot"
-    Params: ClassVar[type[StrictParams]] = AwaitRebootParams
+    Params = AwaitRebootParams
     mutating: ClassVar[bool] = False
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: AwaitRebootParams = params
+    def describe(self, target: Target, params: AwaitRebootParams) -> str:
+        p = params
         ready = " and Ready" if p.require_ready else ""
         return f"await_reboot({target.node}: boot ID other than {p.boot_id or 'unknown'}{ready})"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: AwaitRebootParams = params
-        if ctx.dry_run:
-            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
-                                output={"dry_run": True, "boot_id_before": p.boot_id})
+    async def plan(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:
+        return planned("would " + self.describe(ctx.target, params), {"boot_id_before": params.boot_id})
+
+    async def apply(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:
+        p = params
         name = target_node(ctx)
         if not p.boot_id:
             raise StepFailed(

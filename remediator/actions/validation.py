@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
 from remediator.durations import parse_duration
 from remediator.errors import Invalid, StepFailed
@@ -105,25 +105,25 @@ async def _gpus(ctx: ActionContext, params: ValidateGpuParams, ip: str) -> list[
     return wanted
 
 
-class ValidateGpu(Action):
+class ValidateGpu(Action[ValidateGpuParams]):
     """Prove a GPU (or every GPU of the node) healthy; fail the step, naming the checks, when it is not."""
 
     name: ClassVar[str] = "validate_gpu"
-    Params: ClassVar[type[StrictParams]] = ValidateGpuParams
+    Params = ValidateGpuParams
     mutating: ClassVar[bool] = False
     gate: ClassVar[bool] = True
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: ValidateGpuParams = params
+    def describe(self, target: Target, params: ValidateGpuParams) -> str:
+        p = params
         which = p.gpu or "the remediation's GPU"
         dcgm = f"DCGM level {p.dcgm_level}" + (" (required)" if p.require_dcgm else " where installed")
         return f"validate_gpu({which}: NVML checks and {dcgm}) on {target.key}"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: ValidateGpuParams = params
-        if ctx.dry_run:
-            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
-                                output={"dry_run": True, "gpu": p.gpu or _target_gpu(ctx)})
+    async def plan(self, ctx: ActionContext, params: ValidateGpuParams) -> ActionResult:
+        return planned("would " + self.describe(ctx.target, params), {"gpu": params.gpu or _target_gpu(ctx)})
+
+    async def apply(self, ctx: ActionContext, params: ValidateGpuParams) -> ActionResult:
+        p = params
         client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         request = ValidateRequest(

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from remediator.actions.base import Action, ActionContext, ActionResult
+from remediator.actions.base import ActionContext, ActionResult, AnyAction
 from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
@@ -107,7 +107,7 @@ def _wait(state: RetryCallState) -> float:
 
 
 async def run_with_retries(
-    action: Action, ctx: ActionContext, params: Any, *, retries: int, timeout: float
+    action: AnyAction, ctx: ActionContext, params: Any, *, retries: int, timeout: float
 ) -> ActionResult:
     """Run an action with a deadline; retry temporary errors (429, 5xx, 409, connection) with backoff."""
     retrying = AsyncRetrying(
@@ -436,7 +436,7 @@ class Executor:
             await move(self.rt, rem.id, Event.REVERT, reason=cancel.reason)
 
     async def _run(
-        self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
+        self, action: AnyAction, ctx: ActionContext, params: Any, retries: int, timeout: float
     ) -> ActionResult | StepFailure:
         """The action's result, or why it failed (any error but the engine's and the store's signals)."""
         started = time.perf_counter()
