@@ -13,7 +13,6 @@ from it (a GPU that did not come back after a reset or reboot fails `present`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -94,9 +93,8 @@ async def _gpus(ctx: ActionContext, params: ValidateGpuParams, ip: str) -> list[
         return [gpu]
     inventory = await sidecar_client(ctx).gpus(ip)
     wanted: list[str] = []
-    for entry in inventory.get("gpus", []):
-        if isinstance(entry, Mapping):
-            wanted.append(str(entry.get("uuid") or entry.get("index")))
+    for entry in inventory.gpus:
+        wanted.append(str(entry.uuid or entry.index))
     for uuid in [ctx.target.gpu_uuid, *params.expected_gpus]:
         if uuid and uuid not in wanted:
             wanted.append(uuid)

@@ -270,11 +270,11 @@ class Executor:
             try:
                 if uuid is None:
                     inventory = await sidecar.gpus(ip, attempts=1)
-                    uuid = next((str(g["uuid"]) for g in inventory.get("gpus") or []
-                                 if str(g.get("index")) == str(target.gpu_index) and g.get("uuid")), None)
+                    uuid = next((g.uuid for g in inventory.gpus if str(g.index) == str(target.gpu_index) and g.uuid),
+                                None)
                     error = f"no GPU with index {target.gpu_index} in the sidecar inventory"
                 if uuid is not None:
-                    answer = await sidecar.gpu_pods(ip, uuid, attempts=1)
+                    answer = (await sidecar.gpu_pods(ip, uuid, attempts=1)).model_dump(mode="json", exclude_unset=True)
             except ActionError as exc:
                 error = exc.message
             except Exception as exc:  # an unexpected answer must not block admission either
