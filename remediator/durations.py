@@ -1,11 +1,19 @@
-"""Parse and print durations the way SREs write them in YAML and settings: `90s`, `30m`, `2h`, `1h30m`, `7d`."""
+"""Parse and print durations the way SREs write them in YAML and settings: `90s`, `30m`, `2h`, `1h30m`, `7d`.
+
+`Duration` is the pydantic type of a duration parameter: checked once when the parameters are parsed, and
+kept as written (`"2h"` stays `"2h"` in plans, approval pages and stored parameters); `parse_duration` turns
+it into a timedelta where it is used.
+"""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Annotated
 
-__all__ = ["format_duration", "parse_duration"]
+from pydantic import AfterValidator
+
+__all__ = ["Duration", "format_duration", "parse_duration"]
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -34,6 +42,15 @@ def parse_duration(value: str | int | float | timedelta) -> timedelta:
     if pos != len(text) or not text:
         raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 30m, 2h, 1h30m, 7d)")
     return timedelta(seconds=total)
+
+
+def _checked(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+# A duration parameter as written (`90s`, `30m`, `2h`, `1h30m`): a ValueError naming the forms otherwise.
+Duration = Annotated[str, AfterValidator(_checked)]
 
 
 def format_duration(value: timedelta) -> str:

@@ -21,7 +21,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, StrictP
 from remediator.actions.context import uses_gpu
 from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
-from remediator.durations import parse_duration
+from remediator.durations import Duration, parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
 from remediator.kube_names import EXCLUDE_LABEL
 
@@ -34,7 +34,7 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 class DrainParams(StrictParams):
     pods: str = "gpu"
     grace_period: int | None = Field(default=None, ge=0)
-    timeout: str = "10m"
+    timeout: Duration = "10m"
     skip_namespaces: list[str] = Field(default_factory=list)
 
     @field_validator("pods")
@@ -42,12 +42,6 @@ class DrainParams(StrictParams):
     def _pods(cls, value: str) -> str:
         if not re.fullmatch(r"all|gpu|gpu:\S+", value):
             raise ValueError(f'pods must be "all", "gpu" or "gpu:<uuid>", got {value!r}')
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str) -> str:
-        parse_duration(value)
         return value
 
 

@@ -9,7 +9,6 @@ checked against Kubernetes syntax before any request, so a bad value fails the s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -18,7 +17,18 @@ from pydantic import field_validator
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, planned
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
-from remediator.kube_names import QUARANTINE_TAINT, REMEDIATION_ANNOTATION, STATE_LABEL
+from remediator.kube_names import (
+    QUARANTINE_TAINT,
+    REMEDIATION_ANNOTATION,
+    STATE_LABEL,
+    AnnotationKey,
+    LabelKey,
+    LabelValue,
+    TaintKey,
+    TaintValue,
+    label_value_problem,
+    qualified_name_problem,
+)
 from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
@@ -48,41 +58,13 @@ MAX_ANNOTATION_BYTES = 256 * 1024
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 # ---------------------------------------------------------------------------------------- syntax
 
 
-def qualified_name_problem(key: str) -> str | None:
-    """Why `key` is not a Kubernetes qualified name (`[dns-prefix/]name`), or None if it is one."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
-        return "the prefix must be a lowercase DNS subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _NAME.match(name):
-        return "the name must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
-    return None
-
-
-def label_value_problem(value: str) -> str | None:
-    """Why `value` is not a valid label (or taint) value, or None: empty, or <=63 of [A-Za-z0-9_.-]."""
-    if value == "":
-        return None
-    if len(value) > 63 or not _NAME.match(value):
-        return "must be at most 63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
-    return None
-
-
 def _checked(what: str, value: str, problem: str | None) -> str:
+    """Check again before a request: parameters built without `parse` (model_construct) skipped the types."""
     if problem is not None:
         raise Invalid(f"invalid {what} {value!r}: {problem}", details={"field": what, "value": value})
-    return value
-
-
-def _validator_error(what: str, value: str, problem: str | None) -> str:
-    if problem is not None:
-        raise ValueError(f"invalid {what} {value!r}: {problem}")
     return value
 
 
@@ -247,19 +229,9 @@ def _was_unschedulable(ctx: ActionContext) -> bool:
 
 
 class TaintParams(StrictParams):
-    key: str = DEFAULT_TAINT_KEY
-    value: str = ""
+    key: TaintKey = DEFAULT_TAINT_KEY
+    value: TaintValue = ""
     effect: TaintEffect = "NoSchedule"
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("taint key", value, qualified_name_problem(value))
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        return _validator_error("taint value", value, label_value_problem(value))
 
 
 class UntaintParams(StrictParams):
@@ -432,28 +404,13 @@ def _restored_taints(
 
 
 class LabelParams(StrictParams):
-    key: str
-    value: str
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("label key", value, qualified_name_problem(value))
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        return _validator_error("label value", value, label_value_problem(value))
+    key: LabelKey
+    value: LabelValue
 
 
 class AnnotationParams(StrictParams):
-    key: str
+    key: AnnotationKey
     value: str
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("annotation key", value, qualified_name_problem(value.lower()))
 
     @field_validator("value")
     @classmethod

@@ -18,12 +18,12 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
-from remediator.actions.node import MAX_ANNOTATION_BYTES, qualified_name_problem, require_kube
+from remediator.actions.node import MAX_ANNOTATION_BYTES, require_kube
 from remediator.actions.workload import idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
 from remediator.errors import Invalid, NotFound
-from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION
+from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
 
 __all__ = [
     "IDLE_ANNOTATION",
@@ -42,16 +42,8 @@ OWNER_LABELS = (("team", "#"), ("owner", "@"))
 
 
 class AnnotatePodsParams(StrictParams):
-    key: str = IDLE_ANNOTATION
+    key: AnnotationKey = IDLE_ANNOTATION
     value: str = Field(max_length=4096)
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        problem = qualified_name_problem(value.lower())
-        if problem is not None:
-            raise ValueError(f"invalid annotation key {value!r}: {problem}")
-        return value
 
 
 class UnannotatePodsParams(StrictParams):

@@ -27,7 +27,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.node import require_kube
 from remediator.actions.workload import idle_pods, pod_gpu_resources, single_namespace
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.durations import parse_duration
+from remediator.durations import Duration, parse_duration
 from remediator.errors import Invalid, NotFound, StepFailed
 
 __all__ = ["ReclaimQuota", "ReclaimQuotaParams", "RestoreQuota", "gpu_quota_key", "quota_resource"]
@@ -73,7 +73,7 @@ class ReclaimQuotaParams(StrictParams):
     to: Amount | None = None
     resources: list[str] = Field(default_factory=list)
     below_usage: Literal["refuse", "clamp", "allow"] = "refuse"
-    usage_wait: str = "0s"
+    usage_wait: Duration = "0s"
 
     @field_validator("by", "to")
     @classmethod
@@ -89,12 +89,6 @@ class ReclaimQuotaParams(StrictParams):
         bad = [k for k in value if not gpu_quota_key(k)]
         if bad:
             raise ValueError(f"not GPU quota keys: {', '.join(bad)} (e.g. requests.nvidia.com/gpu)")
-        return value
-
-    @field_validator("usage_wait")
-    @classmethod
-    def _wait(cls, value: str) -> str:
-        parse_duration(value)
         return value
 
     @model_validator(mode="after")

@@ -17,10 +17,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pydantic import field_validator
-
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
-from remediator.durations import format_duration, parse_duration
+from remediator.durations import Duration, format_duration, parse_duration
 
 __all__ = ["CancelRemediation", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
 
@@ -48,20 +46,10 @@ class CancelRemediation(StepSignal):
         super().__init__(reason)
 
 
-def _duration(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
 class WaitParams(StrictParams):
-    duration: str = "2h"
-    poll: str = "5m"
+    duration: Duration = "2h"
+    poll: Duration = "5m"
     undo: bool = True
-
-    @field_validator("duration", "poll")
-    @classmethod
-    def _durations(cls, value: str) -> str:
-        return _duration(value)
 
 
 class Wait(Action[WaitParams]):
