@@ -87,6 +87,7 @@ class ActionContext:
     step_name: str
     target: Target
     settings: Settings
+    # Change nothing: `Action.run` calls the action's `plan` instead of its `apply`.
     dry_run: bool
     kube: KubeAdapter | None = None
     sidecar: SidecarClient | None = None
