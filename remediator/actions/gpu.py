@@ -11,13 +11,13 @@ without a change and says so in its output (`left_alone`, `reason`, `current_wat
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.adapters.sidecar import SidecarClient
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
 from remediator.sidecar.schemas import (
     DiagnosticsRequest,
@@ -257,16 +257,8 @@ class CollectDiagnosticsParams(StrictParams):
     """`bug_report: true` also has the node run nvidia-bug-report.sh (bounded by `timeout`)."""
 
     bug_report: bool = False
-    timeout: str | float = "10m"
+    timeout: Annotated[DurationOrSeconds, within(0, 3600)] = "10m"
     safe_mode: bool = True
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 0 < seconds <= 3600:
-            raise ValueError("timeout must be more than 0 and at most 1h")
-        return value
 
 
 class CollectDiagnostics(Action[CollectDiagnosticsParams]):

@@ -10,15 +10,15 @@ compare with (no boot ID was recorded), because then a reboot cannot be proven.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.context import node_ready
 from remediator.actions.node import require_kube, target_node
 from remediator.actions.wait import ResumeLater
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import StepFailed
 
 __all__ = ["NOT_REBOOTED", "AwaitReboot", "AwaitRebootParams"]
@@ -31,17 +31,9 @@ class AwaitRebootParams(StrictParams):
     # The boot ID recorded at quarantine, normally "{{ context.node.boot_id }}".
     boot_id: str | None = Field(default=None, max_length=128)
     # How often to look again while waiting.
-    poll: str | float = "30s"
+    poll: Annotated[DurationOrSeconds, within(1, 3600)] = "30s"
     # After the reboot the node must also report Ready.
     require_ready: bool = True
-
-    @field_validator("poll")
-    @classmethod
-    def _poll(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 1 <= seconds <= 3600:
-            raise ValueError("poll must be between 1s and 1h")
-        return value
 
 
 class AwaitReboot(Action[AwaitRebootParams]):

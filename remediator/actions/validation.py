@@ -13,13 +13,13 @@ from it (a GPU that did not come back after a reset or reboot fails `present`).
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import Invalid, StepFailed
 from remediator.sidecar.schemas import ValidateRequest, ValidationReport
 
@@ -34,7 +34,7 @@ class ValidateGpuParams(StrictParams):
     dcgm_level: int = Field(default=1, ge=1, le=4)
     require_dcgm: bool = False
     # How long one GPU's DCGM diagnostic may run before the sidecar kills it (level 2: minutes).
-    timeout: str | float = "15m"
+    timeout: Annotated[DurationOrSeconds, within(0, 4 * 3600)] = "15m"
     aggregate_uncorrectable_baseline: int | None = Field(default=None, ge=0)
     temperature_margin_c: int = Field(default=10, ge=0, le=60)
     expected_gpus: list[str] = Field(default_factory=list)
@@ -44,14 +44,6 @@ class ValidateGpuParams(StrictParams):
     def _gpu(cls, value: str | None) -> str | None:
         if value is not None and not _GPU.fullmatch(value):
             raise ValueError(f"gpu must be a GPU UUID, an index or 'all', got {value[:80]!r}")
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 0 < seconds <= 4 * 3600:
-            raise ValueError("timeout must be more than 0 and at most 4h")
         return value
 
     @field_validator("expected_gpus")

@@ -7,9 +7,12 @@ import pydantic
 import pytest
 
 from remediator.actions.drain import Drain
+from remediator.actions.gpu import CollectDiagnostics
 from remediator.actions.node import Annotate, Label, Taint
 from remediator.actions.owner import AnnotatePods
 from remediator.actions.quota import ReclaimQuota
+from remediator.actions.reboot import AwaitReboot
+from remediator.actions.validation import ValidateGpu
 from remediator.actions.wait import Wait
 
 
@@ -56,3 +59,25 @@ def test_annotation_keys_may_carry_a_capitalised_prefix_label_keys_may_not() -> 
     assert Annotate().parse({"key": "Example.com/note", "value": "v"}).key == "Example.com/note"
     with pytest.raises(pydantic.ValidationError, match="invalid label key"):
         Label().parse({"key": "Example.com/note", "value": "v"})
+
+
+@pytest.mark.parametrize(
+    ("action", "params", "said"),
+    [
+        (AwaitReboot(), {"poll": "500ms"}, "between 1s and 1h"),
+        (AwaitReboot(), {"poll": "2h"}, "between 1s and 1h"),
+        (CollectDiagnostics(), {"timeout": 0}, "more than 0 and at most 1h"),
+        (ValidateGpu(), {"timeout": "5h"}, "more than 0 and at most 4h"),
+    ],
+)
+def test_a_duration_out_of_its_bounds_is_refused_at_parse(
+    action: AwaitReboot | CollectDiagnostics | ValidateGpu, params: dict, said: str
+) -> None:
+    with pytest.raises(pydantic.ValidationError, match=said):
+        action.parse(params)
+
+
+def test_a_duration_at_its_bounds_is_taken() -> None:
+    assert AwaitReboot().parse({"poll": "1s"}).poll == "1s"
+    assert AwaitReboot().parse({"poll": 3600}).poll == 3600
+    assert ValidateGpu().parse({"timeout": "4h"}).timeout == "4h"
