@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
@@ -38,6 +38,7 @@ from remediator.sidecar.schemas import (
     PowerLimitAnswer,
     PowerLimitRequest,
     PowerRestoreAnswer,
+    ProblemAnswer,
     ResetAnswer,
     ValidateRequest,
     ValidationReport,
@@ -65,6 +66,15 @@ def _retry_unsent(exc: BaseException) -> bool:
         and isinstance(exc.details, dict)
         and exc.details.get("sent") is False
     )
+
+
+def _said(document: dict[str, Any], status: int) -> str:
+    """What a refusal says went wrong (a body that is not the sidecar's: its status)."""
+    try:
+        error = ProblemAnswer.model_validate(document).error
+    except ValidationError:
+        error = None
+    return error or f"sidecar answered {status}"
 
 
 class SidecarClient:
@@ -127,8 +137,8 @@ class SidecarClient:
             document = {"result": document}
         if response.is_success:
             return document
-        message = str(document.get("error") or f"sidecar answered {response.status_code}")
-        raise error_for_status(response.status_code, f"{method} {url}: {message}", details=document)
+        raise error_for_status(response.status_code, f"{method} {url}: {_said(document, response.status_code)}",
+                               details=document)
 
     async def _request(
         self,

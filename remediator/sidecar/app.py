@@ -48,6 +48,7 @@ from remediator.sidecar.schemas import (
     PowerLimitAnswer,
     PowerLimitRequest,
     PowerRestoreAnswer,
+    ProblemAnswer,
     ResetAnswer,
     ValidateRequest,
     ValidationReport,
@@ -222,13 +223,13 @@ def _install_handlers(app: FastAPI, metrics: SidecarMetrics) -> None:
     @app.exception_handler(Problem)
     async def problem(request: Request, exc: Problem) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(jsonable_encoder(exc.body()), status_code=exc.status, headers=headers)
+        return JSONResponse(exc.body().model_dump(mode="json"), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # Names the field; NaN/Infinity in the echoed input are text, so this answer always encodes.
-        body = {"nvml_error": None, **invalid_request(jsonable_encoder(exc.errors()))}
-        return JSONResponse(body, status_code=422)
+        body = ProblemAnswer.model_validate({"nvml_error": None, **invalid_request(jsonable_encoder(exc.errors()))})
+        return JSONResponse(body.model_dump(mode="json"), status_code=422)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

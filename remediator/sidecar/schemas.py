@@ -50,6 +50,7 @@ __all__ = [
     "PowerLimitAnswer",
     "PowerLimitRequest",
     "PowerRestoreAnswer",
+    "ProblemAnswer",
     "ProcessOwner",
     "ProcessUsage",
     "RemappedRowCounts",
@@ -218,6 +219,22 @@ class GpuIdentity(BaseModel):
     # Field name -> NVML error name for every field left null.
     unreadable: dict[str, str] = Field(default_factory=dict)
     read_at: datetime | None = None
+
+
+# ---------------------------------------------------------------------------------------- refusals
+
+
+class ProblemAnswer(BaseModel):
+    """The body of every answer other than 2xx: what went wrong and the NVML error behind it, if any.
+
+    Further fields depend on the refusal (`processes` of a 409 for a GPU in use, the allowed range of a 422
+    for a power limit out of range, the fields of a 422 for a malformed request); they are kept as sent.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str | None = None
+    nvml_error: str | None = None
 
 
 # ---------------------------------------------------------------------------------------- inventory
