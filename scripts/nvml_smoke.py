@@ -177,13 +177,15 @@ def reads(nvml: Nvml, handle: Any) -> dict[str, Any]:
 def dry_runs(nvml: Nvml, uuid: str) -> dict[str, Any]:
     from remediator.sidecar.power import set_power_limit
     from remediator.sidecar.reset import ResetConfig, reset_gpu
+    from remediator.sidecar.schemas import PowerLimitRequest
     from remediator.sidecar.state import PowerStateStore
 
     store = PowerStateStore(Path(tempfile.mkdtemp()) / "power-state.json")
     out: dict[str, Any] = {}
     for label, pct in (("power_limit_50pct", 50.0), ("power_limit_100pct", 100.0)):
         start = time.perf_counter()
-        out[label] = set_power_limit(nvml, store, uuid, None, pct, dry_run=True)
+        request = PowerLimitRequest(percent_of_default=pct, dry_run=True)
+        out[label] = set_power_limit(nvml, store, uuid, request).model_dump(mode="json", exclude_unset=True)
         out[label]["latency_ms"] = round((time.perf_counter() - start) * 1e3, 3)
     assert not store.path.exists(), "a dry run wrote the state file"
     config = ResetConfig(
@@ -191,7 +193,7 @@ def dry_runs(nvml: Nvml, uuid: str) -> dict[str, Any]:
     )
     start = time.perf_counter()
     try:
-        out["reset"] = reset_gpu(nvml, config, uuid, dry_run=True)
+        out["reset"] = reset_gpu(nvml, config, uuid, dry_run=True).model_dump(mode="json", exclude_unset=True)
     except Exception as exc:  # a 409 (processes on the GPU) is a valid dry-run answer
         out["reset"] = {"refused": str(exc), "details": getattr(exc, "details", None)}
     out["reset"]["latency_ms"] = round((time.perf_counter() - start) * 1e3, 3)

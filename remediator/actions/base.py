@@ -1,6 +1,9 @@
 """The contract between the engine and every action: parameters, context, result, registry entry.
 
-An action is a small class with a pydantic `Params` model, an async `run` and a `describe` for plans.
+An action is a small class generic over its pydantic parameters model (`Action[P]`, with `Params = P`),
+with an async `apply` that does the work, an async `plan` that only looks and says what `apply` would do
+(dry runs), and a `describe` for plans and approval pages. `run` picks `plan` or `apply` from
+`ctx.dry_run`: the one place that reads it, so an action never asks itself whether it is a dry run.
 It must be idempotent: running it twice leaves the cluster as running it once, because after a crash
 the engine re-runs the step that was in flight. It records in `ActionResult.output` what it found before
 changing anything, so its revert can restore exactly the prior state (`ctx.prior_output`).
@@ -11,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -25,9 +28,12 @@ __all__ = [
     "Action",
     "ActionContext",
     "ActionResult",
+    "AnyAction",
     "NoParams",
+    "P",
     "StrictParams",
     "Target",
+    "planned",
 ]
 
 
@@ -39,6 +45,9 @@ class StrictParams(BaseModel):
 
 class NoParams(StrictParams):
     """For actions that take no parameters."""
+
+
+P = TypeVar("P", bound=StrictParams)
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class ActionContext:
     step_name: str
     target: Target
     settings: Settings
+    # Change nothing: `Action.run` calls the action's `plan` instead of its `apply`.
     dry_run: bool
     kube: KubeAdapter | None = None
     sidecar: SidecarClient | None = None
@@ -104,11 +114,13 @@ class ActionResult:
     output: dict[str, Any] = field(default_factory=dict)
 
 
-class Action(ABC):
-    """One verb. Subclasses set `name`, `Params`, and the flags below."""
+class Action(ABC, Generic[P]):
+    """One verb over parameters of type `P`. Subclasses set `name`, `Params` (the class `P`), the flags below,
+    and `apply`; those whose dry run must look at the cluster or ask the sidecar override `plan`."""
 
     name: ClassVar[str]
-    Params: ClassVar[type[StrictParams]] = NoParams
+    # The parameters model; `parse` validates a step's rendered parameters into it once, before any run.
+    Params: type[P]
     # Changes the cluster or a GPU (pause stops a remediation before its next mutating step).
     mutating: ClassVar[bool] = True
     # Puts a node under quarantine (counts toward MAX_QUARANTINED_NODES).
@@ -119,20 +131,41 @@ class Action(ABC):
     # remediation escalates to the next rung of the escalation ladder.
     gate: ClassVar[bool] = False
 
-    def parse(self, raw: Mapping[str, Any]) -> StrictParams:
+    def parse(self, raw: Mapping[str, Any]) -> P:
         """Validate rendered parameters (raises pydantic.ValidationError)."""
         return self.Params.model_validate(dict(raw))
 
+    @final
+    async def run(self, ctx: ActionContext, params: P) -> ActionResult:
+        """`plan` in a dry run, else `apply`. Raise remediator.errors.ActionError on failure."""
+        if ctx.dry_run:
+            return await self.plan(ctx, params)
+        return await self.apply(ctx, params)
+
     @abstractmethod
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        """Do the work (or, with ctx.dry_run, only look). Raise remediator.errors.ActionError on failure."""
+    async def apply(self, ctx: ActionContext, params: P) -> ActionResult:
+        """Do the work. Raise remediator.errors.ActionError on failure."""
+
+    async def plan(self, ctx: ActionContext, params: P) -> ActionResult:
+        """Say what `apply` would do, changing nothing. This default says it from the parameters alone;
+        an action whose answer depends on what is there now (the node, the GPU) looks first."""
+        return planned("would " + self.describe(ctx.target, params))
 
     def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
         """For a quarantining action: does `node` still carry what this step (its stored, rendered `params`)
         put there for `remediation_id`? The engine asks this instead of knowing each action's marks."""
         return False
 
-    def describe(self, target: Target, params: Any) -> str:
+    def describe(self, target: Target, params: P) -> str:
         """One line for plans and approval pages: what this step will do."""
         shown = ", ".join(f"{k}={v}" for k, v in params.model_dump(exclude_none=True).items())
         return f"{self.name}({shown}) on {target.key}"
+
+
+# An action whose parameters type is not known here (the registry's values, the engine's step runner).
+AnyAction = Action[Any]
+
+
+def planned(message: str, output: Mapping[str, Any] | None = None) -> ActionResult:
+    """The result of a `plan`: nothing changed, `dry run: <message>`, the output marked `dry_run`."""
+    return ActionResult(changed=False, message=f"dry run: {message}", output={**(output or {}), "dry_run": True})

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import Conflict, StepFailed
@@ -152,22 +152,28 @@ async def write_condition(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class SetNodeCondition(Action):
+class SetNodeCondition(Action[SetConditionParams]):
     """Set one node condition (default GPUHealthy) through nodes/status; reverted by clear_node_condition."""
 
     name = "set_node_condition"
     Params = SetConditionParams
     default_revert = "clear_node_condition"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: SetConditionParams = params
+    @staticmethod
+    def _said(ctx: ActionContext, p: SetConditionParams) -> tuple[str, str, dict[str, Any]]:
+        """(node, `type=status (reason)`, output)."""
         name = target_node(ctx)
-        said = f"{p.type}={p.status} ({p.reason})"
         output: dict[str, Any] = {"node": name, "type": p.type, "status": p.status, "reason": p.reason,
                                   "message": p.message}
-        if ctx.dry_run:
-            return ActionResult(changed=False, message=f"dry run: would set condition {said} on node {name}",
-                                output={**output, "dry_run": True})
+        return name, f"{p.type}={p.status} ({p.reason})", output
+
+    async def plan(self, ctx: ActionContext, params: SetConditionParams) -> ActionResult:
+        name, said, output = self._said(ctx, params)
+        return planned(f"would set condition {said} on node {name}", output)
+
+    async def apply(self, ctx: ActionContext, params: SetConditionParams) -> ActionResult:
+        p = params
+        name, said, output = self._said(ctx, p)
         kube = require_kube(ctx)
         prior = ctx.progress.get("prior")
         if not isinstance(prior, dict):
@@ -182,20 +188,21 @@ class SetNodeCondition(Action):
                             output=output)
 
 
-class ClearNodeCondition(Action):
+class ClearNodeCondition(Action[ClearConditionParams]):
     """Undo set_node_condition: the condition becomes True/Recovered, unless it is someone else's now."""
 
     name = "clear_node_condition"
     Params = ClearConditionParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: ClearConditionParams = params
+    async def plan(self, ctx: ActionContext, params: ClearConditionParams) -> ActionResult:
+        name = target_node(ctx)
+        kind = str((ctx.prior_output or {}).get("type") or params.type)
+        return planned(f"would set condition {kind}=True on node {name}", {"node": name, "type": kind})
+
+    async def apply(self, ctx: ActionContext, params: ClearConditionParams) -> ActionResult:
         name = target_node(ctx)
         forward = ctx.prior_output or {}
-        kind = str(forward.get("type") or p.type)
-        if ctx.dry_run:
-            return ActionResult(changed=False, message=f"dry run: would set condition {kind}=True on node {name}",
-                                output={"node": name, "type": kind, "dry_run": True})
+        kind = str(forward.get("type") or params.type)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         current = _find(node, kind)

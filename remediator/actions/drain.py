@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import Field, field_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.context import uses_gpu
 from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
-from remediator.durations import parse_duration
+from remediator.durations import Duration, parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
 from remediator.kube_names import EXCLUDE_LABEL
 
@@ -34,7 +34,7 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 class DrainParams(StrictParams):
     pods: str = "gpu"
     grace_period: int | None = Field(default=None, ge=0)
-    timeout: str = "10m"
+    timeout: Duration = "10m"
     skip_namespaces: list[str] = Field(default_factory=list)
 
     @field_validator("pods")
@@ -42,12 +42,6 @@ class DrainParams(StrictParams):
     def _pods(cls, value: str) -> str:
         if not re.fullmatch(r"all|gpu|gpu:\S+", value):
             raise ValueError(f'pods must be "all", "gpu" or "gpu:<uuid>", got {value!r}')
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str) -> str:
-        parse_duration(value)
         return value
 
 
@@ -234,7 +228,7 @@ class _Evictor:
             await self.ctx.checkpoint(dict(self.ctx.progress))
 
 
-class Drain(Action):
+class Drain(Action[DrainParams]):
     """Cordon, then evict the node's (GPU) pods and wait until they are gone or replaced."""
 
     name = "drain"
@@ -253,11 +247,9 @@ class Drain(Action):
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: DrainParams = params
+    async def apply(self, ctx: ActionContext, params: DrainParams) -> ActionResult:
+        p = params
         node = target_node(ctx)
-        if ctx.dry_run:
-            return await self._dry_run(ctx, p, node)
         kube = require_kube(ctx)
         deadline = asyncio.get_running_loop().time() + parse_duration(p.timeout).total_seconds()
         cordon_output, cordoned = await cordon_node(ctx, kube, node)
@@ -305,13 +297,11 @@ class Drain(Action):
             await asyncio.sleep(min(self.poll_interval, left))
         return list(pending.values())
 
-    async def _dry_run(self, ctx: ActionContext, p: DrainParams, node: str) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: DrainParams) -> ActionResult:
+        p = params
+        node = target_node(ctx)
         if ctx.kube is None:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would cordon and drain node {node} ({p.pods} pods)",
-                output={"node": node, "selection": p.pods, "dry_run": True},
-            )
+            return planned(f"would cordon and drain node {node} ({p.pods} pods)", {"node": node, "selection": p.pods})
         pods = await ctx.kube.list_pods_on_node(node)
         plan = plan_drain(pods, p, ctx, set(), await opted_out_namespaces(ctx.kube, pods))
         would = [ref.as_dict() for ref, _ in plan.evict]
@@ -321,9 +311,7 @@ class Drain(Action):
             "would_evict": would,
             "would_wait_for": [r.as_dict() for r in plan.wait],
             "skipped": plan.skipped,
-            "dry_run": True,
         }
         if plan.note:
             output["note"] = plan.note
-        message = f"dry run: would cordon node {node} and evict {len(would)} pods"
-        return ActionResult(changed=False, message=message, output=output)
+        return planned(f"would cordon node {node} and evict {len(would)} pods", output)

@@ -10,16 +10,22 @@ without a change and says so in its output (`left_alone`, `reason`, `current_wat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.adapters.sidecar import SidecarClient
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
-from remediator.sidecar.schemas import DiagnosticsRequest
+from remediator.sidecar.schemas import (
+    DiagnosticsRequest,
+    GpuInventory,
+    GpuSnapshot,
+    OneOfWattsOrPercent,
+    ProcessOwner,
+)
 
 __all__ = [
     "CollectDiagnostics",
@@ -56,17 +62,17 @@ def sidecar_client(ctx: ActionContext) -> SidecarClient:
     return ctx.sidecar
 
 
-def _find(inventory: Mapping[str, Any], uuid: str | None, index: str | None) -> dict[str, Any]:
-    for gpu in inventory.get("gpus", []):
-        if uuid is not None and gpu.get("uuid") == uuid:
-            return dict(gpu)
-        if uuid is None and index is not None and str(gpu.get("index")) == str(index):
-            return dict(gpu)
+def _find(inventory: GpuInventory, uuid: str | None, index: str | None) -> GpuSnapshot:
+    for gpu in inventory.gpus:
+        if uuid is not None and gpu.uuid == uuid:
+            return gpu
+        if uuid is None and index is not None and str(gpu.index) == str(index):
+            return gpu
     wanted = uuid or f"index {index}"
     raise NotFound(f"no GPU {wanted} in the sidecar inventory")
 
 
-async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, dict[str, Any]]:
+async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, GpuSnapshot]:
     """(client, node IP, inventory entry of the target GPU)."""
     client = sidecar_client(ctx)
     ip = await node_internal_ip(ctx)
@@ -76,7 +82,13 @@ async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, dict[str, Any
     return client, ip, _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
 
 
-class PowerLimitParams(StrictParams):
+def _answered(answer: BaseModel) -> dict[str, Any]:
+    """A sidecar answer as stored in a step's output or error details: the fields the sidecar sent."""
+    document: dict[str, Any] = answer.model_dump(mode="json", exclude_unset=True)
+    return document
+
+
+class PowerLimitParams(StrictParams, OneOfWattsOrPercent):
     """Exactly one of watts / percent_of_default; clamp into the GPU's range instead of failing."""
 
     watts: int | None = Field(default=None, gt=0)
@@ -86,28 +98,30 @@ class PowerLimitParams(StrictParams):
     # cap already in force) is left as it is.
     only_lower: bool = False
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> PowerLimitParams:
-        if (self.watts is None) == (self.percent_of_default is None):
-            raise ValueError("give exactly one of watts or percent_of_default")
-        return self
 
+class PowerLimit(Action[PowerLimitParams]):
+    """Cap a GPU's power limit (the original is remembered on the node for restore_power_limit).
 
-class PowerLimit(Action):
-    """Cap a GPU's power limit (the original is remembered on the node for restore_power_limit)."""
+    A dry run asks the sidecar the same question with `dry_run`: it answers what it would set."""
 
     name: ClassVar[str] = "power_limit"
-    Params: ClassVar[type[StrictParams]] = PowerLimitParams
+    Params = PowerLimitParams
     default_revert: ClassVar[str | None] = "restore_power_limit"
 
-    async def run(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+        return await self._cap(ctx, params, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: PowerLimitParams) -> ActionResult:
+        return await self._cap(ctx, params, dry_run=False)
+
+    async def _cap(self, ctx: ActionContext, params: PowerLimitParams, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
-        uuid = str(gpu["uuid"])
-        low, high = gpu.get("power_limit_min_watts"), gpu.get("power_limit_max_watts")
+        uuid = str(gpu.uuid)
+        low, high = gpu.power_limit_min_watts, gpu.power_limit_max_watts
         if params.watts is not None:
             requested = float(params.watts)
         else:
-            default = gpu.get("power_limit_default_watts")
+            default = gpu.power_limit_default_watts
             if default is None:
                 raise NotSupported(f"{uuid} reports no default power limit")
             requested = round(float(default) * float(params.percent_of_default or 0) / 100.0, 3)
@@ -118,125 +132,136 @@ class PowerLimit(Action):
                     f"power limit {requested:g} W is outside the allowed range {low:g}-{high:g} W for {uuid}"
                 )
             target = min(max(requested, float(low)), float(high))
-        current = gpu.get("power_limit_watts")
+        current = gpu.power_limit_watts
         if params.only_lower and current is not None and float(current) <= target:
             return ActionResult(
                 changed=False,
                 message=f"{uuid} is already limited to {float(current):g} W, at or below {target:g} W: left as it is",
                 output={"node_ip": ip, "gpu_uuid": uuid, "requested_watts": requested, "clamped": target != requested,
-                        "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": ctx.dry_run},
+                        "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": dry_run},
             )
-        answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=ctx.dry_run)
+        answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=dry_run)
         output = {
             "node_ip": ip,
             "gpu_uuid": uuid,
             "requested_watts": requested,
             "clamped": target != requested,
-            "previous_watts": answer.get("previous_watts"),
-            "new_watts": answer.get("new_watts"),
-            "original_watts": answer.get("original_watts"),
-            "dry_run": ctx.dry_run,
+            "previous_watts": answer.previous_watts,
+            "new_watts": answer.new_watts,
+            "original_watts": answer.original_watts,
+            "dry_run": dry_run,
         }
-        changed = bool(answer.get("changed")) and not ctx.dry_run
-        return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
+        return ActionResult(changed=answer.changed and not dry_run, message=answer.message, output=output)
 
 
-class RestorePowerLimit(Action):
+class RestorePowerLimit(Action[NoParams]):
     """Put back the power limit in force before the first power_limit step; one set by someone else since stays.
 
     The sidecar leaves such a limit alone; the step succeeds without a change and reports it.
     """
 
     name: ClassVar[str] = "restore_power_limit"
-    Params: ClassVar[type[StrictParams]] = NoParams
+    Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._restore(ctx, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._restore(ctx, dry_run=False)
+
+    async def _restore(self, ctx: ActionContext, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
-        uuid = str(gpu["uuid"])
-        answer = await client.restore_power_limit(ip, uuid, dry_run=ctx.dry_run)
-        output = {
+        uuid = str(gpu.uuid)
+        answer = await client.restore_power_limit(ip, uuid, dry_run=dry_run)
+        output: dict[str, Any] = {
             "node_ip": ip,
             "gpu_uuid": uuid,
-            "previous_watts": answer.get("previous_watts"),
-            "new_watts": answer.get("new_watts"),
-            "dry_run": ctx.dry_run,
+            "previous_watts": answer.previous_watts,
+            "new_watts": answer.new_watts,
+            "dry_run": dry_run,
         }
-        if answer.get("left_alone"):
+        if answer.left_alone:
             output.update(
                 left_alone=True,
-                reason=answer.get("reason"),
-                current_watts=answer.get("current_watts"),
-                capped_watts=answer.get("capped_watts"),
-                original_watts=answer.get("original_watts"),
+                reason=answer.reason,
+                current_watts=answer.current_watts,
+                capped_watts=answer.capped_watts,
+                original_watts=answer.original_watts,
             )
-        changed = bool(answer.get("changed")) and not ctx.dry_run
-        return ActionResult(changed=changed, message=str(answer.get("message", "")), output=output)
+        return ActionResult(changed=answer.changed and not dry_run, message=answer.message, output=output)
 
 
-def _describe_processes(processes: list[Mapping[str, Any]]) -> str:
+_PROCESSES = TypeAdapter(list[ProcessOwner])
+
+
+def _processes_in(details: Mapping[str, Any]) -> list[ProcessOwner]:
+    """The processes a 409 from the sidecar lists (none when its body says otherwise)."""
+    try:
+        return _PROCESSES.validate_python(details.get("processes") or [])
+    except ValidationError:
+        return []
+
+
+def _describe_processes(processes: Sequence[ProcessOwner]) -> str:
     shown = []
     for p in processes[:10]:
-        owner = f" in pod {p['pod_uid']}" if p.get("pod_uid") else ""
-        shown.append(f"pid {p.get('pid')}{owner}")
+        owner = f" in pod {p.pod_uid}" if p.pod_uid else ""
+        shown.append(f"pid {p.pid}{owner}")
     more = f" and {len(processes) - 10} more" if len(processes) > 10 else ""
     return ", ".join(shown) + more
 
 
-class GpuReset(Action):
-    """Reset a GPU; refuses while pods hold it or processes run on it."""
+class GpuReset(Action[NoParams]):
+    """Reset a GPU; refuses while pods hold it or processes run on it.
+
+    A dry run looks at the GPU's pods the same way, says it would refuse where a reset would, and asks
+    the sidecar the reset question with `dry_run`."""
 
     name: ClassVar[str] = "gpu_reset"
-    Params: ClassVar[type[StrictParams]] = NoParams
+    Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._reset(ctx, dry_run=True)
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return await self._reset(ctx, dry_run=False)
+
+    async def _reset(self, ctx: ActionContext, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
-        uuid = str(gpu["uuid"])
+        uuid = str(gpu.uuid)
         pods = await client.gpu_pods(ip, uuid)
-        holders = [f"{p['namespace']}/{p['name']}" for p in pods.get("pods", [])]
-        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": ctx.dry_run, "pods": holders}
+        holders = [f"{p.namespace}/{p.name}" for p in pods.pods]
+        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": dry_run, "pods": holders}
         if holders:
             reason = f"pods still hold {uuid}: {', '.join(holders)}"
-            processes = pods.get("processes") or []
-            if processes:
-                reason += f"; processes: {_describe_processes(processes)}"
-            if ctx.dry_run:
+            if pods.processes:
+                reason += f"; processes: {_describe_processes(pods.processes)}"
+            if dry_run:
                 return ActionResult(changed=False, message=f"would refuse: {reason}", output=output)
-            raise StepFailed(reason, details=pods)
+            raise StepFailed(reason, details=_answered(pods))
         try:
-            answer = await client.reset(ip, uuid, dry_run=ctx.dry_run)
+            answer = await client.reset(ip, uuid, dry_run=dry_run)
         except Conflict as exc:
             details = exc.details if isinstance(exc.details, Mapping) else {}
-            processes = list(details.get("processes") or [])
             raise StepFailed(
-                f"{uuid} is still in use: {_describe_processes(processes)}", status=409, details=details
+                f"{uuid} is still in use: {_describe_processes(_processes_in(details))}", status=409, details=details
             ) from exc
-        output.update(post_check=answer.get("post_check"), method=answer.get("method"))
-        if not ctx.dry_run and not answer.get("healthy", False):
-            raise StepFailed(f"{uuid} was reset but is not healthy: {answer.get('message')}", details=answer)
-        return ActionResult(
-            changed=bool(answer.get("changed")) and not ctx.dry_run,
-            message=str(answer.get("message", "")),
-            output=output,
-        )
+        post_check = None if answer.post_check is None else _answered(answer.post_check)
+        output.update(post_check=post_check, method=answer.method)
+        if not dry_run and not answer.healthy:
+            raise StepFailed(f"{uuid} was reset but is not healthy: {answer.message}", details=_answered(answer))
+        return ActionResult(changed=answer.changed and not dry_run, message=answer.message, output=output)
 
 
 class CollectDiagnosticsParams(StrictParams):
     """`bug_report: true` also has the node run nvidia-bug-report.sh (bounded by `timeout`)."""
 
     bug_report: bool = False
-    timeout: str | float = "10m"
+    timeout: Annotated[DurationOrSeconds, within(0, 3600)] = "10m"
     safe_mode: bool = True
 
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 0 < seconds <= 3600:
-            raise ValueError("timeout must be more than 0 and at most 1h")
-        return value
 
-
-class CollectDiagnostics(Action):
+class CollectDiagnostics(Action[CollectDiagnosticsParams]):
     """Snapshot the GPU (inventory, driver, pods, processes) into the step output, and the bug report if asked.
 
     With `bug_report: true` the node also runs nvidia-bug-report.sh, keeps the report and the output
@@ -247,31 +272,38 @@ class CollectDiagnostics(Action):
     """
 
     name: ClassVar[str] = "collect_diagnostics"
-    Params: ClassVar[type[StrictParams]] = CollectDiagnosticsParams
+    Params = CollectDiagnosticsParams
     mutating: ClassVar[bool] = False
 
-    async def run(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+        """A dry run snapshots the GPU as well (it only reads) but leaves the bug report (the node writes it)."""
+        return await self._collect(ctx, params, bug_report=False)
+
+    async def apply(self, ctx: ActionContext, params: CollectDiagnosticsParams) -> ActionResult:
+        return await self._collect(ctx, params, bug_report=True)
+
+    async def _collect(self, ctx: ActionContext, params: CollectDiagnosticsParams, *, bug_report: bool) -> ActionResult:
         client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         inventory = await client.gpus(ip)
         output: dict[str, Any] = {
             "node_ip": ip,
-            "driver_version": inventory.get("driver_version"),
-            "nvml_version": inventory.get("nvml_version"),
+            "driver_version": inventory.driver_version,
+            "nvml_version": inventory.nvml_version,
         }
         if ctx.target.gpu_uuid is None and ctx.target.gpu_index is None:
-            output["gpus"] = inventory.get("gpus", [])
+            output["gpus"] = [_answered(gpu) for gpu in inventory.gpus]
             message = f"collected diagnostics of node {ctx.target.node}"
         else:
             gpu = _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
-            output["gpu"] = gpu
+            output["gpu"] = _answered(gpu)
             try:
-                output["pods"] = await client.gpu_pods(ip, str(gpu["uuid"]))
+                output["pods"] = _answered(await client.gpu_pods(ip, str(gpu.uuid)))
             except ActionError as exc:
                 output["pods_error"] = exc.message
-            message = f"collected diagnostics of {gpu.get('uuid')}"
+            message = f"collected diagnostics of {gpu.uuid}"
         if params.bug_report:
-            if ctx.dry_run:
+            if not bug_report:
                 output["bug_report"] = {"dry_run": True}
                 message += "; would collect nvidia-bug-report.sh output on the node"
             else:

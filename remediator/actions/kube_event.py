@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import FIELD_MANAGER, KubeAdapter
 from remediator.errors import Conflict, Invalid
@@ -100,21 +100,21 @@ def _pod_targets(ctx: ActionContext) -> list[tuple[str, dict[str, Any]]]:
     return targets
 
 
-class Event(Action):
+class Event(Action[EventParams]):
     """Record a Kubernetes Event (reason, message) on the node or on the pods in the context."""
 
     name = "event"
     Params = EventParams
     mutating = False
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: EventParams = params
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would record event {p.reason} on the {p.object}",
-                output={"object": p.object, "reason": p.reason, "dry_run": True},
-            )
+    async def plan(self, ctx: ActionContext, params: EventParams) -> ActionResult:
+        return planned(
+            f"would record event {params.reason} on the {params.object}",
+            {"object": params.object, "reason": params.reason},
+        )
+
+    async def apply(self, ctx: ActionContext, params: EventParams) -> ActionResult:
+        p = params
         kube = require_kube(ctx)
         targets = await self._targets(kube, ctx, p)
         posted = []

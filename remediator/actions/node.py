@@ -9,16 +9,26 @@ checked against Kubernetes syntax before any request, so a bad value fails the s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, planned
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
-from remediator.kube_names import QUARANTINE_TAINT, REMEDIATION_ANNOTATION, STATE_LABEL
+from remediator.kube_names import (
+    QUARANTINE_TAINT,
+    REMEDIATION_ANNOTATION,
+    STATE_LABEL,
+    AnnotationKey,
+    LabelKey,
+    LabelValue,
+    TaintKey,
+    TaintValue,
+    label_value_problem,
+    qualified_name_problem,
+)
 from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
@@ -48,41 +58,13 @@ MAX_ANNOTATION_BYTES = 256 * 1024
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
-_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
 # ---------------------------------------------------------------------------------------- syntax
 
 
-def qualified_name_problem(key: str) -> str | None:
-    """Why `key` is not a Kubernetes qualified name (`[dns-prefix/]name`), or None if it is one."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
-        return "the prefix must be a lowercase DNS subdomain of at most 253 characters"
-    if not name or len(name) > 63 or not _NAME.match(name):
-        return "the name must be 1-63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
-    return None
-
-
-def label_value_problem(value: str) -> str | None:
-    """Why `value` is not a valid label (or taint) value, or None: empty, or <=63 of [A-Za-z0-9_.-]."""
-    if value == "":
-        return None
-    if len(value) > 63 or not _NAME.match(value):
-        return "must be at most 63 characters of [A-Za-z0-9_.-], starting and ending alphanumeric"
-    return None
-
-
 def _checked(what: str, value: str, problem: str | None) -> str:
+    """Check again before a request: parameters built without `parse` (model_construct) skipped the types."""
     if problem is not None:
         raise Invalid(f"invalid {what} {value!r}: {problem}", details={"field": what, "value": value})
-    return value
-
-
-def _validator_error(what: str, value: str, problem: str | None) -> str:
-    if problem is not None:
-        raise ValueError(f"invalid {what} {value!r}: {problem}")
     return value
 
 
@@ -125,10 +107,6 @@ async def _remember(ctx: ActionContext, observed: dict[str, Any]) -> dict[str, A
     ctx.progress["prior"] = observed
     await ctx.checkpoint(dict(ctx.progress))
     return observed
-
-
-def _dry(message: str, output: dict[str, Any]) -> ActionResult:
-    return ActionResult(changed=False, message=f"dry run: {message}", output={**output, "dry_run": True})
 
 
 def _needs_marks(node: Mapping[str, Any]) -> bool:
@@ -181,10 +159,11 @@ async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple
     return output, bool(patch)
 
 
-class Cordon(Action):
+class Cordon(Action[NoParams]):
     """Mark the node unschedulable (and with the controller's marks)."""
 
     name = "cordon"
+    Params = NoParams
     quarantines = True
     default_revert = "uncordon"
 
@@ -192,36 +171,36 @@ class Cordon(Action):
         """Still cordoned, by this remediation (another's cordon is theirs)."""
         return cordoned_by(node, remediation_id)
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         name = target_node(ctx)
-        if ctx.dry_run:
-            return await _dry_cordon(ctx, name)
+        if ctx.kube is None:
+            return planned(f"would cordon node {name}", {"node": name})
+        node = await ctx.kube.get_node(name)
+        unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
+        return planned(what, {"node": name, "was_unschedulable": unschedulable})
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        name = target_node(ctx)
         output, changed = await cordon_node(ctx, require_kube(ctx), name)
         verb = "cordoned" if changed else "already cordoned"
         return ActionResult(changed=changed, message=f"node {name} {verb}", output=output)
 
 
-async def _dry_cordon(ctx: ActionContext, name: str) -> ActionResult:
-    if ctx.kube is None:
-        return _dry(f"would cordon node {name}", {"node": name})
-    node = await ctx.kube.get_node(name)
-    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-    what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
-    return _dry(what, {"node": name, "was_unschedulable": unschedulable})
-
-
-class Uncordon(Action):
+class Uncordon(Action[NoParams]):
     """Make the node schedulable again, unless it was already unschedulable before the remediation."""
 
     name = "uncordon"
     Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         name = target_node(ctx)
-        was_unschedulable = bool((ctx.prior_output or {}).get("was_unschedulable"))
-        if ctx.dry_run:
-            keep = " (stays cordoned: it was cordoned before)" if was_unschedulable else ""
-            return _dry(f"would uncordon node {name}{keep}", {"node": name})
+        keep = " (stays cordoned: it was cordoned before)" if _was_unschedulable(ctx) else ""
+        return planned(f"would uncordon node {name}{keep}", {"node": name})
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        name = target_node(ctx)
+        was_unschedulable = _was_unschedulable(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         patch: dict[str, Any] = {}
@@ -242,23 +221,17 @@ class Uncordon(Action):
         )
 
 
+def _was_unschedulable(ctx: ActionContext) -> bool:
+    return bool((ctx.prior_output or {}).get("was_unschedulable"))
+
+
 # ---------------------------------------------------------------------------------------- taints
 
 
 class TaintParams(StrictParams):
-    key: str = DEFAULT_TAINT_KEY
-    value: str = ""
+    key: TaintKey = DEFAULT_TAINT_KEY
+    value: TaintValue = ""
     effect: TaintEffect = "NoSchedule"
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("taint key", value, qualified_name_problem(value))
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        return _validator_error("taint value", value, label_value_problem(value))
 
 
 class UntaintParams(StrictParams):
@@ -300,7 +273,7 @@ async def _patch_with_retry(kube: KubeAdapter, name: str, build: Any) -> tuple[K
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class Taint(Action):
+class Taint(Action[TaintParams]):
     """Put one taint (key + effect) on the node, replacing only a taint with the same key and effect."""
 
     name = "taint"
@@ -313,16 +286,24 @@ class Taint(Action):
         key, effect = params.get("key") or DEFAULT_TAINT_KEY, params.get("effect") or "NoSchedule"
         return _find_taint(_taints(node), str(key), str(effect)) is not None
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: TaintParams = params
+    @staticmethod
+    def _checked(p: TaintParams) -> str:
+        """The taint as `key=value:effect`, after checking it once more (parameters built without `parse`)."""
         _checked("taint key", p.key, qualified_name_problem(p.key))
         _checked("taint value", p.value, label_value_problem(p.value))
+        return f"{p.key}={p.value}:{p.effect}"
+
+    async def plan(self, ctx: ActionContext, params: TaintParams) -> ActionResult:
+        described = self._checked(params)
         name = target_node(ctx)
-        described = f"{p.key}={p.value}:{p.effect}"
-        if ctx.dry_run:
-            return _dry(
-                f"would taint node {name} with {described}", {"node": name, "key": p.key, "effect": p.effect}
-            )
+        return planned(
+            f"would taint node {name} with {described}", {"node": name, "key": params.key, "effect": params.effect}
+        )
+
+    async def apply(self, ctx: ActionContext, params: TaintParams) -> ActionResult:
+        p = params
+        described = self._checked(p)
+        name = target_node(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         current = _find_taint(_taints(node), p.key, p.effect)
@@ -355,20 +336,27 @@ class Taint(Action):
         return ActionResult(changed=bool(patch), message=f"node {name} {verb} {described}", output=output)
 
 
-class Untaint(Action):
+class Untaint(Action[UntaintParams]):
     """Remove the taint (key + effect), or put back the value it had before the remediation."""
 
     name = "untaint"
     Params = UntaintParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: UntaintParams = params
+    @staticmethod
+    def _taint(ctx: ActionContext, p: UntaintParams) -> tuple[str, str]:
+        """(key, effect): as given, else those of the forward step, else the controller's taint."""
         prior = ctx.prior_output or {}
-        key = p.key or str(prior.get("key") or DEFAULT_TAINT_KEY)
-        effect = p.effect or str(prior.get("effect") or "NoSchedule")
+        return p.key or str(prior.get("key") or DEFAULT_TAINT_KEY), p.effect or str(prior.get("effect") or "NoSchedule")
+
+    async def plan(self, ctx: ActionContext, params: UntaintParams) -> ActionResult:
+        key, effect = self._taint(ctx, params)
         name = target_node(ctx)
-        if ctx.dry_run:
-            return _dry(f"would remove taint {key}:{effect} from node {name}", {"node": name, "key": key})
+        return planned(f"would remove taint {key}:{effect} from node {name}", {"node": name, "key": key})
+
+    async def apply(self, ctx: ActionContext, params: UntaintParams) -> ActionResult:
+        prior = ctx.prior_output or {}
+        key, effect = self._taint(ctx, params)
+        name = target_node(ctx)
         kube = require_kube(ctx)
 
         def build(fresh: KubeObject) -> dict[str, Any]:
@@ -416,28 +404,13 @@ def _restored_taints(
 
 
 class LabelParams(StrictParams):
-    key: str
-    value: str
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("label key", value, qualified_name_problem(value))
-
-    @field_validator("value")
-    @classmethod
-    def _value(cls, value: str) -> str:
-        return _validator_error("label value", value, label_value_problem(value))
+    key: LabelKey
+    value: LabelValue
 
 
 class AnnotationParams(StrictParams):
-    key: str
+    key: AnnotationKey
     value: str
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        return _validator_error("annotation key", value, qualified_name_problem(value.lower()))
 
     @field_validator("value")
     @classmethod
@@ -452,7 +425,7 @@ class UnsetParams(StrictParams):
     value: str | None = None
 
 
-class _SetEntry(Action):
+class _SetEntry(Action[LabelParams | AnnotationParams]):
     """Set one key of node metadata.labels or metadata.annotations, remembering the previous value."""
 
     field: str
@@ -461,12 +434,16 @@ class _SetEntry(Action):
     def check(self, key: str, value: str) -> None:
         raise NotImplementedError
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        key, value = str(params.key), str(params.value)
+    async def plan(self, ctx: ActionContext, params: LabelParams | AnnotationParams) -> ActionResult:
+        key, value = params.key, params.value
         self.check(key, value)
         name = target_node(ctx)
-        if ctx.dry_run:
-            return _dry(f"would set {self.what} {key}={value} on node {name}", {"node": name, "key": key})
+        return planned(f"would set {self.what} {key}={value} on node {name}", {"node": name, "key": key})
+
+    async def apply(self, ctx: ActionContext, params: LabelParams | AnnotationParams) -> ActionResult:
+        key, value = params.key, params.value
+        self.check(key, value)
+        name = target_node(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         current = _meta_map(node, self.field).get(key)
@@ -481,21 +458,28 @@ class _SetEntry(Action):
         )
 
 
-class _UnsetEntry(Action):
+class _UnsetEntry(Action[UnsetParams]):
     """Remove one label/annotation key, or put back the value it had before the remediation."""
 
     Params = UnsetParams
     field: str
     what: str
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        prior = ctx.prior_output
-        key = params.key or (prior or {}).get("key")
+    def _key(self, ctx: ActionContext, params: UnsetParams) -> str:
+        key = params.key or (ctx.prior_output or {}).get("key")
         if not key:
             raise Invalid(f"{self.name}: no key given and no forward step output to undo")
+        return str(key)
+
+    async def plan(self, ctx: ActionContext, params: UnsetParams) -> ActionResult:
+        key = self._key(ctx, params)
         name = target_node(ctx)
-        if ctx.dry_run:
-            return _dry(f"would remove {self.what} {key} from node {name}", {"node": name, "key": key})
+        return planned(f"would remove {self.what} {key} from node {name}", {"node": name, "key": key})
+
+    async def apply(self, ctx: ActionContext, params: UnsetParams) -> ActionResult:
+        prior = ctx.prior_output
+        key = self._key(ctx, params)
+        name = target_node(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         current = _meta_map(node, self.field).get(key)

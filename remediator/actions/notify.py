@@ -8,8 +8,6 @@ a remediation and changes nothing in the cluster.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
@@ -23,15 +21,18 @@ class NotifyParams(StrictParams):
     channel: str | None = Field(default=None, max_length=80)
 
 
-class Notify(Action):
+class Notify(Action[NotifyParams]):
     """Send a rendered message to the configured notification channels."""
 
     name = "notify"
     Params = NotifyParams
     mutating = False
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        assert isinstance(params, NotifyParams)
+    async def plan(self, ctx: ActionContext, params: NotifyParams) -> ActionResult:
+        """A dry run sends the message too: it changes nothing in the cluster."""
+        return await self.apply(ctx, params)
+
+    async def apply(self, ctx: ActionContext, params: NotifyParams) -> ActionResult:
         where = params.channel or "the configured channels"
         if ctx.notifier is None:
             return ActionResult(changed=False, message="no notifier configured", output={"sent": False})
@@ -60,7 +61,6 @@ class Notify(Action):
             changed=False, message=f"queued for {where}", output={"sent": True, "channel": params.channel}
         )
 
-    def describe(self, target: Target, params: Any) -> str:
-        assert isinstance(params, NotifyParams)
+    def describe(self, target: Target, params: NotifyParams) -> str:
         text = params.message if len(params.message) <= 80 else params.message[:79] + "…"
         return f"notify {params.channel or 'the configured channels'}: {text}"

@@ -17,13 +17,13 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
-from remediator.actions.node import MAX_ANNOTATION_BYTES, qualified_name_problem, require_kube
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
+from remediator.actions.node import MAX_ANNOTATION_BYTES, require_kube
 from remediator.actions.workload import idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
 from remediator.errors import Invalid, NotFound
-from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION
+from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
 
 __all__ = [
     "IDLE_ANNOTATION",
@@ -42,16 +42,8 @@ OWNER_LABELS = (("team", "#"), ("owner", "@"))
 
 
 class AnnotatePodsParams(StrictParams):
-    key: str = IDLE_ANNOTATION
+    key: AnnotationKey = IDLE_ANNOTATION
     value: str = Field(max_length=4096)
-
-    @field_validator("key")
-    @classmethod
-    def _key(cls, value: str) -> str:
-        problem = qualified_name_problem(value.lower())
-        if problem is not None:
-            raise ValueError(f"invalid annotation key {value!r}: {problem}")
-        return value
 
 
 class UnannotatePodsParams(StrictParams):
@@ -62,25 +54,26 @@ def _pod_names(ctx: ActionContext) -> list[tuple[str, str]]:
     return [(str(p["namespace"]), str(p["name"])) for p in idle_pods(ctx.context, ctx.target)]
 
 
-class AnnotatePods(Action):
+class AnnotatePods(Action[AnnotatePodsParams]):
     """Set one annotation on each idle pod, recording the value each had before."""
 
     name = "annotate_pods"
     Params = AnnotatePodsParams
     default_revert = "unannotate_pods"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: AnnotatePodsParams = params
+    @staticmethod
+    def _pods(ctx: ActionContext, p: AnnotatePodsParams) -> list[tuple[str, str]]:
         if len(p.value.encode()) > MAX_ANNOTATION_BYTES:
             raise Invalid(f"annotation {p.key} value longer than {MAX_ANNOTATION_BYTES} bytes")
-        pods = _pod_names(ctx)
-        if ctx.dry_run:
-            shown = ", ".join(f"{ns}/{n}" for ns, n in pods) or "no pods"
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would annotate {shown} with {p.key}",
-                output={"dry_run": True, "key": p.key, "pods": []},
-            )
+        return _pod_names(ctx)
+
+    async def plan(self, ctx: ActionContext, params: AnnotatePodsParams) -> ActionResult:
+        shown = ", ".join(f"{ns}/{n}" for ns, n in self._pods(ctx, params)) or "no pods"
+        return planned(f"would annotate {shown} with {params.key}", {"key": params.key, "pods": []})
+
+    async def apply(self, ctx: ActionContext, params: AnnotatePodsParams) -> ActionResult:
+        p = params
+        pods = self._pods(ctx, p)
         kube = require_kube(ctx)
         prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
         done: list[dict[str, Any]] = []
@@ -125,14 +118,14 @@ async def _unannotate(kube: KubeAdapter, entry: Mapping[str, Any], key: str, our
     return "restored" if previous is not None else "removed"
 
 
-class UnannotatePods(Action):
+class UnannotatePods(Action[UnannotatePodsParams]):
     """Undo `annotate_pods`: the previous value back, or the key removed."""
 
     name = "unannotate_pods"
     Params = UnannotatePodsParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: UnannotatePodsParams = params
+    def _undo(self, ctx: ActionContext, p: UnannotatePodsParams) -> tuple[str, list[Mapping[str, Any]]]:
+        """(annotation key, pods to restore with the value each had before)."""
         prior = ctx.prior_output or {}
         key = p.key or prior.get("key")
         if not key:
@@ -140,14 +133,16 @@ class UnannotatePods(Action):
         entries = list(prior.get("pods") or [])
         if not entries and ctx.prior_output is None:
             entries = [{"namespace": ns, "name": n, "previous": None} for ns, n in _pod_names(ctx)]
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would remove {key} from {len(entries)} pod(s)",
-                output={"dry_run": True, "key": key},
-            )
+        return str(key), entries
+
+    async def plan(self, ctx: ActionContext, params: UnannotatePodsParams) -> ActionResult:
+        key, entries = self._undo(ctx, params)
+        return planned(f"would remove {key} from {len(entries)} pod(s)", {"key": key})
+
+    async def apply(self, ctx: ActionContext, params: UnannotatePodsParams) -> ActionResult:
+        key, entries = self._undo(ctx, params)
         kube = require_kube(ctx)
-        ours = prior.get("value")
+        ours = (ctx.prior_output or {}).get("value")
         results = [
             {"namespace": e["namespace"], "name": e["name"], "outcome": await _unannotate(kube, e, key, ours)}
             for e in entries
@@ -218,15 +213,19 @@ def _owner_text(pod: Mapping[str, Any]) -> str:
     return " → ".join(f"{o.get('kind')}/{o.get('name')}" for o in pod.get("owners") or [] if isinstance(o, Mapping))
 
 
-class NotifyOwner(Action):
+class NotifyOwner(Action[NotifyOwnerParams]):
     """Tell the namespace's owner which pods hold an idle GPU, who owns them and what it has cost so far."""
 
     name = "notify_owner"
     Params = NotifyOwnerParams
     mutating = False
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: NotifyOwnerParams = params
+    async def plan(self, ctx: ActionContext, params: NotifyOwnerParams) -> ActionResult:
+        """A dry run notifies too: a message changes nothing in the cluster."""
+        return await self.apply(ctx, params)
+
+    async def apply(self, ctx: ActionContext, params: NotifyOwnerParams) -> ActionResult:
+        p = params
         pods = idle_pods(ctx.context, ctx.target)
         namespace = single_namespace(pods) or ctx.target.namespace
         channel, source = await find_owner(ctx.kube, namespace, p.default_channel)
@@ -285,5 +284,5 @@ class NotifyOwner(Action):
             changed=False, message=f"owner notified at {where} ({source})", output={**output, "sent": True}
         )
 
-    def describe(self, target: Target, params: Any) -> str:
+    def describe(self, target: Target, params: NotifyOwnerParams) -> str:
         return f"notify the owner of the idle pods on {target.key} (namespace annotation {OWNER_ANNOTATION})"

@@ -23,11 +23,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, Target, planned
 from remediator.actions.node import require_kube
 from remediator.actions.workload import idle_pods, pod_gpu_resources, single_namespace
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.durations import parse_duration
+from remediator.durations import Duration, parse_duration
 from remediator.errors import Invalid, NotFound, StepFailed
 
 __all__ = ["ReclaimQuota", "ReclaimQuotaParams", "RestoreQuota", "gpu_quota_key", "quota_resource"]
@@ -73,7 +73,7 @@ class ReclaimQuotaParams(StrictParams):
     to: Amount | None = None
     resources: list[str] = Field(default_factory=list)
     below_usage: Literal["refuse", "clamp", "allow"] = "refuse"
-    usage_wait: str = "0s"
+    usage_wait: Duration = "0s"
 
     @field_validator("by", "to")
     @classmethod
@@ -89,12 +89,6 @@ class ReclaimQuotaParams(StrictParams):
         bad = [k for k in value if not gpu_quota_key(k)]
         if bad:
             raise ValueError(f"not GPU quota keys: {', '.join(bad)} (e.g. requests.nvidia.com/gpu)")
-        return value
-
-    @field_validator("usage_wait")
-    @classmethod
-    def _wait(cls, value: str) -> str:
-        parse_duration(value)
         return value
 
     @model_validator(mode="after")
@@ -178,22 +172,27 @@ def namespace_for(ctx: ActionContext, explicit: str | None) -> str:
     return namespace
 
 
-class ReclaimQuota(Action):
+class ReclaimQuota(Action[ReclaimQuotaParams]):
     """Lower a namespace's GPU ResourceQuota by an amount or to a value, never below its usage by default."""
 
     name = "reclaim_quota"
     Params = ReclaimQuotaParams
     default_revert = "restore_quota"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: ReclaimQuotaParams = params
-        namespace = namespace_for(ctx, p.namespace)
-        if ctx.dry_run and ctx.kube is None:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would lower the GPU quota of namespace {namespace}",
-                output={"dry_run": True, "namespace": namespace, "quotas": []},
+    async def plan(self, ctx: ActionContext, params: ReclaimQuotaParams) -> ActionResult:
+        """With a cluster: the same reading and arithmetic as `apply`, without the writes."""
+        if ctx.kube is None:
+            namespace = namespace_for(ctx, params.namespace)
+            return planned(
+                f"would lower the GPU quota of namespace {namespace}", {"namespace": namespace, "quotas": []}
             )
+        return await self._reclaim(ctx, params, write=False)
+
+    async def apply(self, ctx: ActionContext, params: ReclaimQuotaParams) -> ActionResult:
+        return await self._reclaim(ctx, params, write=True)
+
+    async def _reclaim(self, ctx: ActionContext, p: ReclaimQuotaParams, *, write: bool) -> ActionResult:
+        namespace = namespace_for(ctx, p.namespace)
         kube = require_kube(ctx)
         prior: dict[str, dict[str, Any]] = {
             str(k): dict(v) for k, v in (ctx.progress.get("prior") or {}).items()
@@ -205,7 +204,7 @@ class ReclaimQuota(Action):
                 prior[name] = {k: _hard(quota).get(k) for k in _keys_for(p, _hard(quota))}
                 ctx.progress["prior"] = prior
                 await ctx.checkpoint(dict(ctx.progress))
-            results.append(await self._one(ctx, kube, namespace, name, prior[name], p))
+            results.append(await self._one(kube, namespace, name, prior[name], p, write=write))
         changes = [c for r in results for c in r["changes"]]
         lowered: dict[str, int] = {}
         for change in changes:
@@ -219,27 +218,28 @@ class ReclaimQuota(Action):
             "quotas": results,
             "lowered": {k: v for k, v in lowered.items() if v > 0},
         }
-        if ctx.dry_run:
+        if not write:
             output["dry_run"] = True
-        changed = bool(changes) and not ctx.dry_run
+        changed = bool(changes) and write
         if not results:
             message = f"namespace {namespace} has no ResourceQuota with a GPU limit: nothing to reclaim"
         else:
             shown = "; ".join(
                 f"{c['quota']} {c['key']} {c['previous'] or 'unset'} -> {c['value']}" for c in changes
             )
-            verb = "would lower" if ctx.dry_run else "lowered"
+            verb = "lowered" if write else "would lower"
             message = f"{verb} {shown}" if shown else f"namespace {namespace}: GPU quota already at or below target"
         return ActionResult(changed=changed, message=message, output=output)
 
     async def _one(
         self,
-        ctx: ActionContext,
         kube: KubeAdapter,
         namespace: str,
         name: str,
         originals: Mapping[str, Any],
         p: ReclaimQuotaParams,
+        *,
+        write: bool,
     ) -> dict[str, Any]:
         quota = await kube.get_resource_quota(namespace, name)
         plan: dict[str, int] = {}
@@ -263,7 +263,7 @@ class ReclaimQuota(Action):
         quota = await kube.get_resource_quota(namespace, name)
         hard = _hard(quota)
         patch = {k: str(v) for k, v in plan.items() if _quantity(hard.get(k)) != v}
-        if patch and not ctx.dry_run:
+        if patch and write:
             rv = quota["metadata"]["resourceVersion"]
             await kube.patch_resource_quota(
                 namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"hard": patch}}
@@ -273,7 +273,7 @@ class ReclaimQuota(Action):
             for k, v in plan.items()
             if _quantity(originals.get(k)) != v
         ]
-        return {"name": name, "changes": changes, "written": bool(patch) and not ctx.dry_run, "notes": notes}
+        return {"name": name, "changes": changes, "written": bool(patch) and write, "notes": notes}
 
     @staticmethod
     async def _floor(
@@ -292,31 +292,33 @@ class ReclaimQuota(Action):
             used = await _usage(kube, fresh, key, namespace)
         return used
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: ReclaimQuotaParams = params
+    def describe(self, target: Target, params: ReclaimQuotaParams) -> str:
+        p = params
         how = f"by {p.by}" if p.by is not None else f"to {p.to}"
         where = p.namespace or "the idle pods' namespace"
         return f"lower the GPU ResourceQuota of {where} {how} (never below usage: {p.below_usage})"
 
 
-class RestoreQuota(Action):
+class RestoreQuota(Action[NoParams]):
     """Write back the GPU quota values `reclaim_quota` found, removing keys that were absent before."""
 
     name = "restore_quota"
     Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+    def _undo(self, ctx: ActionContext) -> tuple[str, list[Mapping[str, Any]]]:
+        """(namespace, the changes reclaim_quota made)."""
         prior = ctx.prior_output
         if prior is None:
             raise Invalid(f"{self.name}: no reclaim_quota output to undo")
-        namespace = str(prior.get("namespace") or "")
-        changes = [c for q in prior.get("quotas") or [] for c in q.get("changes") or []]
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would restore {len(changes)} GPU quota value(s) in {namespace}",
-                output={"dry_run": True, "namespace": namespace, "restored": []},
-            )
+        return str(prior.get("namespace") or ""), [c for q in prior.get("quotas") or [] for c in q.get("changes") or []]
+
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        namespace, changes = self._undo(ctx)
+        return planned(f"would restore {len(changes)} GPU quota value(s) in {namespace}",
+                       {"namespace": namespace, "restored": []})
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        namespace, changes = self._undo(ctx)
         kube = require_kube(ctx)
         by_quota: dict[str, list[Mapping[str, Any]]] = {}
         for change in changes:

@@ -10,15 +10,15 @@ compare with (no boot ID was recorded), because then a reboot cannot be proven.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.context import node_ready
 from remediator.actions.node import require_kube, target_node
 from remediator.actions.wait import ResumeLater
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import StepFailed
 
 __all__ = ["NOT_REBOOTED", "AwaitReboot", "AwaitRebootParams"]
@@ -31,36 +31,28 @@ class AwaitRebootParams(StrictParams):
     # The boot ID recorded at quarantine, normally "{{ context.node.boot_id }}".
     boot_id: str | None = Field(default=None, max_length=128)
     # How often to look again while waiting.
-    poll: str | float = "30s"
+    poll: Annotated[DurationOrSeconds, within(1, 3600)] = "30s"
     # After the reboot the node must also report Ready.
     require_ready: bool = True
 
-    @field_validator("poll")
-    @classmethod
-    def _poll(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 1 <= seconds <= 3600:
-            raise ValueError("poll must be between 1s and 1h")
-        return value
 
-
-class AwaitReboot(Action):
+class AwaitReboot(Action[AwaitRebootParams]):
     """Wait until the node's boot ID differs from the one recorded at quarantine and the node is Ready."""
 
     name: ClassVar[str] = "await_reboot"
-    Params: ClassVar[type[StrictParams]] = AwaitRebootParams
+    Params = AwaitRebootParams
     mutating: ClassVar[bool] = False
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: AwaitRebootParams = params
+    def describe(self, target: Target, params: AwaitRebootParams) -> str:
+        p = params
         ready = " and Ready" if p.require_ready else ""
         return f"await_reboot({target.node}: boot ID other than {p.boot_id or 'unknown'}{ready})"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: AwaitRebootParams = params
-        if ctx.dry_run:
-            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
-                                output={"dry_run": True, "boot_id_before": p.boot_id})
+    async def plan(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:
+        return planned("would " + self.describe(ctx.target, params), {"boot_id_before": params.boot_id})
+
+    async def apply(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:
+        p = params
         name = target_node(ctx)
         if not p.boot_id:
             raise StepFailed(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediator.actions.base import Action
+from remediator.actions.base import AnyAction
 from remediator.actions.conditions import ClearNodeCondition, SetNodeCondition
 from remediator.actions.drain import Drain
 from remediator.actions.gpu import CollectDiagnostics, GpuReset, PowerLimit, RestorePowerLimit
@@ -20,8 +20,8 @@ from remediator.actions.workload import RestoreWorkload, ScaleWorkload
 __all__ = ["default_registry"]
 
 
-def default_registry() -> dict[str, Action]:
-    actions: list[Action] = [
+def default_registry() -> dict[str, AnyAction]:
+    actions: list[AnyAction] = [
         Cordon(),
         Uncordon(),
         Taint(),

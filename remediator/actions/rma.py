@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
 from remediator.adapters.notifier import Message
 from remediator.errors import ActionError
@@ -226,15 +226,15 @@ def compose_summary(facts: Mapping[str, Any], history: list[dict[str, Any]], fai
     return "\n".join([text, *rows])[:MAX_TEXT]
 
 
-class RmaReport(Action):
+class RmaReport(Action[RmaReportParams]):
     """Send the replacement (RMA) summary of a GPU: identity, Xid history, failed checks, bug report."""
 
     name: ClassVar[str] = "rma_report"
-    Params: ClassVar[type[StrictParams]] = RmaReportParams
+    Params = RmaReportParams
     mutating: ClassVar[bool] = False
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: RmaReportParams = params
+    def describe(self, target: Target, params: RmaReportParams) -> str:
+        p = params
         gate = ", the gate's failed checks" if p.gate else ""
         where = p.channel or "the configured channels"
         gpu = p.gpu or "the remediation's GPU"
@@ -243,16 +243,14 @@ class RmaReport(Action):
             f"{len(p.history)} history rows{gate}) to {where} on {target.key}"
         )
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: RmaReportParams = params
+    async def plan(self, ctx: ActionContext, params: RmaReportParams) -> ActionResult:
+        gpu = params.gpu or ctx.target.gpu_uuid or ctx.target.gpu_index
+        return planned("would " + self.describe(ctx.target, params),
+                       {"sent": False, "gpu": gpu, "channel": params.channel, "history_rows": len(params.history)})
+
+    async def apply(self, ctx: ActionContext, params: RmaReportParams) -> ActionResult:
+        p = params
         gpu = p.gpu or ctx.target.gpu_uuid or ctx.target.gpu_index
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False,
-                message="dry run: would " + self.describe(ctx.target, p),
-                output={"dry_run": True, "sent": False, "gpu": gpu, "channel": p.channel,
-                        "history_rows": len(p.history)},
-            )
         facts: dict[str, Any] = {"node": ctx.target.node, "node_ip": None, "gpu": gpu}
         identity, error = await self._identity(ctx, gpu, facts)
         facts.update(_identity_facts(identity, error, gpu))

@@ -13,14 +13,13 @@ from it (a GPU that did not come back after a reset or reboot fails `present`).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
-from remediator.durations import parse_duration
+from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import Invalid, StepFailed
 from remediator.sidecar.schemas import ValidateRequest, ValidationReport
 
@@ -35,7 +34,7 @@ class ValidateGpuParams(StrictParams):
     dcgm_level: int = Field(default=1, ge=1, le=4)
     require_dcgm: bool = False
     # How long one GPU's DCGM diagnostic may run before the sidecar kills it (level 2: minutes).
-    timeout: str | float = "15m"
+    timeout: Annotated[DurationOrSeconds, within(0, 4 * 3600)] = "15m"
     aggregate_uncorrectable_baseline: int | None = Field(default=None, ge=0)
     temperature_margin_c: int = Field(default=10, ge=0, le=60)
     expected_gpus: list[str] = Field(default_factory=list)
@@ -45,14 +44,6 @@ class ValidateGpuParams(StrictParams):
     def _gpu(cls, value: str | None) -> str | None:
         if value is not None and not _GPU.fullmatch(value):
             raise ValueError(f"gpu must be a GPU UUID, an index or 'all', got {value[:80]!r}")
-        return value
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout(cls, value: str | float) -> str | float:
-        seconds = parse_duration(value).total_seconds()
-        if not 0 < seconds <= 4 * 3600:
-            raise ValueError("timeout must be more than 0 and at most 4h")
         return value
 
     @field_validator("expected_gpus")
@@ -94,9 +85,8 @@ async def _gpus(ctx: ActionContext, params: ValidateGpuParams, ip: str) -> list[
         return [gpu]
     inventory = await sidecar_client(ctx).gpus(ip)
     wanted: list[str] = []
-    for entry in inventory.get("gpus", []):
-        if isinstance(entry, Mapping):
-            wanted.append(str(entry.get("uuid") or entry.get("index")))
+    for entry in inventory.gpus:
+        wanted.append(str(entry.uuid or entry.index))
     for uuid in [ctx.target.gpu_uuid, *params.expected_gpus]:
         if uuid and uuid not in wanted:
             wanted.append(uuid)
@@ -105,25 +95,25 @@ async def _gpus(ctx: ActionContext, params: ValidateGpuParams, ip: str) -> list[
     return wanted
 
 
-class ValidateGpu(Action):
+class ValidateGpu(Action[ValidateGpuParams]):
     """Prove a GPU (or every GPU of the node) healthy; fail the step, naming the checks, when it is not."""
 
     name: ClassVar[str] = "validate_gpu"
-    Params: ClassVar[type[StrictParams]] = ValidateGpuParams
+    Params = ValidateGpuParams
     mutating: ClassVar[bool] = False
     gate: ClassVar[bool] = True
 
-    def describe(self, target: Target, params: Any) -> str:
-        p: ValidateGpuParams = params
+    def describe(self, target: Target, params: ValidateGpuParams) -> str:
+        p = params
         which = p.gpu or "the remediation's GPU"
         dcgm = f"DCGM level {p.dcgm_level}" + (" (required)" if p.require_dcgm else " where installed")
         return f"validate_gpu({which}: NVML checks and {dcgm}) on {target.key}"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: ValidateGpuParams = params
-        if ctx.dry_run:
-            return ActionResult(changed=False, message="dry run: would " + self.describe(ctx.target, p),
-                                output={"dry_run": True, "gpu": p.gpu or _target_gpu(ctx)})
+    async def plan(self, ctx: ActionContext, params: ValidateGpuParams) -> ActionResult:
+        return planned("would " + self.describe(ctx.target, params), {"gpu": params.gpu or _target_gpu(ctx)})
+
+    async def apply(self, ctx: ActionContext, params: ValidateGpuParams) -> ActionResult:
+        p = params
         client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         request = ValidateRequest(

@@ -17,10 +17,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from pydantic import field_validator
-
-from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target
-from remediator.durations import format_duration, parse_duration
+from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
+from remediator.durations import Duration, format_duration, parse_duration
 
 __all__ = ["CancelRemediation", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
 
@@ -48,23 +46,13 @@ class CancelRemediation(StepSignal):
         super().__init__(reason)
 
 
-def _duration(value: str) -> str:
-    parse_duration(value)
-    return value
-
-
 class WaitParams(StrictParams):
-    duration: str = "2h"
-    poll: str = "5m"
+    duration: Duration = "2h"
+    poll: Duration = "5m"
     undo: bool = True
 
-    @field_validator("duration", "poll")
-    @classmethod
-    def _durations(cls, value: str) -> str:
-        return _duration(value)
 
-
-class Wait(Action):
+class Wait(Action[WaitParams]):
     """Wait `duration`; end early and cancel the remediation if the alert resolves."""
 
     name = "wait"
@@ -74,10 +62,27 @@ class Wait(Action):
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: WaitParams = params
+    async def plan(self, ctx: ActionContext, params: WaitParams) -> ActionResult:
+        """A dry run still cancels when the alert has resolved; otherwise it only says it would wait."""
+        await self._waited(ctx, params)
+        return planned(f"would wait {params.duration}")
+
+    async def apply(self, ctx: ActionContext, params: WaitParams) -> ActionResult:
+        p = params
         total = parse_duration(p.duration).total_seconds()
         poll = max(0.001, parse_duration(p.poll).total_seconds())
+        waited = await self._waited(ctx, p)
+        remaining = total - waited
+        if remaining > 0:
+            raise ResumeLater(min(remaining, poll), f"waiting: {format_duration(_seconds(remaining))} left")
+        return ActionResult(
+            changed=False,
+            message=f"waited {p.duration}; the alert is still firing",
+            output={"waited_seconds": round(waited, 3), "resolved": False},
+        )
+
+    async def _waited(self, ctx: ActionContext, p: WaitParams) -> float:
+        """Seconds waited since the first run (checkpointed); cancels the remediation if the alert resolved."""
         started = ctx.progress.get("started_at")
         if not isinstance(started, int | float):
             started = float(self._clock())
@@ -90,20 +95,9 @@ class Wait(Action):
                 revert=p.undo,
                 output={"waited_seconds": round(waited, 3), "resolved": True},
             )
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False, message=f"dry run: would wait {p.duration}", output={"dry_run": True}
-            )
-        remaining = total - waited
-        if remaining > 0:
-            raise ResumeLater(min(remaining, poll), f"waiting: {format_duration(_seconds(remaining))} left")
-        return ActionResult(
-            changed=False,
-            message=f"waited {p.duration}; the alert is still firing",
-            output={"waited_seconds": round(waited, 3), "resolved": False},
-        )
+        return waited
 
-    def describe(self, target: Target, params: Any) -> str:
+    def describe(self, target: Target, params: WaitParams) -> str:
         return f"wait {params.duration} for the alert on {target.key} to resolve (then cancel)"
 
 

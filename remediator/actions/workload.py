@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import Field
 
-from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, Target
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, Target, planned
 from remediator.actions.context import owner_chain
 from remediator.actions.node import require_kube
 from remediator.adapters.kube import KubeAdapter
@@ -248,28 +248,27 @@ def _sum(maps: list[Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-class ScaleWorkload(Action):
+class ScaleWorkload(Action[ScaleParams]):
     """Scale the owners of the idle GPU pods to `replicas` (Jobs: suspend), recording what they were."""
 
     name = "scale_workload"
     Params = ScaleParams
     default_revert = "restore_workload"
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
-        p: ScaleParams = params
-        pods = idle_pods(ctx.context, ctx.target)
-        if not pods:
-            raise StepFailed(
-                f"no pod holding GPU {ctx.target.gpu_uuid or ctx.target.gpu_index or '?'} is known "
-                "(no pod labels on the alert and no sidecar mapping): nothing to scale"
-            )
-        if ctx.dry_run and ctx.kube is None:
-            names = ", ".join(f"{q.get('namespace')}/{q.get('name')}" for q in pods)
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would scale the owners of {names} to {p.replicas}",
-                output={"dry_run": True, "pods": [f"{q.get('namespace')}/{q.get('name')}" for q in pods]},
-            )
+    async def plan(self, ctx: ActionContext, params: ScaleParams) -> ActionResult:
+        """With a cluster: the same reading as `apply` (owners, replicas now), without the writes."""
+        if ctx.kube is not None:
+            return await self._scale(ctx, params, write=False)
+        pods = _idle_pods(ctx)
+        names = ", ".join(f"{q.get('namespace')}/{q.get('name')}" for q in pods)
+        return planned(f"would scale the owners of {names} to {params.replicas}",
+                       {"pods": [f"{q.get('namespace')}/{q.get('name')}" for q in pods]})
+
+    async def apply(self, ctx: ActionContext, params: ScaleParams) -> ActionResult:
+        return await self._scale(ctx, params, write=True)
+
+    async def _scale(self, ctx: ActionContext, p: ScaleParams, *, write: bool) -> ActionResult:
+        pods = _idle_pods(ctx)
         kube = require_kube(ctx)
         prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
         skipped: list[dict[str, str]] = []
@@ -301,9 +300,9 @@ class ScaleWorkload(Action):
         workloads: list[dict[str, Any]] = []
         for key in order:
             entry = dict(prior[key])
-            entry["changed"] = False if ctx.dry_run else await _apply(kube, entry, p.replicas)
+            entry["changed"] = await _apply(kube, entry, p.replicas) if write else False
             # the step's effect, whichever attempt wrote it: what the revert undoes and the report counts
-            entry["scaled"] = not ctx.dry_run and _differs(entry)
+            entry["scaled"] = write and _differs(entry)
             workloads.append(entry)
         freed = _sum([w["freed"] for w in workloads])
         namespaces = {w["namespace"] for w in workloads}
@@ -317,13 +316,23 @@ class ScaleWorkload(Action):
         }
         changed = any(w["changed"] for w in workloads)
         described = ", ".join(_describe(w) for w in workloads)
-        prefix = "dry run: would scale" if ctx.dry_run else "scaled"
-        if ctx.dry_run:
+        prefix = "scaled" if write else "dry run: would scale"
+        if not write:
             output["dry_run"] = True
         return ActionResult(changed=changed, message=f"{prefix} {described}", output=output)
 
-    def describe(self, target: Target, params: Any) -> str:
+    def describe(self, target: Target, params: ScaleParams) -> str:
         return f"scale the workloads of the idle pods on {target.key} to {params.replicas} (Jobs: suspend)"
+
+
+def _idle_pods(ctx: ActionContext) -> list[dict[str, Any]]:
+    pods = idle_pods(ctx.context, ctx.target)
+    if not pods:
+        raise StepFailed(
+            f"no pod holding GPU {ctx.target.gpu_uuid or ctx.target.gpu_index or '?'} is known "
+            "(no pod labels on the alert and no sidecar mapping): nothing to scale"
+        )
+    return pods
 
 
 def _describe(entry: Mapping[str, Any]) -> str:
@@ -365,23 +374,24 @@ async def _restore(kube: KubeAdapter, entry: Mapping[str, Any]) -> str:
     return "restored"
 
 
-class RestoreWorkload(Action):
+class RestoreWorkload(Action[NoParams]):
     """Put back the replicas (or the Job's suspend flag) that `scale_workload` recorded."""
 
     name = "restore_workload"
     Params = NoParams
 
-    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+    def _scaled(self, ctx: ActionContext) -> list[Mapping[str, Any]]:
+        """The workloads scale_workload changed."""
         prior = ctx.prior_output
         if prior is None:
             raise Invalid(f"{self.name}: no scale_workload output to undo")
-        entries = [w for w in prior.get("workloads") or [] if isinstance(w, Mapping) and w.get("scaled")]
-        if ctx.dry_run:
-            return ActionResult(
-                changed=False,
-                message=f"dry run: would restore {len(entries)} workload(s)",
-                output={"dry_run": True, "workloads": []},
-            )
+        return [w for w in prior.get("workloads") or [] if isinstance(w, Mapping) and w.get("scaled")]
+
+    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        return planned(f"would restore {len(self._scaled(ctx))} workload(s)", {"workloads": []})
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        entries = self._scaled(ctx)
         kube = require_kube(ctx)
         results: list[dict[str, Any]] = []
         for entry in entries:

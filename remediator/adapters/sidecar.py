@@ -7,6 +7,9 @@ carries the bearer `settings.sidecar_token`. Connection failures and 5xx are ret
 `error_for_status`, keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
 Reads take `attempts=1` where a caller has a fallback and would rather not wait (context gathering).
 `for_settings` builds a client that owns its `httpx.AsyncClient`; `aclose` closes it.
+Requests are built and answers parsed with the sidecar's own wire models (`remediator.sidecar.schemas`), so
+every method takes and returns typed values; an answer that does not fit its model is an error here, not a
+KeyError in an action.
 The node address must be an IP address and a GPU UUID must look like one (GPU-... or MIG-...) before
 either becomes part of a URL: anything else is refused as Invalid and never sent.
 """
@@ -14,10 +17,11 @@ either becomes part of a URL: anything else is refused as Invalid and never sent
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
@@ -27,7 +31,15 @@ from remediator.settings import Settings
 from remediator.sidecar.schemas import (
     DiagnosticsReport,
     DiagnosticsRequest,
+    DryRunRequest,
     GpuIdentity,
+    GpuInventory,
+    GpuPods,
+    PowerLimitAnswer,
+    PowerLimitRequest,
+    PowerRestoreAnswer,
+    ProblemAnswer,
+    ResetAnswer,
     ValidateRequest,
     ValidationReport,
 )
@@ -39,6 +51,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 RESET_TIMEOUT = httpx.Timeout(180.0, connect=3.0)
 # What the sidecar may need beyond a DCGM diagnostic's or bug report's own time bound (NVML checks, hashing).
 BOUNDED_RUN_MARGIN = 60.0
+
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 def _retry_any(exc: BaseException) -> bool:
@@ -52,6 +66,15 @@ def _retry_unsent(exc: BaseException) -> bool:
         and isinstance(exc.details, dict)
         and exc.details.get("sent") is False
     )
+
+
+def _said(document: dict[str, Any], status: int) -> str:
+    """What a refusal says went wrong (a body that is not the sidecar's: its status)."""
+    try:
+        error = ProblemAnswer.model_validate(document).error
+    except ValidationError:
+        error = None
+    return error or f"sidecar answered {status}"
 
 
 class SidecarClient:
@@ -93,11 +116,12 @@ class SidecarClient:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     async def _once(
-        self, method: str, url: str, body: dict[str, Any] | None, limits: httpx.Timeout
+        self, method: str, url: str, body: BaseModel | None, limits: httpx.Timeout
     ) -> dict[str, Any]:
+        sent = None if body is None else body.model_dump(mode="json", exclude_none=True)
         try:
             response = await self._http.request(
-                method, url, json=body, headers=self._headers(), timeout=limits
+                method, url, json=sent, headers=self._headers(), timeout=limits
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False}) from exc
@@ -113,19 +137,21 @@ class SidecarClient:
             document = {"result": document}
         if response.is_success:
             return document
-        message = str(document.get("error") or f"sidecar answered {response.status_code}")
-        raise error_for_status(response.status_code, f"{method} {url}: {message}", details=document)
+        raise error_for_status(response.status_code, f"{method} {url}: {_said(document, response.status_code)}",
+                               details=document)
 
     async def _request(
         self,
+        answer: type[Answer],
         method: str,
         ip: str,
         path: str,
-        body: dict[str, Any] | None = None,
+        body: BaseModel | None = None,
         limits: httpx.Timeout = DEFAULT_TIMEOUT,
         idempotent: bool = True,
         attempts: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Answer:
+        """Send `body`, parse the answer into `answer`."""
         url = self.base_url(ip) + path
         try:
             result = await self._with_retries(method, url, body, limits, idempotent, attempts)
@@ -133,13 +159,13 @@ class SidecarClient:
             await self._report(method, ip, path, body, exc.status or 0, exc.message)
             raise
         await self._report(method, ip, path, body, 200, None)
-        return result
+        return answer.model_validate(result)
 
     async def _report(
-        self, method: str, ip: str, path: str, body: dict[str, Any] | None, status: int, error: str | None
+        self, method: str, ip: str, path: str, body: BaseModel | None, status: int, error: str | None
     ) -> None:
         """Tell the recorder about a write (not reads, not dry runs)."""
-        if self.recorder is None or method == "GET" or (body or {}).get("dry_run"):
+        if self.recorder is None or method == "GET" or getattr(body, "dry_run", False):
             return
         await self.recorder(Mutation(method.lower(), f"sidecar{path}", None, ip, status, error))
 
@@ -147,7 +173,7 @@ class SidecarClient:
         self,
         method: str,
         url: str,
-        body: dict[str, Any] | None,
+        body: BaseModel | None,
         limits: httpx.Timeout,
         idempotent: bool,
         attempts: int | None,
@@ -170,13 +196,13 @@ class SidecarClient:
             raise Invalid(f"refused before calling the sidecar: {problem}", details={"field": "gpu_uuid"})
         return "/v1/gpus/" + quote(uuid, safe="")
 
-    async def gpus(self, ip: str, *, attempts: int | None = None) -> dict[str, Any]:
-        """The node's inventory: {driver_version, nvml_version, gpus: [...]}."""
-        return await self._request("GET", ip, "/v1/gpus", attempts=attempts)
+    async def gpus(self, ip: str, *, attempts: int | None = None) -> GpuInventory:
+        """The node's inventory: driver and NVML versions and every GPU."""
+        return await self._request(GpuInventory, "GET", ip, "/v1/gpus", attempts=attempts)
 
-    async def gpu_pods(self, ip: str, uuid: str, *, attempts: int | None = None) -> dict[str, Any]:
+    async def gpu_pods(self, ip: str, uuid: str, *, attempts: int | None = None) -> GpuPods:
         """Pods allocated the GPU (or MIG device), with `active` marking those running on it."""
-        return await self._request("GET", ip, self._gpu(uuid) + "/pods", attempts=attempts)
+        return await self._request(GpuPods, "GET", ip, self._gpu(uuid) + "/pods", attempts=attempts)
 
     async def set_power_limit(
         self,
@@ -186,31 +212,28 @@ class SidecarClient:
         watts: float | None = None,
         percent_of_default: float | None = None,
         dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Set the power limit (exactly one of watts / percent_of_default); answers previous/new watts."""
-        if (watts is None) == (percent_of_default is None):
-            raise ValueError("give exactly one of watts or percent_of_default")
-        body: dict[str, Any] = {"dry_run": dry_run}
-        if watts is not None:
-            body["watts"] = watts
-        else:
-            body["percent_of_default"] = percent_of_default
-        return await self._request("POST", ip, self._gpu(uuid) + "/power-limit", body)
+    ) -> PowerLimitAnswer:
+        """Set the power limit (exactly one of watts / percent_of_default: a ValueError before anything is
+        sent otherwise); answers previous/new watts."""
+        body = PowerLimitRequest(dry_run=dry_run, watts=watts, percent_of_default=percent_of_default)
+        return await self._request(PowerLimitAnswer, "POST", ip, self._gpu(uuid) + "/power-limit", body)
 
-    async def restore_power_limit(self, ip: str, uuid: str, *, dry_run: bool = False) -> dict[str, Any]:
+    async def restore_power_limit(self, ip: str, uuid: str, *, dry_run: bool = False) -> PowerRestoreAnswer:
         """Put back the limit remembered before the first change."""
-        return await self._request("POST", ip, self._gpu(uuid) + "/power-limit/restore", {"dry_run": dry_run})
+        path = self._gpu(uuid) + "/power-limit/restore"
+        return await self._request(PowerRestoreAnswer, "POST", ip, path, DryRunRequest(dry_run=dry_run))
 
-    async def reset(self, ip: str, uuid: str, *, dry_run: bool = False) -> dict[str, Any]:
+    async def reset(self, ip: str, uuid: str, *, dry_run: bool = False) -> ResetAnswer:
         """Reset the GPU (409 -> Conflict with details["processes"] while it is in use).
 
         Retried only when the request never reached the sidecar: a reset is not run twice by accident.
         """
         return await self._request(
+            ResetAnswer,
             "POST",
             ip,
             self._gpu(uuid) + "/reset",
-            {"dry_run": dry_run},
+            DryRunRequest(dry_run=dry_run),
             limits=RESET_TIMEOUT,
             idempotent=False,
         )
@@ -223,15 +246,15 @@ class SidecarClient:
         request never reached the sidecar: a level 2 diagnostic loads the GPU for minutes.
         """
         wait = (request.dcgm_timeout_seconds or 900.0) + BOUNDED_RUN_MARGIN
-        document = await self._request(
+        return await self._request(
+            ValidationReport,
             "POST",
             ip,
             gpu_path(gpu) + "/validate",
-            request.model_dump(exclude_none=True),
+            request,
             limits=httpx.Timeout(wait, connect=3.0),
             idempotent=False,
         )
-        return ValidationReport.model_validate(document)
 
     async def identity(self, ip: str, gpu: str, *, attempts: int | None = None) -> GpuIdentity:
         """Serial, board part number, VBIOS, driver, remapped rows of one GPU (UUID or index); fields NVML
@@ -239,21 +262,20 @@ class SidecarClient:
         if not (gpu.isdigit() and len(gpu) <= 4) and gpu_uuid_problem(gpu) is not None:
             raise Invalid(f"refused before calling the sidecar: not a GPU UUID or index: {gpu[:80]!r}",
                           details={"field": "gpu"})
-        document = await self._request("GET", ip, gpu_path(gpu) + "/identity", attempts=attempts)
-        return GpuIdentity.model_validate(document)
+        return await self._request(GpuIdentity, "GET", ip, gpu_path(gpu) + "/identity", attempts=attempts)
 
     async def collect_diagnostics(self, ip: str, request: DiagnosticsRequest) -> DiagnosticsReport:
         """Have the node run nvidia-bug-report.sh and keep the report; answers where it lies, or why not."""
         wait = (request.timeout_seconds or 600.0) + BOUNDED_RUN_MARGIN
-        document = await self._request(
+        return await self._request(
+            DiagnosticsReport,
             "POST",
             ip,
             "/v1/diagnostics",
-            request.model_dump(exclude_none=True),
+            request,
             limits=httpx.Timeout(wait, connect=3.0),
             idempotent=False,
         )
-        return DiagnosticsReport.model_validate(document)
 
 
 def gpu_path(gpu: str) -> str:

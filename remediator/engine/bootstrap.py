@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from remediator.actions.base import Action
+from remediator.actions.base import AnyAction
 from remediator.actions.registry import default_registry
 from remediator.adapters.notifier import open_channels
 from remediator.adapters.sidecar import SidecarClient
@@ -31,11 +31,11 @@ __all__ = ["action_params", "build_runtime", "load_defs"]
 log = logging.getLogger(__name__)
 
 
-def action_params(actions: dict[str, Action]) -> dict[str, type]:
+def action_params(actions: dict[str, AnyAction]) -> dict[str, type]:
     return {name: action.Params for name, action in actions.items()}
 
 
-def load_defs(settings: Settings, actions: dict[str, Action]) -> DefinitionSet:
+def load_defs(settings: Settings, actions: dict[str, AnyAction]) -> DefinitionSet:
     return load_definitions(
         settings.rules_dir, settings.playbooks_dir, action_params(actions),
         max_file_bytes=settings.definition_max_file_bytes,

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from remediator.actions.base import Action, ActionContext, ActionResult
+from remediator.actions.base import ActionContext, ActionResult, AnyAction
 from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
@@ -108,7 +108,7 @@ def _wait(state: RetryCallState) -> float:
 
 
 async def run_with_retries(
-    action: Action, ctx: ActionContext, params: Any, *, retries: int, timeout: float
+    action: AnyAction, ctx: ActionContext, params: Any, *, retries: int, timeout: float
 ) -> ActionResult:
     """Run an action with a deadline; retry temporary errors (429, 5xx, 409, connection) with backoff."""
     retrying = AsyncRetrying(
@@ -274,11 +274,11 @@ class Executor:
             try:
                 if uuid is None:
                     inventory = await sidecar.gpus(ip, attempts=1)
-                    uuid = next((str(g["uuid"]) for g in inventory.get("gpus") or []
-                                 if str(g.get("index")) == str(target.gpu_index) and g.get("uuid")), None)
+                    uuid = next((g.uuid for g in inventory.gpus if str(g.index) == str(target.gpu_index) and g.uuid),
+                                None)
                     error = f"no GPU with index {target.gpu_index} in the sidecar inventory"
                 if uuid is not None:
-                    answer = await sidecar.gpu_pods(ip, uuid, attempts=1)
+                    answer = (await sidecar.gpu_pods(ip, uuid, attempts=1)).model_dump(mode="json", exclude_unset=True)
             except ActionError as exc:
                 error = exc.message
             except Exception as exc:  # an unexpected answer must not block admission either
@@ -440,7 +440,7 @@ class Executor:
             await move(self.rt, rem.id, Event.REVERT, reason=cancel.reason)
 
     async def _run(
-        self, action: Action, ctx: ActionContext, params: Any, retries: int, timeout: float
+        self, action: AnyAction, ctx: ActionContext, params: Any, retries: int, timeout: float
     ) -> ActionResult | StepFailure:
         """The action's result, or why it failed (any error but the engine's and the store's signals)."""
         started = time.perf_counter()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from remediator.actions.base import Action
+from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet
 from remediator.errors import DefinitionError
 from remediator.observability import Metrics
@@ -109,7 +109,7 @@ class Runtime:
     settings: Settings
     repo: Repository
     definitions: DefinitionsHolder
-    actions: Mapping[str, Action]
+    actions: Mapping[str, AnyAction]
     metrics: Metrics
     owner: str
     kube: KubeAdapter | None = None

@@ -22,7 +22,6 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
@@ -40,7 +39,17 @@ from remediator.sidecar.reset import ResetConfig, reset_gpu
 from remediator.sidecar.schemas import (
     DiagnosticsReport,
     DiagnosticsRequest,
+    DryRunRequest,
     GpuIdentity,
+    GpuInventory,
+    GpuPods,
+    GpuSnapshot,
+    Health,
+    PowerLimitAnswer,
+    PowerLimitRequest,
+    PowerRestoreAnswer,
+    ProblemAnswer,
+    ResetAnswer,
     ValidateRequest,
     ValidationReport,
 )
@@ -56,28 +65,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 UUID_PATTERN = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{8,64}$")
-
-
-class PowerLimitRequest(BaseModel):
-    """Exactly one of watts / percent_of_default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    watts: float | None = Field(default=None, gt=0, le=10_000)
-    percent_of_default: float | None = Field(default=None, gt=0, le=200)
-    dry_run: bool = False
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> PowerLimitRequest:
-        if (self.watts is None) == (self.percent_of_default is None):
-            raise ValueError("give exactly one of watts or percent_of_default")
-        return self
-
-
-class DryRunRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    dry_run: bool = False
 
 
 @dataclass
@@ -156,9 +143,10 @@ GpuId = Annotated[str, Depends(_valid_gpu)]
 
 def _routes() -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Depends(_authorize)])
+    # Answers carry the fields their route set, no others (remediator.sidecar.schemas).
 
-    @router.get("/gpus")
-    async def list_gpus(sidecar: SidecarDep) -> dict[str, Any]:
+    @router.get("/gpus", response_model_exclude_unset=True)
+    async def list_gpus(sidecar: SidecarDep) -> GpuInventory:
         def work(nvml: Nvml) -> dict[str, Any]:
             return {
                 "driver_version": nvml.driver_version(),
@@ -172,50 +160,47 @@ def _routes() -> APIRouter:
             saved = originals.get(gpu.get("uuid", ""))
             gpu["power_limit_original_watts"] = None if saved is None else saved / 1000
         sidecar.metrics.observe_gpus(result["gpus"])
-        return result
+        return GpuInventory.model_validate(result)
 
-    @router.get("/gpus/{uuid}")
-    async def one_gpu(uuid: Uuid, sidecar: SidecarDep) -> dict[str, Any]:
+    @router.get("/gpus/{uuid}", response_model_exclude_unset=True)
+    async def one_gpu(uuid: Uuid, sidecar: SidecarDep) -> GpuSnapshot:
         gpu = await sidecar.call(f"read GPU {uuid}", lambda nvml: snapshot(nvml, find_handle(nvml, uuid)))
         saved = sidecar.store.original_mw(uuid)
         gpu["power_limit_original_watts"] = None if saved is None else saved / 1000
-        return gpu
+        return GpuSnapshot.model_validate(gpu)
 
-    @router.get("/gpus/{uuid}/pods")
-    async def pods_of_gpu(uuid: Uuid, sidecar: SidecarDep) -> dict[str, Any]:
+    @router.get("/gpus/{uuid}/pods", response_model_exclude_unset=True)
+    async def pods_of_gpu(uuid: Uuid, sidecar: SidecarDep) -> GpuPods:
         allocations = await sidecar.podresources.list()
 
-        def work(nvml: Nvml) -> dict[str, Any]:
+        def work(nvml: Nvml) -> GpuPods:
             for gpu in identities(nvml):
                 if uuid == gpu.uuid or uuid in gpu.mig_uuids:
                     processes = nvml.compute_processes(nvml.handle_by_index(gpu.index))
                     owners = read_device_owners(sidecar.settings.device_checkpoint)
-                    return gpu_pods(sidecar.pods, gpu, uuid, allocations, owners, processes)
+                    return GpuPods.model_validate(gpu_pods(sidecar.pods, gpu, uuid, allocations, owners, processes))
             raise GpuNotFound(uuid)
 
         return await sidecar.call(f"map pods of {uuid}", work)
 
-    @router.post("/gpus/{uuid}/power-limit")
-    async def power_limit(uuid: Uuid, body: PowerLimitRequest, sidecar: SidecarDep) -> dict[str, Any]:
+    @router.post("/gpus/{uuid}/power-limit", response_model_exclude_unset=True)
+    async def power_limit(uuid: Uuid, body: PowerLimitRequest, sidecar: SidecarDep) -> PowerLimitAnswer:
         return await sidecar.call(
-            f"set power limit of {uuid}",
-            lambda nvml: set_power_limit(
-                nvml, sidecar.store, uuid, body.watts, body.percent_of_default, body.dry_run
-            ),
+            f"set power limit of {uuid}", lambda nvml: set_power_limit(nvml, sidecar.store, uuid, body)
         )
 
-    @router.post("/gpus/{uuid}/power-limit/restore")
+    @router.post("/gpus/{uuid}/power-limit/restore", response_model_exclude_unset=True)
     async def power_limit_restore(
         uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None
-    ) -> dict[str, Any]:
+    ) -> PowerRestoreAnswer:
         dry_run = body.dry_run if body else False
         return await sidecar.call(
             f"restore power limit of {uuid}",
             lambda nvml: restore_power_limit(nvml, sidecar.store, uuid, dry_run),
         )
 
-    @router.post("/gpus/{uuid}/reset")
-    async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> dict[str, Any]:
+    @router.post("/gpus/{uuid}/reset", response_model_exclude_unset=True)
+    async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> ResetAnswer:
         dry_run = body.dry_run if body else False
         return await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
 
@@ -238,13 +223,13 @@ def _install_handlers(app: FastAPI, metrics: SidecarMetrics) -> None:
     @app.exception_handler(Problem)
     async def problem(request: Request, exc: Problem) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(jsonable_encoder(exc.body()), status_code=exc.status, headers=headers)
+        return JSONResponse(exc.body().model_dump(mode="json"), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # Names the field; NaN/Infinity in the echoed input are text, so this answer always encodes.
-        body = {"nvml_error": None, **invalid_request(jsonable_encoder(exc.errors()))}
-        return JSONResponse(body, status_code=422)
+        body = ProblemAnswer.model_validate({"nvml_error": None, **invalid_request(jsonable_encoder(exc.errors()))})
+        return JSONResponse(body.model_dump(mode="json"), status_code=422)
 
     @app.middleware("http")
     async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -317,9 +302,9 @@ def create_app(
     app.include_router(_routes())
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz() -> Health:
         count = await sidecar.call("NVML health", lambda n: n.device_count())
-        return {"status": "ok", "gpus": count}
+        return Health(status="ok", gpus=count)
 
     @app.get("/metrics")
     async def metrics_endpoint() -> Response:

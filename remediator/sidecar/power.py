@@ -12,37 +12,30 @@ with the reason, the limit in force and the one the sidecar had set.
 
 from __future__ import annotations
 
-from typing import Any
-
 from remediator.sidecar.inventory import find_handle, watts
 from remediator.sidecar.nvml import Nvml
 from remediator.sidecar.problems import Problem
+from remediator.sidecar.schemas import PowerLimitAnswer, PowerLimitRequest, PowerRestoreAnswer
 from remediator.sidecar.state import PowerStateStore
 
 __all__ = ["restore_power_limit", "set_power_limit"]
 
 
-def _target_mw(default_mw: int, watts_asked: float | None, percent_of_default: float | None) -> int:
-    if watts_asked is not None:
-        return round(watts_asked * 1000)
-    assert percent_of_default is not None
-    return round(default_mw * percent_of_default / 100.0)
+def _target_mw(default_mw: int, request: PowerLimitRequest) -> int:
+    if request.watts is not None:
+        return round(request.watts * 1000)
+    assert request.percent_of_default is not None  # the request's validator: exactly one of the two
+    return round(default_mw * request.percent_of_default / 100.0)
 
 
-def set_power_limit(
-    nvml: Nvml,
-    store: PowerStateStore,
-    uuid: str,
-    watts_asked: float | None,
-    percent_of_default: float | None,
-    dry_run: bool,
-) -> dict[str, Any]:
+def set_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, request: PowerLimitRequest) -> PowerLimitAnswer:
     """Set the limit (or, with dry_run, say what would be set); remembers the original first."""
+    dry_run = request.dry_run
     handle = find_handle(nvml, uuid)
     current = nvml.power_limit_mw(handle)
     default = nvml.default_power_limit_mw(handle)
     low, high = nvml.power_limit_constraints_mw(handle)
-    target = _target_mw(default, watts_asked, percent_of_default)
+    target = _target_mw(default, request)
     if not low <= target <= high:
         raise Problem(
             422,
@@ -56,22 +49,22 @@ def set_power_limit(
             },
         )
     original = store.original_mw(uuid)
-    result: dict[str, Any] = {
-        "uuid": uuid,
-        "dry_run": dry_run,
-        "previous_watts": watts(current),
-        "new_watts": watts(target),
-        "default_watts": watts(default),
-        "min_watts": watts(low),
-        "max_watts": watts(high),
-        "original_watts": watts(original if original is not None else current),
-        "changed": current != target,
-    }
+    result = PowerLimitAnswer(
+        uuid=uuid,
+        dry_run=dry_run,
+        previous_watts=watts(current),
+        new_watts=watts(target),
+        default_watts=watts(default),
+        min_watts=watts(low),
+        max_watts=watts(high),
+        original_watts=watts(original if original is not None else current),
+        changed=current != target,
+    )
     if current == target:
-        result["message"] = f"power limit already {target / 1000:g} W; nothing changed"
+        result.message = f"power limit already {target / 1000:g} W; nothing changed"
         return result
     if dry_run:
-        result["message"] = f"would set power limit {current / 1000:g} W -> {target / 1000:g} W"
+        result.message = f"would set power limit {current / 1000:g} W -> {target / 1000:g} W"
         return result
     first_change = original is None
     previous_set = store.set_mw(uuid)
@@ -87,37 +80,37 @@ def set_power_limit(
     in_force = nvml.power_limit_mw(handle)
     if in_force != target:  # the device rounded it: compare restores against what it holds
         store.remember_set(uuid, in_force)
-    result["message"] = f"power limit set {current / 1000:g} W -> {target / 1000:g} W"
+    result.message = f"power limit set {current / 1000:g} W -> {target / 1000:g} W"
     return result
 
 
-def restore_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, dry_run: bool) -> dict[str, Any]:
+def restore_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, dry_run: bool) -> PowerRestoreAnswer:
     """Put back the remembered original limit and forget it; nothing remembered: nothing to do."""
     handle = find_handle(nvml, uuid)
     current = nvml.power_limit_mw(handle)
     original = store.original_mw(uuid)
     capped = store.set_mw(uuid)
-    result: dict[str, Any] = {
-        "uuid": uuid,
-        "dry_run": dry_run,
-        "previous_watts": watts(current),
-        "new_watts": watts(current if original is None else original),
-        "changed": original is not None and original != current,
-        "restored": False,
-    }
+    result = PowerRestoreAnswer(
+        uuid=uuid,
+        dry_run=dry_run,
+        previous_watts=watts(current),
+        new_watts=watts(current if original is None else original),
+        changed=original is not None and original != current,
+        restored=False,
+    )
     if original is None:
-        result["message"] = "no remembered power limit for this GPU; nothing to restore"
+        result.message = "no remembered power limit for this GPU; nothing to restore"
         return result
     if capped is not None and capped != current and original != current:
         return _left_alone(store, uuid, result, current, capped, original, dry_run)
     if dry_run:
-        result["message"] = f"would restore power limit {current / 1000:g} W -> {original / 1000:g} W"
+        result.message = f"would restore power limit {current / 1000:g} W -> {original / 1000:g} W"
         return result
     if original != current:
         nvml.set_power_limit_mw(handle, original)
     store.forget(uuid)
-    result["restored"] = True
-    result["message"] = (
+    result.restored = True
+    result.message = (
         f"power limit restored {current / 1000:g} W -> {original / 1000:g} W"
         if original != current
         else f"power limit already at the original {original / 1000:g} W; record cleared"
@@ -128,24 +121,26 @@ def restore_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, dry_run: 
 def _left_alone(
     store: PowerStateStore,
     uuid: str,
-    result: dict[str, Any],
+    result: PowerRestoreAnswer,
     current: int,
     capped: int,
     original: int,
     dry_run: bool,
-) -> dict[str, Any]:
+) -> PowerRestoreAnswer:
     """The limit in force is neither the one the sidecar set nor the original: someone else's, kept."""
-    result.update(
-        new_watts=watts(current),
-        changed=False,
-        left_alone=True,
-        reason="changed by another actor",
-        current_watts=watts(current),
-        capped_watts=watts(capped),
-        original_watts=watts(original),
+    result = result.model_copy(
+        update={
+            "new_watts": watts(current),
+            "changed": False,
+            "left_alone": True,
+            "reason": "changed by another actor",
+            "current_watts": watts(current),
+            "capped_watts": watts(capped),
+            "original_watts": watts(original),
+        }
     )
     verb = "would leave" if dry_run else "left"
-    result["message"] = (
+    result.message = (
         f"power limit is {current / 1000:g} W, not the {capped / 1000:g} W the sidecar set: changed by another "
         f"actor, {verb} as it is (the original was {original / 1000:g} W)"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from remediator.sidecar.nvml import NvmlError
+from remediator.sidecar.schemas import ProblemAnswer
 
 __all__ = ["Problem", "from_nvml", "status_for_nvml"]
 
@@ -44,8 +45,8 @@ class Problem(Exception):
         self.details = details or {}
         super().__init__(error)
 
-    def body(self) -> dict[str, Any]:
-        return {"error": self.error, "nvml_error": self.nvml_error, **self.details}
+    def body(self) -> ProblemAnswer:
+        return ProblemAnswer(error=self.error, nvml_error=self.nvml_error, **self.details)
 
 
 def status_for_nvml(exc: NvmlError) -> int:

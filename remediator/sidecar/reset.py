@@ -20,6 +20,7 @@ from remediator.sidecar.inventory import GpuNotFound, find_handle
 from remediator.sidecar.nvml import Nvml, NvmlError
 from remediator.sidecar.pods import process_owners
 from remediator.sidecar.problems import Problem
+from remediator.sidecar.schemas import PostCheck, ResetAnswer
 
 __all__ = ["ResetConfig", "post_check", "reset_gpu"]
 
@@ -34,18 +35,16 @@ class ResetConfig:
     settle_seconds: float = 10.0
 
 
-def post_check(nvml: Nvml, uuid: str) -> dict[str, Any]:
+def post_check(nvml: Nvml, uuid: str) -> PostCheck:
     """What the GPU looks like now: found by UUID, volatile uncorrected ECC, temperature."""
     problems: list[str] = []
-    found: dict[str, Any] = {"uuid": uuid, "found": False}
     try:
         handle = find_handle(nvml, uuid)
     except GpuNotFound:
-        return {**found, "healthy": False, "problems": [f"{uuid} not found after reset"]}
+        return PostCheck(uuid=uuid, found=False, healthy=False, problems=[f"{uuid} not found after reset"])
     except NvmlError as exc:
-        return {**found, "healthy": False, "problems": [f"{uuid} not reachable after reset: {exc}"]}
-    found["found"] = True
-    found["index"] = nvml.index(handle)
+        return PostCheck(uuid=uuid, found=False, healthy=False, problems=[f"{uuid} not reachable after reset: {exc}"])
+    index = nvml.index(handle)
     try:
         uncorrected: int | None = nvml.ecc_errors(handle, "uncorrected", "volatile")
         if uncorrected:
@@ -59,20 +58,22 @@ def post_check(nvml: Nvml, uuid: str) -> dict[str, Any]:
     except NvmlError as exc:
         temperature = None
         problems.append(f"temperature unreadable: {exc}")
-    found.update(
+    return PostCheck(
+        uuid=uuid,
+        found=True,
+        index=index,
         ecc_volatile_uncorrected=uncorrected,
         temperature_c=temperature,
         healthy=not problems,
         problems=problems,
     )
-    return found
 
 
-def _wait_for(nvml: Nvml, uuid: str, settle_seconds: float, sleep: Callable[[float], None]) -> dict[str, Any]:
+def _wait_for(nvml: Nvml, uuid: str, settle_seconds: float, sleep: Callable[[float], None]) -> PostCheck:
     deadline = time.monotonic() + settle_seconds
     while True:
         result = post_check(nvml, uuid)
-        if result["found"] or time.monotonic() >= deadline:
+        if result.found or time.monotonic() >= deadline:
             return result
         sleep(0.5)
 
@@ -97,7 +98,7 @@ def _nvidia_smi_reset(nvml: Nvml, config: ResetConfig, uuid: str) -> dict[str, A
 
 def reset_gpu(
     nvml: Nvml, config: ResetConfig, uuid: str, dry_run: bool, sleep: Callable[[float], None] = time.sleep
-) -> dict[str, Any]:
+) -> ResetAnswer:
     """Reset the GPU unless a process uses it (Problem 409 listing them); report the post-check."""
     handle = find_handle(nvml, uuid)
     processes = process_owners(config.proc_root, nvml.compute_processes(handle))
@@ -107,20 +108,23 @@ def reset_gpu(
             f"{uuid} is in use by {len(processes)} process(es); refusing to reset",
             details={"processes": processes},
         )
-    result: dict[str, Any] = {"uuid": uuid, "dry_run": dry_run, "method": config.method, "processes": []}
     if dry_run:
-        result.update(changed=False, message=f"would reset {uuid} with {config.method}")
-        return result
-    if config.method == "nvidia-smi":
-        result["nvidia_smi"] = _nvidia_smi_reset(nvml, config, uuid)
-    else:
+        return ResetAnswer(uuid=uuid, dry_run=dry_run, method=config.method, processes=[],
+                           changed=False, message=f"would reset {uuid} with {config.method}")
+    nvidia_smi = _nvidia_smi_reset(nvml, config, uuid) if config.method == "nvidia-smi" else None
+    if nvidia_smi is None:
         nvml.reset(handle)
     check = _wait_for(nvml, uuid, config.settle_seconds, sleep)
-    result.update(
+    result = ResetAnswer(
+        uuid=uuid,
+        dry_run=dry_run,
+        method=config.method,
+        processes=[],
         changed=True,
         post_check=check,
-        healthy=check["healthy"],
-        message=f"reset {uuid}; "
-        + ("healthy afterwards" if check["healthy"] else "; ".join(check["problems"])),
+        healthy=check.healthy,
+        message=f"reset {uuid}; " + ("healthy afterwards" if check.healthy else "; ".join(check.problems)),
     )
+    if nvidia_smi is not None:
+        result.nvidia_smi = nvidia_smi
     return result

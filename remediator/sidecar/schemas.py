@@ -1,9 +1,14 @@
-"""The wire format of the sidecar's validation gate, diagnostics and GPU identity, shared by the sidecar and
-its client.
+"""The wire format of every sidecar endpoint, shared by the sidecar (remediator.sidecar.app) and its client
+(remediator.adapters.sidecar.SidecarClient).
 
-The sidecar builds these models and the controller's `SidecarClient` parses its answers with the same
-classes, so a field renamed on one side fails the type check and the tests on the other. The module holds
-nothing but pydantic models (no NVML, no HTTP), which is why the adapters may import it.
+The sidecar answers through these models and the controller's client builds its requests and parses the
+answers with the same classes, so a field renamed on one side fails the type check and the tests on the
+other. The module holds nothing but pydantic models and their validators (no NVML, no HTTP): import-linter
+keeps it pure, and it is the only module of the sidecar package the controller may import.
+
+Requests forbid unknown fields (a typo is a 422, not a silently ignored setting); answers ignore them, so a
+newer sidecar can add a field without breaking an older controller. The sidecar serialises answers without
+the fields it did not set (`exclude_unset`), so an optional field a route leaves out stays out of the JSON.
 
 A check's `verdict` is one of:
 - `pass`: the value is within its threshold;
@@ -17,9 +22,9 @@ A check's `verdict` is one of:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "BLOCKING_VERDICTS",
@@ -29,8 +34,27 @@ __all__ = [
     "DcgmWarning",
     "DiagnosticsReport",
     "DiagnosticsRequest",
+    "DryRunRequest",
+    "EccCounts",
+    "EccState",
     "GpuIdentity",
+    "GpuInventory",
+    "GpuPod",
+    "GpuPods",
+    "GpuSnapshot",
+    "Health",
+    "MigState",
+    "OneOfWattsOrPercent",
+    "PodContainer",
+    "PostCheck",
+    "PowerLimitAnswer",
+    "PowerLimitRequest",
+    "PowerRestoreAnswer",
+    "ProblemAnswer",
+    "ProcessOwner",
+    "ProcessUsage",
     "RemappedRowCounts",
+    "ResetAnswer",
     "ValidateRequest",
     "ValidationReport",
     "Verdict",
@@ -195,3 +219,242 @@ class GpuIdentity(BaseModel):
     # Field name -> NVML error name for every field left null.
     unreadable: dict[str, str] = Field(default_factory=dict)
     read_at: datetime | None = None
+
+
+# ---------------------------------------------------------------------------------------- refusals
+
+
+class ProblemAnswer(BaseModel):
+    """The body of every answer other than 2xx: what went wrong and the NVML error behind it, if any.
+
+    Further fields depend on the refusal (`processes` of a 409 for a GPU in use, the allowed range of a 422
+    for a power limit out of range, the fields of a 422 for a malformed request); they are kept as sent.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str | None = None
+    nvml_error: str | None = None
+
+
+# ---------------------------------------------------------------------------------------- inventory
+
+
+class EccCounts(BaseModel):
+    """ECC error counts of one kind (volatile: since the last driver load; aggregate: lifetime)."""
+
+    corrected: int | None = None
+    uncorrected: int | None = None
+
+
+class EccState(BaseModel):
+    enabled: bool | None = None
+    pending: bool | None = None
+    volatile: EccCounts
+    aggregate: EccCounts
+
+
+class MigState(BaseModel):
+    current: bool | None = None
+    pending: bool | None = None
+    # UUIDs of the MIG devices while MIG is on.
+    devices: list[str] = Field(default_factory=list)
+
+
+class ProcessUsage(BaseModel):
+    """A compute process on a GPU, as NVML lists it."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+
+
+class GpuSnapshot(BaseModel):
+    """One GPU of `GET /v1/gpus` (and `GET /v1/gpus/{uuid}`). Power values are watts.
+
+    A GPU that did not answer appears with `index`, `error` and `nvml_error` only. A field the GPU cannot
+    report is null and named in `notes` with the NVML error.
+    """
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    pci_bus_id: str | None = None
+    temperature_c: int | None = None
+    temperature_slowdown_c: int | None = None
+    temperature_shutdown_c: int | None = None
+    power_draw_watts: float | None = None
+    power_limit_watts: float | None = None
+    power_limit_default_watts: float | None = None
+    power_limit_min_watts: float | None = None
+    power_limit_max_watts: float | None = None
+    power_limit_enforced_watts: float | None = None
+    ecc: EccState | None = None
+    retired_pages: int | None = None
+    remapped_rows: RemappedRowCounts | None = None
+    mig: MigState | None = None
+    processes: list[ProcessUsage] = Field(default_factory=list)
+    notes: dict[str, str] = Field(default_factory=dict)
+    # The limit remembered before the sidecar's first change (restore puts it back); null when none.
+    power_limit_original_watts: float | None = None
+    # Why this GPU could not be read (then most fields above are absent).
+    error: str | None = None
+    nvml_error: str | None = None
+
+
+class GpuInventory(BaseModel):
+    """Answer of `GET /v1/gpus`: the node's GPUs with the driver and NVML versions."""
+
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    gpus: list[GpuSnapshot] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    """Answer of `GET /healthz`: NVML answers and sees `gpus` GPUs."""
+
+    status: Literal["ok"]
+    gpus: int
+
+
+# ---------------------------------------------------------------------------------------- pods of a GPU
+
+
+class ProcessOwner(ProcessUsage):
+    """A compute process with the pod UID and container id its cgroup names (null for host processes)."""
+
+    pod_uid: str | None = None
+    container_id: str | None = None
+
+
+class PodContainer(BaseModel):
+    name: str
+    resource: str
+    # The kubelet device ids of this GPU (or MIG device) allocated to the container.
+    device_ids: list[str]
+
+
+class GpuPod(BaseModel):
+    """A pod allocated the GPU; `active` when one of its processes runs on it (null: unknown)."""
+
+    namespace: str
+    name: str
+    uid: str | None = None
+    containers: list[PodContainer] = Field(default_factory=list)
+    active: bool | None = None
+    processes: list[ProcessUsage] = Field(default_factory=list)
+
+
+class GpuPods(BaseModel):
+    """Answer of `GET /v1/gpus/{uuid}/pods`: the pods allocated the GPU (or MIG device) and its processes."""
+
+    # The GPU or MIG UUID asked for, and the GPU it is on.
+    uuid: str | None = None
+    gpu_uuid: str | None = None
+    index: int | None = None
+    pods: list[GpuPod] = Field(default_factory=list)
+    processes: list[ProcessOwner] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------- power limit, reset
+
+
+class DryRunRequest(BaseModel):
+    """Body of `POST /v1/gpus/{uuid}/power-limit/restore` and `POST /v1/gpus/{uuid}/reset` (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Say what would be done, do nothing.
+    dry_run: bool = False
+
+
+class OneOfWattsOrPercent(BaseModel):
+    """The rule for a power limit target: exactly one of `watts` and `percent_of_default`.
+
+    A base for the models that declare both fields (each with its own bounds): the sidecar's request and
+    the `power_limit` action's parameters.
+    """
+
+    if TYPE_CHECKING:
+        watts: float | None
+        percent_of_default: float | None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> OneOfWattsOrPercent:
+        if (self.watts is None) == (self.percent_of_default is None):
+            raise ValueError("give exactly one of watts or percent_of_default")
+        return self
+
+
+class PowerLimitRequest(OneOfWattsOrPercent):
+    """Body of `POST /v1/gpus/{uuid}/power-limit`. A number keeps the form it was given in (50, not 50.0)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = False
+    watts: int | float | None = Field(default=None, gt=0, le=10_000)
+    percent_of_default: int | float | None = Field(default=None, gt=0, le=200)
+
+
+class PowerLimitAnswer(BaseModel):
+    """Answer of `POST /v1/gpus/{uuid}/power-limit` (watts; `changed` false when the limit was already so)."""
+
+    uuid: str | None = None
+    dry_run: bool = False
+    previous_watts: float | None = None
+    new_watts: float | None = None
+    default_watts: float | None = None
+    min_watts: float | None = None
+    max_watts: float | None = None
+    # The limit before the sidecar's first change, which a restore puts back.
+    original_watts: float | None = None
+    changed: bool = False
+    message: str = ""
+
+
+class PowerRestoreAnswer(BaseModel):
+    """Answer of `POST /v1/gpus/{uuid}/power-limit/restore`.
+
+    `left_alone`: the limit in force is neither the original nor the one the sidecar set (someone else's),
+    so it stays; `current_watts`, `capped_watts` and `original_watts` say which is which.
+    """
+
+    uuid: str | None = None
+    dry_run: bool = False
+    previous_watts: float | None = None
+    new_watts: float | None = None
+    changed: bool = False
+    restored: bool = False
+    message: str = ""
+    left_alone: bool = False
+    reason: str | None = None
+    current_watts: float | None = None
+    capped_watts: float | None = None
+    original_watts: float | None = None
+
+
+class PostCheck(BaseModel):
+    """What the GPU looked like after a reset: found again by UUID, volatile uncorrected ECC, temperature."""
+
+    uuid: str
+    found: bool
+    index: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    temperature_c: int | None = None
+    healthy: bool
+    problems: list[str] = Field(default_factory=list)
+
+
+class ResetAnswer(BaseModel):
+    """Answer of `POST /v1/gpus/{uuid}/reset` (a GPU in use is refused with 409 and its `processes`)."""
+
+    uuid: str | None = None
+    dry_run: bool = False
+    method: str | None = None
+    processes: list[ProcessOwner] = Field(default_factory=list)
+    changed: bool = False
+    message: str = ""
+    post_check: PostCheck | None = None
+    healthy: bool | None = None
+    # argv and output tail of `nvidia-smi --gpu-reset` (reset_method nvidia-smi).
+    nvidia_smi: dict[str, Any] | None = None

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.actions.base import Action
+from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet, Playbook
 from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, propose, xid_variables
 from remediator.intake.normalize import GpuAlert
@@ -29,7 +29,7 @@ class AlertPlan:
     steps: list[PlannedStep] = field(default_factory=list)
 
 
-def quarantines(playbook: Playbook, actions: Mapping[str, Action]) -> bool:
+def quarantines(playbook: Playbook, actions: Mapping[str, AnyAction]) -> bool:
     """Does the playbook put its node under quarantine (and so count toward the circuit breaker)?"""
     return any(getattr(actions.get(step.action), "quarantines", False) for step in playbook.steps)
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from remediator.actions.base import Action
+from remediator.actions.base import AnyAction
 from remediator.actions.context import gather_context
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
@@ -389,7 +389,11 @@ def _nodes_by_ip(snapshot: ClusterSnapshot | None) -> dict[str, str]:
 
 
 def _verdict(
-    test: PlaybookTest, plan: AlertPlan, context: Mapping[str, Any], settings: Settings, actions: Mapping[str, Action]
+    test: PlaybookTest,
+    plan: AlertPlan,
+    context: Mapping[str, Any],
+    settings: Settings,
+    actions: Mapping[str, AnyAction],
 ) -> Verdict:
     fleet = test.fleet
     limit = QuarantineLimit(fleet.max_quarantined_nodes) if fleet.max_quarantined_nodes else settings.quarantine_limit
@@ -427,7 +431,7 @@ def _direct(test: PlaybookTest, alert: GpuAlert, defs: DefinitionSet) -> Proposa
 
 
 async def _actual(
-    test: PlaybookTest, defs: DefinitionSet, settings: Settings, actions: Mapping[str, Action]
+    test: PlaybookTest, defs: DefinitionSet, settings: Settings, actions: Mapping[str, AnyAction]
 ) -> dict[str, Any]:
     """What the controller would do for this test's alert, as plain data."""
     spec = _alert_of(test)
@@ -580,7 +584,7 @@ def _unified(want: dict[str, Any], got: dict[str, Any]) -> str:
 
 
 async def _run_one(
-    loaded: LoadedTest, defs: DefinitionSet, settings: Settings, actions: Mapping[str, Action]
+    loaded: LoadedTest, defs: DefinitionSet, settings: Settings, actions: Mapping[str, AnyAction]
 ) -> CaseResult:
     result = CaseResult(loaded.file, loaded.line, loaded.test.name)
     try:
@@ -597,7 +601,7 @@ async def _run_one(
 
 
 def run_tests(
-    paths: Sequence[Path], defs: DefinitionSet, settings: Settings, actions: Mapping[str, Action]
+    paths: Sequence[Path], defs: DefinitionSet, settings: Settings, actions: Mapping[str, AnyAction]
 ) -> SuiteReport:
     """Run every test found under `paths` against `defs`."""
     loaded, errors = load_tests(paths)

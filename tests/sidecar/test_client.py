@@ -26,7 +26,7 @@ async def test_address_token_and_body() -> None:
 
     client = make(httpx.MockTransport(handle))
     answer = await client.set_power_limit("127.0.0.7", UUID, percent_of_default=50, dry_run=True)
-    assert answer["new_watts"] == 350.0
+    assert answer.new_watts == 350.0
     request = seen[0]
     assert str(request.url) == f"http://127.0.0.7:9555/v1/gpus/{UUID}/power-limit"
     assert request.headers["authorization"] == "Bearer tok"
@@ -44,7 +44,7 @@ async def test_retries_5xx_then_succeeds() -> None:
             return httpx.Response(503, json={"error": "NVML not ready", "nvml_error": "NOT_READY"})
         return httpx.Response(200, json={"gpus": []})
 
-    assert await make(httpx.MockTransport(handle)).gpus("127.0.0.1") == {"gpus": []}
+    assert (await make(httpx.MockTransport(handle)).gpus("127.0.0.1")).gpus == []
     assert calls == 3
 
 
@@ -137,7 +137,7 @@ async def test_reset_is_retried_when_never_sent() -> None:
             raise httpx.ConnectError("refused", request=request)
         return httpx.Response(200, json={"changed": True, "healthy": True})
 
-    assert (await make(httpx.MockTransport(handle)).reset("127.0.0.1", UUID))["healthy"] is True
+    assert (await make(httpx.MockTransport(handle)).reset("127.0.0.1", UUID)).healthy is True
     assert calls == 2
 
 
