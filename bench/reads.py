@@ -4,9 +4,10 @@ Fills a fresh database with 100,000 remediations (plan and context JSON of reali
 2,000 nodes and 180 days, most finished) and 1,000,000 audit events (ten per remediation) through bulk Core
 inserts, then times requests through the real ASGI app (httpx's ASGI transport, in process, no network):
 `GET /api/v1/remediations` unfiltered, by state, by node, by both and paginated deep; the UI index `/`; and
-`GET /api/v1/audit?remediation=ID`. Baseline: the same requests, in the same run, against the same app
-on an empty database, so the figure that matters is what the stored rows add. `--explain` prints the
-query plans of the statements behind those requests. SQLite by default; `--postgres` uses a database
+`GET /api/v1/audit?remediation=ID`. The garbage collector is set up as `remediator serve` sets it (start-up
+objects frozen: `freeze_startup_objects`). Baseline: the same requests, in the same run, against the same app
+on an empty database, so the figure that matters is what the stored rows add. `--explain` prints the query
+plans of the statements behind those requests. SQLite by default; `--postgres` uses a database
 created for the run on 127.0.0.1:5432 (trust auth, as the tests use) and dropped after it.
 Usage: python bench/reads.py [--remediations 100000] [--events 1000000] [--requests 200] [--postgres]
        [--explain] [--smoke]
@@ -36,7 +37,7 @@ import httpx
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from remediator.api.app import create_app
+from remediator.api.app import create_app, freeze_startup_objects
 from remediator.engine.bootstrap import build_runtime
 from remediator.settings import Settings
 from remediator.store.db import make_engine, upgrade
@@ -203,6 +204,7 @@ async def controller(url: str) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(database_url=url, log_level="WARNING")
     rt, engine = await build_runtime(settings, connect_kube=False)
     app = create_app(settings, runtime=rt, run_worker=False)
+    freeze_startup_objects()  # as `remediator serve` does once started (its app builds the runtime itself)
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
             yield client
