@@ -57,6 +57,9 @@ def age(value: datetime | None, now: datetime | None = None) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
+_WHEN = Markup('<time datetime="%s">%s</time> <span class="age">(%s)</span>')
+
+
 def _when(value: datetime | None) -> Markup:
     """An absolute UTC time with its offset, and its age beside it."""
     if value is None:
@@ -64,7 +67,7 @@ def _when(value: datetime | None) -> Markup:
     value = _utc(value)
     iso = value.isoformat(timespec="seconds")
     shown = value.strftime("%Y-%m-%d %H:%M:%S") + " UTC+00:00"
-    return Markup('<time datetime="{}">{}</time> <span class="age">({})</span>').format(iso, shown, age(value))
+    return _WHEN % (iso, shown, age(value))  # `%` escapes each part (`Markup.format` is slower: 200 a list page)
 
 
 def _seconds(value: float | None) -> str:

@@ -10,19 +10,31 @@ is not configured is not shown.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from remediator.engine.states import shown_state
 from remediator.settings import Settings
 from remediator.store.models import AuditEvent, Remediation, StepRow
+from remediator.store.read_store import RemediationSummary
 
 __all__ = [
-    "display_state", "event_step", "grafana_link", "http_link", "remediation_facts", "silence_link",
+    "display_state", "event_step", "grafana_link", "http_link", "list_facts", "remediation_facts", "silence_link",
     "silence_matchers",
 ]
 
-def display_state(rem: Remediation, steps: Iterable[StepRow] | None = None) -> str:
+
+class _Stated(Protocol):
+    """A remediation as far as its shown state goes: a stored row or a list line (`RemediationSummary`)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def state_reason(self) -> str | None: ...
+
+
+def display_state(rem: _Stated, steps: Iterable[StepRow] | None = None) -> str:
     """`planned` for a remediation that finished without changing anything (plan-only), else its state."""
     if rem.state != "succeeded":
         return rem.state
@@ -82,11 +94,11 @@ def grafana_link(settings: Settings, node: str | None, gpu: str | None) -> str |
     return f"{base.rstrip('/')}{path}{'&' if '?' in path else '?'}{urlencode(query)}"
 
 
-def _xid(rem: Remediation) -> dict[str, Any] | None:
-    xid = rem.plan.get("xid") if isinstance(rem.plan, dict) else None
-    if isinstance(xid, dict) and xid.get("code") is not None:
-        return xid
-    code = (rem.alert_labels or {}).get("xid")
+def _xid(plan_xid: Any, labels: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plan's Xid entry when it has a code, else the alert's `xid` label."""
+    if isinstance(plan_xid, dict) and plan_xid.get("code") is not None:
+        return plan_xid
+    code = labels.get("xid")
     return {"code": code, "description": None, "resolution": None} if code else None
 
 
@@ -96,11 +108,17 @@ def remediation_facts(settings: Settings, rem: Remediation, generator_url: str |
     gpu = rem.gpu_index if rem.gpu_index not in (None, "") else rem.gpu_uuid
     return {
         "severity": labels.get("severity"),
-        "xid": _xid(rem),
+        "xid": _xid(rem.plan.get("xid") if isinstance(rem.plan, dict) else None, labels),
         "graph": http_link(generator_url),
         "silence": silence_link(settings, labels, rem.node),
         "grafana": grafana_link(settings, rem.node, gpu),
     }
+
+
+def list_facts(line: RemediationSummary) -> dict[str, Any]:
+    """Severity and Xid of one line of the list (the index shows no links), as `remediation_facts` has them."""
+    labels = line.alert_labels or {}
+    return {"severity": labels.get("severity"), "xid": _xid(line.plan_xid, labels)}
 
 
 def event_step(event: AuditEvent) -> str | None:

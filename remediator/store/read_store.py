@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
-from sqlalchemy import false, func, or_, select, true
+from sqlalchemy import Select, false, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
@@ -17,11 +19,48 @@ from remediator.store.models import (
     StepRow,
 )
 from remediator.store.unit_of_work import (
-    LARGE_COLUMNS,
     RepositoryBase,
 )
 
-__all__ = ["ReadStore"]
+__all__ = ["ReadStore", "RemediationSummary"]
+
+_Q = TypeVar("_Q", bound=Select[Any])
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationSummary:
+    """One line of a remediation list: the columns the UI index and the guardrail banner show, and the plan's
+    `xid` entry (read in SQL, so the plan itself, ~2 KB of JSON a row, is neither loaded nor parsed)."""
+
+    id: str
+    created_at: datetime
+    state: str
+    state_reason: str | None
+    playbook: str
+    target_key: str
+    node: str | None
+    namespace: str | None
+    gpu_index: str | None
+    gpu_uuid: str | None
+    alertname: str
+    alert_labels: dict[str, Any]
+    plan_xid: Any
+
+
+_SUMMARY_COLUMNS = (
+    Remediation.id, Remediation.created_at, Remediation.state, Remediation.state_reason, Remediation.playbook,
+    Remediation.target_key, Remediation.node, Remediation.namespace, Remediation.gpu_index, Remediation.gpu_uuid,
+    Remediation.alertname, Remediation.alert_labels, Remediation.plan["xid"].label("plan_xid"),
+)
+
+
+def _filtered(query: _Q, state: str | None, node: str | None) -> _Q:
+    """The list's filters, newest first by (created_at, id): a page comes out of the state or node index."""
+    if state:
+        query = query.where(Remediation.state == state)
+    if node:
+        query = query.where(Remediation.node == node)
+    return query.order_by(Remediation.created_at.desc(), Remediation.id)
 
 
 class ReadStore(RepositoryBase):
@@ -37,14 +76,22 @@ class ReadStore(RepositoryBase):
             query = select(Remediation)
             if leave_out:
                 query = query.options(*(defer(getattr(Remediation, c), raiseload=True) for c in leave_out))
-            if state:
-                query = query.where(Remediation.state == state)
-            if node:
-                query = query.where(Remediation.node == node)
             if id_prefix:
                 query = query.where(Remediation.id.startswith(id_prefix, autoescape=True))
-            query = query.order_by(Remediation.created_at.desc(), Remediation.id).limit(limit).offset(offset)
+            query = _filtered(query, state, node).limit(limit).offset(offset)
             return list((await session.scalars(query)).all())
+
+    async def remediation_summaries(
+        self, *, state: str | None = None, node: str | None = None, limit: int = 200
+    ) -> list[RemediationSummary]:
+        """What a list page shows of the newest remediations, in the order of `list_remediations`.
+
+        Plain rows rather than ORM objects: no identity map, no per-row instance state, and only the one
+        timestamp shown parsed (SQLite stores timestamps as text).
+        """
+        async with self.transaction() as session:
+            rows = await session.execute(_filtered(select(*_SUMMARY_COLUMNS), state, node).limit(limit))
+            return [RemediationSummary(*row) for row in rows.all()]
 
     async def remediations_since(
         self, since: datetime | None, *, after: tuple[datetime, str] | None = None, limit: int = 1000
@@ -176,8 +223,8 @@ class ReadStore(RepositoryBase):
             rows = await session.scalars(query.order_by(Remediation.created_at.desc()).limit(limit))
             return list(rows.all())
 
-    async def held(self) -> list[Remediation]:
-        return await self.list_remediations(state="held", limit=1000, leave_out=LARGE_COLUMNS)
+    async def held(self) -> list[RemediationSummary]:
+        return await self.remediation_summaries(state="held", limit=1000)
 
     async def get_alert(self, alert_id: int) -> AlertRow | None:
         async with self.transaction() as session:

@@ -109,3 +109,23 @@ async def test_quarantined_nodes_come_from_the_index(store: tuple[AsyncEngine, R
 
     plan = await plan_of(engine, "remediations", nodes)
     assert "USING COVERING INDEX ix_remediations_quarantined_node (quarantined=?" in plan
+
+
+async def test_list_page_lines_page_out_of_the_index_and_read_only_the_plans_xid(
+    store: tuple[AsyncEngine, Repository],
+) -> None:
+    engine, repo = store
+    plan = await plan_of(engine, "remediations", lambda: repo.remediation_summaries(state="failed"))
+    assert "USING INDEX ix_remediations_state_created (state=?)" in plan
+    assert "USE TEMP B-TREE FOR ORDER BY" not in plan
+    plan = await plan_of(engine, "remediations", lambda: repo.remediation_summaries(node="gpu-1", state="failed"))
+    assert "USING INDEX ix_remediations_node_state_created (node=? AND state=?)" in plan
+    sent: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    await repo.remediation_summaries()
+    select_list = sent[-1].split("FROM remediations")[0].strip()
+    assert "remediations.alert_labels" in select_list
+    columns = [c.strip() for c in select_list.removeprefix("SELECT ").split(",")]
+    assert [c for c in columns if "plan" in c] == ['JSON_QUOTE(JSON_EXTRACT(remediations."plan"', '?)) AS plan_xid']
+    assert not any(c in select_list for c in ("remediations.context", "remediations.params",
+                                               "remediations.alert_annotations"))

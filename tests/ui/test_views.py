@@ -1,5 +1,6 @@
-"""Navigation, the planned state, per-remediation facts and links, the fleet view, "why did nothing happen?",
-approval previews of steps that need an earlier step's output, API timestamps and JSON logs."""
+"""Navigation, the planned state, per-remediation facts and links (list rows and detail), the fleet view,
+"why did nothing happen?", approval previews of steps that need an earlier step's output, API timestamps and
+JSON logs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
 from remediator.api.templating import age
+from remediator.api.ui_facts import list_facts
 from remediator.logs import ContextFilter, JsonFormatter, configure_logging, log_context
+from remediator.store.read_store import RemediationSummary
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels
 from tests.ui.views_defs import hot_labels, views_defs
@@ -248,3 +252,28 @@ async def test_lines_logged_while_driving_a_remediation_name_it(views: Gated) ->
     assert waits, lines
     assert {k: waits[0].get(k) for k in ("remediation", "node", "gpu", "rule")} == {
         "remediation": rem.id, "node": "gpu-node-1", "gpu": rem.gpu_uuid, "rule": "xid-fatal-gated"}
+
+
+async def test_list_rows_show_the_xid_and_severity(views: Gated) -> None:
+    rem = await views.fire(xid_labels("gpu-node-1", 79, severity="critical"))
+    listing = (await views.client.get("/")).text
+    start = listing.index(f"/remediations/{rem.id}")
+    row = listing[start:listing.index("</tr>", start)]
+    assert "GPUXidError (Xid 79)" in row and '<span class="badge sev-critical">critical</span>' in row
+    assert re.search(r'<time datetime="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00">[^<]+UTC\+00:00</time> '
+                     r'<span class="age">\((just now|\d+ min ago)\)</span>', row)
+
+
+def test_list_facts_take_the_plans_xid_else_the_alerts_label() -> None:
+    def line(plan_xid: Any, labels: dict[str, str]) -> RemediationSummary:
+        return RemediationSummary(
+            id="r", created_at=datetime(2026, 12, 1, tzinfo=UTC), state="failed", state_reason=None, playbook="p",
+            target_key="n/gpu0", node="n", namespace=None, gpu_index="0", gpu_uuid=None, alertname="GPUXidError",
+            alert_labels=labels, plan_xid=plan_xid,
+        )
+
+    catalog = {"code": 48, "description": "double-bit ECC error", "resolution": "RESET_GPU"}
+    assert list_facts(line(catalog, {"xid": "79", "severity": "critical"})) == {"severity": "critical", "xid": catalog}
+    assert list_facts(line(None, {"xid": "79"}))["xid"] == {"code": "79", "description": None, "resolution": None}
+    assert list_facts(line({"code": None}, {"xid": "13"}))["xid"]["code"] == "13"
+    assert list_facts(line(None, {})) == {"severity": None, "xid": None}

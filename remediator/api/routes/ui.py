@@ -18,7 +18,7 @@ from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, identity_of, message_page, outcome_notice, outcome_status
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
-from remediator.api.ui_facts import display_state, event_step, remediation_facts
+from remediator.api.ui_facts import display_state, event_step, list_facts, remediation_facts
 from remediator.engine.approvals import Approvals, Decision
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.notifications import pods_of
@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
-# The index shows the Xid from the plan; the other large columns stay in the database.
-_LIST_LEAVES_OUT = ("context", "params", "alert_annotations")
 _DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
 
 
@@ -62,12 +60,8 @@ async def index(
     state = state or None
     node = (node or "").strip() or None
     unknown = state is not None and state not in STATES
-    rems = [] if unknown else await rt.repo.list_remediations(
-        state=state, node=node, limit=200, leave_out=_LIST_LEAVES_OUT
-    )
-    rows = [
-        {"rem": r, "state": display_state(r), "facts": remediation_facts(rt.settings, r, None)} for r in rems
-    ]
+    lines = [] if unknown else await rt.repo.remediation_summaries(state=state, node=node, limit=200)
+    rows = [{"rem": line, "state": display_state(line), "facts": list_facts(line)} for line in lines]
     counts = await rt.repo.count_by_state()
     return page(
         "index.html",
