@@ -13,11 +13,11 @@ from typing import Any
 
 from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet, Playbook
-from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, propose, xid_variables
+from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, xid_variables
 from remediator.intake.normalize import GpuAlert
 from remediator.jsondata import jsonable
 
-__all__ = ["AlertPlan", "jsonable", "plan_alert", "plan_proposal", "quarantines", "step_view"]
+__all__ = ["AlertPlan", "jsonable", "plan_proposal", "quarantines", "step_view"]
 
 
 @dataclass(frozen=True)
@@ -50,19 +50,6 @@ def plan_proposal(
     )
     steps = plan_steps(proposal.playbook, variables, require_approval=proposal.require_approval)
     return AlertPlan(proposal, variables, steps)
-
-
-def plan_alert(
-    alert: GpuAlert,
-    defs: DefinitionSet,
-    context: Mapping[str, Any],
-    outputs: Mapping[str, Any] | None = None,
-) -> AlertPlan | None:
-    """The plan for a firing alert, or None when no rule matches."""
-    proposal = propose(alert, defs)
-    if proposal is None:
-        return None
-    return plan_proposal(proposal, alert, defs, context, outputs)
 
 
 def step_view(step: PlannedStep) -> dict[str, Any]:

@@ -26,8 +26,10 @@ from remediator.actions.context import gather_context
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, Unmatched
+from remediator.engine.decision import decide as decide_alert
 from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
-from remediator.engine.planning import Proposal, propose, target_for
+from remediator.engine.planning import Proposal, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
@@ -443,9 +445,13 @@ async def _actual(
     if spec.status == "resolved":
         return {"rule": None, "note": "a resolved alert starts nothing"}
     kube = SnapshotKube(test.cluster) if test.cluster is not None else None
-    proposal = _direct(test, alert, defs) if test.run_playbook else propose(alert, defs)
-    if proposal is None:
-        return {"rule": None}
+    if test.run_playbook:
+        proposal = _direct(test, alert, defs)
+    else:  # the controller's own decision, over an empty history (no earlier alerts or remediations)
+        decision = decide_alert(alert, defs, DecisionPolicy.of(settings), DecisionFacts(now=utcnow()))
+        if isinstance(decision, Unmatched):
+            return {"rule": None}
+        proposal = decision.proposal
     context = await gather_context(kube, proposal.target, spec.labels, settings)
     context.update(test.context)
     plan = plan_proposal(proposal, alert, defs, context, test.outputs)

@@ -14,8 +14,10 @@ from remediator.actions.context import gather_context
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet
 from remediator.engine.bootstrap import load_defs
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched
+from remediator.engine.decision import decide as decide_alert
 from remediator.engine.guardrails import GuardrailFacts, decide
-from remediator.engine.planning import build_variables, plan_steps, propose, xid_variables
+from remediator.engine.planning import build_variables, plan_steps, xid_variables
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import normalize
 from remediator.settings import Settings
@@ -47,11 +49,13 @@ def simulate_alerts(
                                "ones with on_resolved: revert run their revert steps"
             out.append(entry)
             continue
-        proposal = propose(alert, defs)
-        if proposal is None:
+        # The controller's own decision, over an empty history (no earlier alerts or remediations).
+        decision = decide_alert(alert, defs, DecisionPolicy.of(settings), DecisionFacts(now=utcnow()))
+        if isinstance(decision, Unmatched):
             entry["outcome"] = "unmatched: stored and audited, no remediation"
             out.append(entry)
             continue
+        proposal = decision.proposal
         context = asyncio.run(gather_context(None, proposal.target, raw.labels, settings))
         variables = build_variables(
             alert=alert, target=proposal.target, params=proposal.params, context=context, steps={},
@@ -67,8 +71,8 @@ def simulate_alerts(
             )
         )
         entry.update(
-            outcome="would start a remediation" if alert.node or proposal.target.kind == "namespace"
-            else f"no target: {alert.node_problem or 'no node label found'}",
+            outcome="would start a remediation" if not isinstance(decision, NoTarget)
+            else f"no target: {decision.problem or 'no node label found'}",
             rule=proposal.rule_name,
             playbook=proposal.playbook.name,
             target=proposal.target.key,
