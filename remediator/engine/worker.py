@@ -261,7 +261,7 @@ class Worker:
             await self.outcomes.maybe_sweep()
         return processed > 0 or dispatched > 0
 
-    async def process_alerts(self, limit: int = 500) -> int:
+    async def process_alerts(self, limit: int = 1000) -> int:
         """Decide claimed alerts in arrival order: consecutive firing alerts as one batch (engine/decision.py,
         store/decision_store.py), a resolved alert on its own after what fired before it."""
         rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
