@@ -232,17 +232,17 @@ class Executor:
     # -- admission --------------------------------------------------------------------------------
 
     async def _admit(self, rem: Remediation) -> bool:
-        if not rem.context:
-            context = await gather_context(self.rt.kube, target_of(rem), rem.alert_labels, self.rt.settings)
-            context = await self._gpu_context(rem, context)
-            await self.rt.repo.set_context(rem.id, self.rt.owner, context)
-            rem.context = context
+        gathered: dict[str, Any] | None = None
+        if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
+            gathered = await gather_context(self.rt.kube, target_of(rem), rem.alert_labels, self.rt.settings)
+            gathered = await self._gpu_context(rem, gathered)
+            rem.context = gathered
         quarantines = self._quarantines(rem)
 
         async def facts(session: AsyncSession) -> GuardrailFacts:
             return await self._facts(session, rem, quarantines)
 
-        state, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts)
+        state, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts, context=gathered)
         if state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
                 self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()

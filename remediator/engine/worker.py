@@ -252,8 +252,8 @@ class Worker:
         """Process claimed alerts, expire approvals, dispatch remediations. True if there was work."""
         await self.rt.repo.intake_idle.wait()  # a webhook burst is stored first, processed right after
         processed = await self.process_alerts()
+        dispatched = await self.dispatch()  # before the approval sweep: a new remediation starts at once
         await self.expire_approvals()
-        dispatched = await self.dispatch()
         now = asyncio.get_running_loop().time()
         if now - self._gauges_at > 5:
             self._gauges_at = now

@@ -236,26 +236,27 @@ class RemediationStore(RepositoryBase):
             await self.audit(session, "revert.paused" if paused else "revert.resumed", remediation_id=rem_id,
                              data={"reason": reason, "step": rem.current_step})
 
-    async def set_context(self, rem_id: str, owner: str, context: dict[str, Any]) -> None:
-        async with self.transaction() as session:
-            rem = await self._get_for_update(session, rem_id, owner)
-            rem.context = jsonable(context)
-            await self.audit(session, "context.gathered", remediation_id=rem_id,
-                             data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
+    async def _set_context(self, session: AsyncSession, rem: Remediation, context: dict[str, Any]) -> None:
+        rem.context = jsonable(context)
+        await self.audit(session, "context.gathered", remediation_id=rem.id,
+                         data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
     async def admit(
         self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
-        facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]],
+        facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]], *, context: dict[str, Any] | None = None,
     ) -> tuple[str, Verdict, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
         `facts(session)` reads what the decision needs in this transaction; `decide(facts)` is the
         guardrails' verdict on them (engine/guardrails.py). Returns (new state, verdict, changed):
-        `changed` is False when a held remediation is still held for the same reason.
+        `changed` is False when a held remediation is still held for the same reason. A `context` gathered
+        for this admission is stored in the same transaction, audited as `context.gathered`.
         """
         async with self.transaction() as session:
             await self._lock(session, _ADMIT_LOCK)
             rem = await self._get_for_update(session, rem_id, owner)
+            if context is not None:
+                await self._set_context(session, rem, context)
             gathered = await facts(session)
             verdict = decide(gathered)
             if verdict.allow:
