@@ -47,6 +47,7 @@ from remediator.errors import ActionError, StepFailed, StoreUnavailable, Tempora
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
+from remediator.plan_snapshot import plan_of, stored_alert_field
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
@@ -131,16 +132,19 @@ def remediation_log_fields(rem: Remediation) -> dict[str, str]:
 
 
 def playbook_of(rem: Remediation) -> Playbook:
-    return Playbook.model_validate(rem.plan["playbook"])
+    playbook = plan_of(rem).playbook
+    if playbook is None:
+        raise ValueError(f"remediation {rem.id}: its plan holds no playbook that parses")
+    return playbook
 
 
 def alert_of(rem: Remediation) -> GpuAlert:
-    return GpuAlert(**rem.plan["alert"])
+    return plan_of(rem).alert
 
 
 def alert_started(rem: Remediation) -> datetime:
     """The alert's startsAt (from the plan), else when the remediation was created; always UTC-aware."""
-    raw = (rem.plan.get("alert") or {}).get("starts_at")
+    raw = stored_alert_field(rem.plan, "starts_at")
     if isinstance(raw, str) and raw:
         try:
             return utc(datetime.fromisoformat(raw.replace("Z", "+00:00")))
@@ -543,7 +547,7 @@ class Executor:
     # -- approvals (the token and page live in the approval service) ------------------------------
 
     async def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
-        required = approval_required(step, idx, bool(rem.plan.get("require_approval")))
+        required = approval_required(step, idx, plan_of(rem).require_approval)
         if not required:
             return False
         return not step_approved(rem, await self.rt.repo.current_approval(rem.id), idx)
@@ -717,9 +721,10 @@ class Executor:
 
     def _variables(self, rem: Remediation, rows: list[StepRow]) -> dict[str, Any]:
         outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
+        plan = plan_of(rem)
         return build_variables(
-            alert=alert_of(rem), target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
-            xid=rem.plan.get("xid") or {}, escalation=rem.plan.get("escalation"),
+            alert=plan.alert, target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
+            xid=plan.xid_json, escalation=plan.escalation_json,
         )
 
     @staticmethod

@@ -16,6 +16,7 @@ from remediator.engine.guardrails import GuardrailFacts, Verdict
 from remediator.engine.states import TRANSITIONS
 from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
+from remediator.plan_snapshot import plan_of
 from remediator.retrying import on_conflict
 from remediator.store.models import (
     AlertRow,
@@ -103,7 +104,8 @@ class RemediationStore(RepositoryBase):
             ).all()
             for rem in rows:
                 rem.alert_resolved = True
-                on_resolved = str(rem.plan.get("playbook", {}).get("on_resolved", "keep"))
+                playbook = plan_of(rem).playbook
+                on_resolved = playbook.on_resolved if playbook is not None else "keep"
                 if rem.state in ("pending", "held", "awaiting_approval"):
                     await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
                     results.append((rem.id, "cancelled"))
