@@ -10,7 +10,9 @@ never fails on a stored row: a key an earlier version did not write, or one that
 default (a playbook that does not parse reads as None; the executor then fails that remediation as before).
 
 Hot readers (the decision path reads the plans of a node's history for every alert of a storm) take the one
-field they need with `stored_alert_field` / `stored_xid_code` instead of parsing a whole plan per row.
+field they need with `stored_alert_field`, `stored_playbook_field` or `stored_xid_code` instead of parsing a
+whole plan per row; so do the readers of a playbook's `on_expiry` / `on_resolved`, which stay readable from a
+playbook snapshot that no longer parses whole.
 
 Pure: pydantic and the definition and alert models only.
 """
@@ -35,6 +37,7 @@ __all__ = [
     "plan_of",
     "read_plan",
     "stored_alert_field",
+    "stored_playbook_field",
     "stored_xid_code",
 ]
 
@@ -144,6 +147,14 @@ def stored_alert_field(raw: Any, name: str) -> Any:
     if name not in _ALERT_FIELDS:
         raise ValueError(f"GpuAlert has no field {name!r}")
     return _section(raw, "alert").get(name)
+
+
+def stored_playbook_field(raw: Any, name: str) -> Any:
+    """One field (a `Playbook` field name) of the playbook in a stored plan, without parsing the rest: also
+    read from a playbook snapshot that no longer parses whole."""
+    if name not in Playbook.model_fields:
+        raise ValueError(f"Playbook has no field {name!r}")
+    return _section(raw, "playbook").get(name)
 
 
 def stored_xid_code(raw: Any) -> Any:

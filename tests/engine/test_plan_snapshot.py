@@ -17,7 +17,7 @@ from remediator.engine.ladder import remediation_plan
 from remediator.engine.planning import Proposal
 from remediator.engine.versions import versions_for
 from remediator.intake.normalize import GpuAlert
-from remediator.plan_snapshot import plan_of, read_plan, stored_alert_field, stored_xid_code
+from remediator.plan_snapshot import plan_of, read_plan, stored_alert_field, stored_playbook_field, stored_xid_code
 
 KNOWN_ACTIONS: dict[str, type[BaseModel]] = {name: a.Params for name, a in default_registry().items()}
 
@@ -132,3 +132,14 @@ def test_one_field_reads_without_parsing_the_rest(defs: DefinitionSet, proposal:
     assert stored_xid_code({}) is None
     with pytest.raises(ValueError, match="no field"):
         stored_alert_field(stored, "gpu")
+
+
+def test_a_playbook_field_reads_from_a_snapshot_that_no_longer_parses() -> None:
+    partial = {"playbook": {"on_expiry": "continue", "on_resolved": "revert", "steps": [{"name": "drain"}]}}
+
+    assert read_plan(partial).playbook is None
+    assert stored_playbook_field(partial, "on_expiry") == "continue"
+    assert stored_playbook_field(partial, "on_resolved") == "revert"
+    assert stored_playbook_field({}, "on_expiry") is None
+    with pytest.raises(ValueError, match="no field"):
+        stored_playbook_field(partial, "expiry")
