@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel
 
 from remediator.engine.approval_decisions import decision_of
 from remediator.engine.states import phase_of
+from remediator.plan_snapshot import plan_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
@@ -117,10 +118,11 @@ def step_out(row: StepRow) -> StepOut:
 
 def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None) -> RemediationDetail:
     """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any."""
-    playbook = rem.plan.get("playbook") or {}
+    plan = plan_of(rem)
+    playbook_steps = plan.playbook.steps if plan.playbook is not None else ()
     planned = [
-        {"index": i, "name": s.get("name"), "action": s.get("action"), "approval": s.get("approval")}
-        for i, s in enumerate(playbook.get("steps") or [])
+        {"index": i, "name": s.name, "action": s.action, "approval": s.approval}
+        for i, s in enumerate(playbook_steps)
     ]
     return RemediationDetail(
         **summary_out(rem).model_dump(),
@@ -128,8 +130,8 @@ def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None
         params=rem.params, context=rem.context, steps=[step_out(s) for s in steps], planned_steps=planned,
         approval_expires_at=approval.expires_at if approval is not None else None,
         decided_by=approval.decided_by if approval is not None else None, decision=decision_of(rem, approval),
-        versions=dict(rem.plan.get("versions") or {"definitions": rem.definitions_version}),
-        escalation=rem.plan.get("escalation"),
+        versions=dict(plan.versions or {"definitions": rem.definitions_version}),
+        escalation=plan.escalation_json,
     )
 
 

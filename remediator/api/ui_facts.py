@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from remediator.engine.states import shown_state
+from remediator.plan_snapshot import plan_of
 from remediator.settings import Settings
 from remediator.store.models import AuditEvent, Remediation, StepRow
 from remediator.store.read_store import RemediationSummary
@@ -108,7 +109,7 @@ def remediation_facts(settings: Settings, rem: Remediation, generator_url: str |
     gpu = rem.gpu_index if rem.gpu_index not in (None, "") else rem.gpu_uuid
     return {
         "severity": labels.get("severity"),
-        "xid": _xid(rem.plan.get("xid") if isinstance(rem.plan, dict) else None, labels),
+        "xid": _xid(plan_of(rem).xid_json or None, labels),
         "graph": http_link(generator_url),
         "silence": silence_link(settings, labels, rem.node),
         "grafana": grafana_link(settings, rem.node, gpu),

@@ -8,6 +8,7 @@ approved, so for such a playbook an expired request reads as `approved`.
 
 from __future__ import annotations
 
+from remediator.plan_snapshot import stored_playbook_field
 from remediator.store.models import Approval, Remediation
 
 __all__ = ["decision_of", "on_expiry", "step_approved"]
@@ -15,7 +16,7 @@ __all__ = ["decision_of", "on_expiry", "step_approved"]
 
 def on_expiry(rem: Remediation) -> str:
     """`abort` (the default) or `continue`: what an unanswered request of this remediation leads to."""
-    return str((rem.plan.get("playbook") or {}).get("on_expiry") or "abort")
+    return str(stored_playbook_field(rem.plan, "on_expiry") or "abort")
 
 
 def decision_of(rem: Remediation, approval: Approval | None) -> str | None:

@@ -24,11 +24,12 @@ from typing import Any, Literal
 from remediator.adapters.notifier import PodLine
 from remediator.definitions import Step
 from remediator.engine.approval_decisions import on_expiry
-from remediator.engine.executor import alert_of, playbook_of
+from remediator.engine.executor import playbook_of
 from remediator.engine.notifications import pods_of
 from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.engine.runtime import Runtime
 from remediator.errors import ApprovalError
+from remediator.plan_snapshot import plan_of
 from remediator.store.models import Approval, Remediation, StepRow
 
 __all__ = [
@@ -217,16 +218,17 @@ class Approvals:
         """Each playbook step: what it did, or what it will do, rendered the way the executor would."""
         try:
             playbook = playbook_of(rem)
+            plan = plan_of(rem)
             outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
             variables = build_variables(
-                alert=alert_of(rem),
+                alert=plan.alert,
                 target=target_of(rem),
                 params=rem.params,
                 context=rem.context,
                 steps=outputs,
-                xid=rem.plan.get("xid") or {},
+                xid=plan.xid_json,
             )
-            planned = plan_steps(playbook, variables, require_approval=bool(rem.plan.get("require_approval")))
+            planned = plan_steps(playbook, variables, require_approval=plan.require_approval)
         except Exception as exc:
             log.warning("cannot preview the steps of %s: %s", rem.id, exc)
             return []

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from remediator.definitions import DefinitionSet
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.intake.normalize import GpuAlert, parse_xid
+from remediator.plan_snapshot import stored_alert_field, stored_xid_code
 
 __all__ = [
     "APP_XID_RULE", "RECURRENCE_RULE", "Decision", "DecisionFacts", "DecisionPolicy", "LadderRemediation",
@@ -125,7 +126,7 @@ def rung(ladder: Sequence[str], playbook: str) -> int | None:
 
 def gpu_of(rem: LadderRemediation) -> str | None:
     """The GPU a remediation was about (a node target keeps the alert's GPU in its plan)."""
-    return rem.gpu_uuid or (rem.plan.get("alert") or {}).get("gpu_uuid")
+    return rem.gpu_uuid or stored_alert_field(rem.plan, "gpu_uuid")
 
 
 def same_subject(rem: LadderRemediation, node: str | None, gpu_uuid: str | None) -> bool:
@@ -152,7 +153,7 @@ def fault_history(rems: Iterable[LadderRemediation]) -> list[dict[str, Any]]:
     """Oldest first: when each fault came, its alert and Xid, what ran and how it ended."""
     rows = []
     for rem in sorted(rems, key=lambda r: utc(r.created_at)):
-        xid = (rem.plan.get("xid") or {}).get("code")
+        xid = stored_xid_code(rem.plan)
         rows.append({
             "at": utc(rem.created_at).isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
             "playbook": rem.playbook, "outcome": rem.state, "remediation": rem.id,

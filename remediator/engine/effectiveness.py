@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from remediator.durations import format_duration
+from remediator.plan_snapshot import stored_alert_field, stored_xid_code
 
 __all__ = [
     "ACTED_STATES",
@@ -129,10 +130,9 @@ class RemediationFacts:
 def facts_of(rem: RemediationLike) -> RemediationFacts:
     """The facts of `rem` (plan keys `alert.starts_at`, `alert.model`, `xid.code` and `escalation`)."""
     plan = rem.plan or {}
-    alert, xid = _section(rem, "alert"), _section(rem, "xid")
     trimmed: dict[str, Any] = {
-        "alert": {"starts_at": alert.get("starts_at"), "model": alert.get("model")},
-        "xid": {"code": xid.get("code")},
+        "alert": {"starts_at": stored_alert_field(plan, "starts_at"), "model": stored_alert_field(plan, "model")},
+        "xid": {"code": stored_xid_code(plan)},
     }
     if isinstance(plan.get("escalation"), Mapping):
         trimmed["escalation"] = dict(plan["escalation"])

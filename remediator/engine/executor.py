@@ -47,6 +47,7 @@ from remediator.errors import ActionError, StepFailed, StoreUnavailable, Tempora
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
+from remediator.plan_snapshot import plan_of, stored_alert_field
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
@@ -66,6 +67,16 @@ PAUSE_KEY = "pause"
 REVERT_PAUSED = "controller is paused: the undo waits before its next step"
 REVERT_RESUMED = "controller resumed: the undo goes on"
 # Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
+@dataclass(frozen=True)
+class _StepEnd:
+    """How a step failed: the error, what the action found (None when it failed before the action answered)
+    and the step's rendered params (empty when it failed before they were rendered)."""
+
+    error: str
+    output: dict[str, Any] | None
+    params: dict[str, Any]
+
+
 _PASS_THROUGH: tuple[type[BaseException], ...] = (ResumeLater, CancelRemediation, LeaseLost, StoreUnavailable)
 _MAX_REASON = 2000
 
@@ -131,16 +142,19 @@ def remediation_log_fields(rem: Remediation) -> dict[str, str]:
 
 
 def playbook_of(rem: Remediation) -> Playbook:
-    return Playbook.model_validate(rem.plan["playbook"])
+    playbook = plan_of(rem).playbook
+    if playbook is None:
+        raise ValueError(f"remediation {rem.id}: its plan holds no playbook that parses")
+    return playbook
 
 
 def alert_of(rem: Remediation) -> GpuAlert:
-    return GpuAlert(**rem.plan["alert"])
+    return plan_of(rem).alert
 
 
 def alert_started(rem: Remediation) -> datetime:
     """The alert's startsAt (from the plan), else when the remediation was created; always UTC-aware."""
-    raw = (rem.plan.get("alert") or {}).get("starts_at")
+    raw = stored_alert_field(rem.plan, "starts_at")
     if isinstance(raw, str) and raw:
         try:
             return utc(datetime.fromisoformat(raw.replace("Z", "+00:00")))
@@ -366,18 +380,39 @@ class Executor:
             await move(self.rt, rem.id, Event.HOLD, reason="controller is paused", owner=self.rt.owner,
                        data={"guardrail": "paused"})
             return None
-        # The step error boundary: `stage` names what was being done when something failed.
+        try:
+            end = await self._attempt(rem, step, idx, phase="forward", name=step.name, rows=None)
+        except ResumeLater as later:
+            return timedelta(seconds=later.delay)
+        except CancelRemediation as cancel:
+            await self._step_cancelled(rem, step, idx, cancel)
+            return None
+        if end is not None:
+            await self._step_failed(rem, step, idx, end.error, end.params, output=end.output)
+        return None
+
+    async def _attempt(
+        self, rem: Remediation, step: Step, idx: int, *, phase: str, name: str, rows: list[StepRow] | None,
+    ) -> _StepEnd | None:
+        """One step of the playbook (`forward`) or of its return gate (`revert`): the step error boundary.
+
+        Stages run in order (condition, approval for a forward step, template, parameters, action, output);
+        an error in one fails the step as `<stage> error: ...`. None when the step settled (done and recorded,
+        skipped, or waiting for an approval); else how it failed. ResumeLater, CancelRemediation and the
+        store's signals reach the caller. `rows`: the remediation's step rows, read here when None."""
+        action = self.rt.actions.get(step.action)
         stage, rendered = "condition", {}
         try:
-            rows = await self.rt.repo.steps(rem.id)
+            rows = await self.rt.repo.steps(rem.id) if rows is None else rows
             variables = self._variables(rem, rows)
             if not step_applies(step, variables):
-                await self._step_skipped(rem, "forward", idx, step.name, step)
+                await self._step_skipped(rem, phase, idx, name, step)
                 return None
-            stage = "approval"
-            if await self._needs_approval(rem, step, idx):
-                await self._request_approval(rem, step, idx)
-                return None
+            if phase == "forward":
+                stage = "approval"
+                if await self._needs_approval(rem, step, idx):
+                    await self._request_approval(rem, step, idx)
+                    return None
             stage = "template"
             rendered = self._render(step.params, variables)
             stage = "parameters"
@@ -386,31 +421,27 @@ class Executor:
             params = action.parse(rendered)
             stage = "action"
             row = await self.rt.repo.begin_step(
-                rem.id, self.rt.owner, phase="forward", idx=idx, name=step.name, action=step.action, params=rendered
+                rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered
             )
-            ctx = self._context(rem, step.name, step.timeout.total_seconds(), "forward", idx, row.progress, None)
-            outcome = await self._run(action, ctx, params, step.retries, step.timeout.total_seconds())
-            if isinstance(outcome, ActionResult):
-                stage = "output"
-                await self._step_done(rem, "forward", idx, step.name, step.action, ctx, outcome)
-                if action.quarantines and not ctx.dry_run and self._quarantine_started(rem, rows) is None:
-                    started = alert_started(rem)
-                    self.rt.metrics.time_to_quarantine.labels(playbook=rem.playbook).observe(
-                        max(0.0, (self.rt.repo._clock() - started).total_seconds())
-                    )
-                return None
-        except ResumeLater as later:
-            return timedelta(seconds=later.delay)
-        except CancelRemediation as cancel:
-            await self._step_cancelled(rem, step, idx, cancel)
+            timeout = step.timeout.total_seconds()
+            ctx = self._context(rem, name, timeout, phase, idx, row.progress, None)
+            outcome = await self._run(action, ctx, params, step.retries, timeout)
+            if isinstance(outcome, StepFailure):
+                return _StepEnd(outcome.error, outcome.output, rendered)
+            stage = "output"
+            await self._step_done(rem, phase, idx, name, step.action, ctx, outcome)
+            if phase == "forward" and action.quarantines and not ctx.dry_run and (
+                self._quarantine_started(rem, rows) is None
+            ):
+                started = alert_started(rem)
+                self.rt.metrics.time_to_quarantine.labels(playbook=rem.playbook).observe(
+                    max(0.0, (self.rt.repo._clock() - started).total_seconds())
+                )
             return None
         except _PASS_THROUGH:
             raise
         except Exception as exc:
-            await self._step_failed(rem, step, idx, f"{stage} error: {failure_reason(exc)}", rendered)
-            return None
-        await self._step_failed(rem, step, idx, outcome.error, rendered, output=outcome.output)
-        return None
+            return _StepEnd(f"{stage} error: {failure_reason(exc)}", None, rendered)
 
     async def _step_done(
         self, rem: Remediation, phase: str, idx: int, name: str, action: str, ctx: ActionContext,
@@ -543,7 +574,7 @@ class Executor:
     # -- approvals (the token and page live in the approval service) ------------------------------
 
     async def _needs_approval(self, rem: Remediation, step: Step, idx: int) -> bool:
-        required = approval_required(step, idx, bool(rem.plan.get("require_approval")))
+        required = approval_required(step, idx, plan_of(rem).require_approval)
         if not required:
             return False
         return not step_approved(rem, await self.rt.repo.current_approval(rem.id), idx)
@@ -644,42 +675,18 @@ class Executor:
         in the audit log, the UI and a notification), or refuses the return (the quarantine stays)."""
         name = f"gate:{step.name}"
         action = self.rt.actions.get(step.action)
-        stage, rendered = "condition", {}
-        outcome: ActionResult | StepFailure | str
         try:
-            variables = self._variables(rem, rows)
-            if not step_applies(step, variables):
-                await self._step_skipped(rem, "revert", idx, name, step)
-                return None
-            stage = "template"
-            rendered = self._render(step.params, variables)
-            stage = "parameters"
-            if action is None:
-                raise LookupError(f"unknown action {step.action!r}")
-            params = action.parse(rendered)
-            stage = "action"
-            row = await self.rt.repo.begin_step(
-                rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=step.action, params=rendered
-            )
-            timeout = step.timeout.total_seconds()
-            ctx = self._context(rem, name, timeout, "revert", idx, row.progress, None)
-            outcome = await self._run(action, ctx, params, step.retries, timeout)
-            if isinstance(outcome, ActionResult):
-                stage = "output"
-                await self._step_done(rem, "revert", idx, name, step.action, ctx, outcome)
-                return None
+            end = await self._attempt(rem, step, idx, phase="revert", name=name, rows=rows)
         except ResumeLater as later:
             if later.reason and later.reason != rem.state_reason:
                 await self.rt.repo.note_return_waiting(rem.id, self.rt.owner, later.reason)
                 await self._notify(rem, "return_waiting", later.reason)
             return timedelta(seconds=later.delay)
         except CancelRemediation as cancel:
-            outcome = f"a gate step cannot cancel its remediation: {cancel.reason}"
-        except _PASS_THROUGH:
-            raise
-        except Exception as exc:
-            outcome = f"{stage} error: {failure_reason(exc)}"
-        failure = outcome if isinstance(outcome, StepFailure) else StepFailure(str(outcome), {})
+            end = _StepEnd(f"a gate step cannot cancel its remediation: {cancel.reason}", None, {})
+        if end is None:
+            return None
+        failure = StepFailure(end.error, end.output or {})
         await self._notify(rem, "step_failed", f"Gate step *{step.name}* ({step.action}) failed: {failure.error}")
         if step.on_failure == "continue":
             await self.rt.repo.finish_step(
@@ -717,9 +724,10 @@ class Executor:
 
     def _variables(self, rem: Remediation, rows: list[StepRow]) -> dict[str, Any]:
         outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
+        plan = plan_of(rem)
         return build_variables(
-            alert=alert_of(rem), target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
-            xid=rem.plan.get("xid") or {}, escalation=rem.plan.get("escalation"),
+            alert=plan.alert, target=target_of(rem), params=rem.params, context=rem.context, steps=outputs,
+            xid=plan.xid_json, escalation=plan.escalation_json,
         )
 
     @staticmethod

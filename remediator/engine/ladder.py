@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 from remediator.definitions import DefinitionSet
@@ -38,6 +37,15 @@ from remediator.engine.planning import Proposal
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version, versions_for
 from remediator.intake.normalize import GpuAlert
+from remediator.plan_snapshot import (
+    Escalation,
+    RemediationPlan,
+    XidFacts,
+    plan_json,
+    plan_of,
+    stored_alert_field,
+    stored_xid_code,
+)
 from remediator.store.models import Remediation
 from remediator.store.repository import NewRemediation
 
@@ -60,19 +68,16 @@ def remediation_plan(
     proposal: Proposal, alert: GpuAlert, defs: DefinitionSet, xid: Mapping[str, Any],
     *, escalation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The snapshot a remediation runs from (its playbook, alert, Xid facts, definition versions)."""
-    plan: dict[str, Any] = {
-        "playbook": derived(proposal.playbook, "json", lambda: proposal.playbook.model_dump(mode="json")),
-        "alert": asdict(alert),
-        "xid": dict(xid),
-        "require_approval": proposal.require_approval,
-        # The rule's cooldown, so "why did nothing happen?" can say when a suppressed alert would act again.
-        "cooldown_seconds": proposal.cooldown.total_seconds() if proposal.cooldown else None,
-        "versions": versions_for(defs, proposal.rule_name, proposal.playbook.name),
-    }
-    if escalation is not None:
-        plan["escalation"] = dict(escalation)
-    return plan
+    """The snapshot a remediation runs from (its playbook, alert, Xid facts, definition versions), as stored."""
+    plan = RemediationPlan(
+        playbook=proposal.playbook, alert=alert, xid=XidFacts.model_validate(xid),
+        require_approval=proposal.require_approval,
+        cooldown_seconds=proposal.cooldown.total_seconds() if proposal.cooldown else None,
+        versions=versions_for(defs, proposal.rule_name, proposal.playbook.name),
+        escalation=Escalation.model_validate(escalation) if escalation is not None else None,
+    )
+    playbook = derived(proposal.playbook, "json", lambda: proposal.playbook.model_dump(mode="json"))
+    return plan_json(plan, playbook)
 
 
 def new_remediation(proposal: Proposal, defs: DefinitionSet, plan: dict[str, Any]) -> NewRemediation:
@@ -105,7 +110,8 @@ class Ladder:
             log.warning("remediation %s failed its gate on the last rung (%s): it stays quarantined", rem.id,
                         rem.playbook)
             return None
-        alert = GpuAlert(**rem.plan["alert"])
+        stored = plan_of(rem)
+        alert = stored.alert
         proposal = self._proposal(ladder[was], alert, "escalation:gate-failed")
         if proposal is None:
             return None
@@ -116,7 +122,7 @@ class Ladder:
             "gate": dict(gate or {}), "why": why,
         }
         defs = self.rt.definitions.current
-        plan = remediation_plan(proposal, alert, defs, rem.plan.get("xid") or {}, escalation=escalation)
+        plan = remediation_plan(proposal, alert, defs, stored.xid_json, escalation=escalation)
         await persist_version(self.rt.repo, self.rt.definitions, defs)
         outcome, new_id = await self.rt.repo.create_escalation(
             rem, new_remediation(proposal, defs, plan), f"escalated from {rem.playbook}: {why}"[:2000]
@@ -136,8 +142,8 @@ def count_recurrence(metrics: Any, found: Recurrence) -> None:
     """A fault came back after a ladder remediation returned its GPU: the recurrence metrics (both windows),
     and `recurred` for the remediation that did not hold when it came back within RECURRENCE_WINDOW."""
     previous = found.previous
-    xid = (previous.plan.get("xid") or {}).get("code")
-    model = (previous.plan.get("alert") or {}).get("model") or ""
+    xid = stored_xid_code(previous.plan)
+    model = stored_alert_field(previous.plan, "model") or ""
     for name, window in RECURRENCE_WINDOWS:
         if found.after <= window:
             metrics.recurrences.labels(playbook=previous.playbook, xid="" if xid is None else str(xid), model=model,

@@ -19,6 +19,7 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.states import shown_state
 from remediator.engine.worker import normalize_row
 from remediator.kube_names import EXCLUDE_LABEL
+from remediator.plan_snapshot import plan_of
 from remediator.store.models import AlertRow, Remediation
 
 __all__ = ["REASONS", "Unacted", "alertmanager_payload", "unacted_alerts"]
@@ -95,8 +96,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def _cooldown(rt: Runtime, rem: Remediation) -> timedelta | None:
     """The cooldown that suppressed a repeat of `rem`: as snapshotted with it, else the rule now in force."""
-    seconds = rem.plan.get("cooldown_seconds") if isinstance(rem.plan, dict) else None
-    if isinstance(seconds, int | float) and seconds > 0:
+    seconds = plan_of(rem).cooldown_seconds
+    if seconds is not None and seconds > 0:
         return timedelta(seconds=seconds)
     for rule in rt.definitions.current.rules:
         if rule.name == rem.rule:

@@ -53,7 +53,7 @@ def _origins(sources: tuple[tuple[str, str], ...]) -> dict[tuple[str, str], str]
 
 
 def versions_for(defs: DefinitionSet, rule_name: str, playbook_name: str) -> dict[str, str | None]:
-    """The versions recorded in a remediation's plan (`plan["versions"]`)."""
+    """The versions recorded in a remediation's plan (`RemediationPlan.versions`)."""
     key = ("versions", rule_name, playbook_name)
     return dict(derived(defs, key, lambda: _versions(defs, rule_name, playbook_name)))
 

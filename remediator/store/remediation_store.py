@@ -16,6 +16,7 @@ from remediator.engine.guardrails import GuardrailFacts, Verdict
 from remediator.engine.states import TRANSITIONS
 from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
+from remediator.plan_snapshot import stored_playbook_field
 from remediator.retrying import on_conflict
 from remediator.store.models import (
     AlertRow,
@@ -103,7 +104,7 @@ class RemediationStore(RepositoryBase):
             ).all()
             for rem in rows:
                 rem.alert_resolved = True
-                on_resolved = str(rem.plan.get("playbook", {}).get("on_resolved", "keep"))
+                on_resolved = str(stored_playbook_field(rem.plan, "on_resolved") or "keep")
                 if rem.state in ("pending", "held", "awaiting_approval"):
                     await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
                     results.append((rem.id, "cancelled"))

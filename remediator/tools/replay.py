@@ -30,12 +30,14 @@ from typing import Any, Literal
 from sqlalchemy.engine import make_url
 
 from remediator.actions.context import gather_context
-from remediator.definitions import DefinitionSet, Playbook
+from remediator.definitions import DefinitionSet
 from remediator.engine.batch_facts import BatchFacts
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide, history_since
+from remediator.engine.executor import playbook_of
 from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
+from remediator.plan_snapshot import plan_of
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import AlertRow, Remediation, StepRow
@@ -108,7 +110,7 @@ class ReplayReport:
 
 
 def _stored_alert(rem: Remediation) -> GpuAlert:
-    return GpuAlert(**rem.plan["alert"])
+    return plan_of(rem).alert
 
 
 def _outputs(rows: list[StepRow]) -> dict[str, Any]:
@@ -117,12 +119,13 @@ def _outputs(rows: list[StepRow]) -> dict[str, Any]:
 
 def _actual_steps(rem: Remediation, rows: list[StepRow]) -> list[dict[str, Any]]:
     """The steps the remediation ran (its step rows) or, where it never got to them, would have run."""
-    playbook = Playbook.model_validate(rem.plan["playbook"])
+    plan = plan_of(rem)
+    playbook = playbook_of(rem)
     variables = build_variables(
-        alert=_stored_alert(rem), target=target_of(rem), params=rem.params, context=rem.context,
-        steps=_outputs(rows), xid=rem.plan.get("xid") or {},
+        alert=plan.alert, target=target_of(rem), params=rem.params, context=rem.context,
+        steps=_outputs(rows), xid=plan.xid_json,
     )
-    planned = plan_steps(playbook, variables, require_approval=bool(rem.plan.get("require_approval")))
+    planned = plan_steps(playbook, variables, require_approval=plan.require_approval)
     by_index = {r.idx: r for r in rows if r.phase == "forward"}
     views: list[dict[str, Any]] = []
     for step in planned:
