@@ -81,7 +81,14 @@ async def _never_resolved() -> bool:
 
 @dataclass
 class ActionContext:
-    """Everything an action may use. Adapters are None when not configured (plan-only mode: no kube)."""
+    """Everything an action may use for one step run (`ctx`). Adapters are None when not configured
+    (plan-only mode: no kube).
+
+    Three things were once all called "context": this object (the step's environment); `gathered`, the
+    cluster facts read once before admission (node, pods, owners; stored as the remediation's `context`
+    column); and the `context` name templates and conditions see, which is `gathered` again, kept under that
+    name for playbooks (remediator/definitions/variables.py).
+    """
 
     remediation_id: str
     step_name: str
@@ -98,9 +105,11 @@ class ActionContext:
     # Partial progress saved by an earlier attempt (e.g. pods already evicted); persisted by `checkpoint`.
     progress: dict[str, Any] = field(default_factory=dict)
     checkpoint: Callable[[dict[str, Any]], Awaitable[None]] = _no_checkpoint
-    # Alert labels/annotations and gathered context, read-only.
+    # The alert as stored (name, fingerprint, labels, annotations), read-only; its startsAt (ISO 8601).
     alert: Mapping[str, Any] = field(default_factory=dict)
-    context: Mapping[str, Any] = field(default_factory=dict)
+    alert_starts_at: str = ""
+    # The cluster facts gathered before admission (node, pods, owners), read-only.
+    gathered: Mapping[str, Any] = field(default_factory=dict)
     # True once the remediation's alert has resolved (used by `wait`).
     alert_resolved: Callable[[], Awaitable[bool]] = _never_resolved
 

@@ -146,7 +146,7 @@ def plan_drain(
     excluded = {*settings.excluded_namespaces, *params.skip_namespaces, *opted_out}
     if settings.own_namespace:
         excluded.add(settings.own_namespace)
-    gpu_pods, note = _gpu_selection(params.pods, ctx.context)
+    gpu_pods, note = _gpu_selection(params.pods, ctx.gathered)
     plan = DrainPlan(note=note)
     for pod in pods:
         ref = PodRef.of(pod)

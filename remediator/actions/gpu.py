@@ -40,8 +40,8 @@ __all__ = [
 
 
 async def node_internal_ip(ctx: ActionContext) -> str:
-    """The node's InternalIP: ctx.context["node"]["internal_ip"] if gathered, else from the Node object."""
-    gathered = ctx.context.get("node")
+    """The node's InternalIP: ctx.gathered["node"]["internal_ip"] if gathered, else from the Node object."""
+    gathered = ctx.gathered.get("node")
     if isinstance(gathered, Mapping) and gathered.get("internal_ip"):
         return str(gathered["internal_ip"])
     name = ctx.target.node

@@ -90,7 +90,7 @@ async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, Any]) -> b
 
 def _pod_targets(ctx: ActionContext) -> list[tuple[str, dict[str, Any]]]:
     targets = []
-    for pod in ctx.context.get("pods") or []:
+    for pod in ctx.gathered.get("pods") or []:
         if not pod.get("namespace") or not pod.get("name"):
             continue
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"], "name": pod["name"]}

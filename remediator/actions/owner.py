@@ -51,7 +51,7 @@ class UnannotatePodsParams(StrictParams):
 
 
 def _pod_names(ctx: ActionContext) -> list[tuple[str, str]]:
-    return [(str(p["namespace"]), str(p["name"])) for p in idle_pods(ctx.context, ctx.target)]
+    return [(str(p["namespace"]), str(p["name"])) for p in idle_pods(ctx.gathered, ctx.target)]
 
 
 class AnnotatePods(Action[AnnotatePodsParams]):
@@ -226,12 +226,11 @@ class NotifyOwner(Action[NotifyOwnerParams]):
 
     async def apply(self, ctx: ActionContext, params: NotifyOwnerParams) -> ActionResult:
         p = params
-        pods = idle_pods(ctx.context, ctx.target)
+        pods = idle_pods(ctx.gathered, ctx.target)
         namespace = single_namespace(pods) or ctx.target.namespace
         channel, source = await find_owner(ctx.kube, namespace, p.default_channel)
-        alert = ctx.alert.get("alert") or {}
         gpu = ctx.target.gpu_uuid or ctx.target.gpu_index or "?"
-        hours = idle_gpu_hours(alert.get("starts_at") if isinstance(alert, Mapping) else None, 1, datetime.now(UTC))
+        hours = idle_gpu_hours(ctx.alert_starts_at or None, 1, datetime.now(UTC))
         lines = tuple(
             PodLine(namespace=str(q.get("namespace") or ""), name=str(q.get("name") or ""), owner=_owner_text(q))
             for q in pods

@@ -166,7 +166,7 @@ async def _quotas(kube: KubeAdapter, namespace: str, p: ReclaimQuotaParams) -> l
 def namespace_for(ctx: ActionContext, explicit: str | None) -> str:
     if explicit:
         return explicit
-    namespace = single_namespace(idle_pods(ctx.context, ctx.target)) or ctx.target.namespace
+    namespace = single_namespace(idle_pods(ctx.gathered, ctx.target)) or ctx.target.namespace
     if not namespace:
         raise Invalid(f"{ctx.step_name}: no namespace given and none known from the idle pods")
     return namespace

@@ -326,7 +326,7 @@ class ScaleWorkload(Action[ScaleParams]):
 
 
 def _idle_pods(ctx: ActionContext) -> list[dict[str, Any]]:
-    pods = idle_pods(ctx.context, ctx.target)
+    pods = idle_pods(ctx.gathered, ctx.target)
     if not pods:
         raise StepFailed(
             f"no pod holding GPU {ctx.target.gpu_uuid or ctx.target.gpu_index or '?'} is known "

@@ -23,7 +23,7 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -752,8 +752,8 @@ class Executor:
             dry_run=self.rt.plan_only, kube=self.rt.kube, sidecar=self.rt.sidecar, notifier=self.rt.notifier,
             timeout=timeout, prior_output=prior, progress=dict(progress or {}), checkpoint=checkpoint,
             alert={"labels": rem.alert_labels, "annotations": rem.alert_annotations, "name": rem.alertname,
-                   "fingerprint": rem.alert_fingerprint, "alert": asdict(alert_of(rem))},
-            context=rem.context, alert_resolved=resolved,
+                   "fingerprint": rem.alert_fingerprint},
+            alert_starts_at=alert_of(rem).starts_at, gathered=rem.context, alert_resolved=resolved,
         )
 
     async def _paused(self) -> bool:

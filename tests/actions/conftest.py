@@ -76,7 +76,7 @@ def make_ctx(kube_adapter: KubeAdapter, settings: Settings) -> MakeCtx:
             prior_output=prior_output,
             progress=dict(progress or {}),
             checkpoint=store,
-            context=dict(context or {}),
+            gathered=dict(context or {}),
         )
 
     return make

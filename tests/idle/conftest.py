@@ -128,8 +128,8 @@ def make_ctx(kube_adapter: KubeAdapter, settings: Settings) -> MakeCtx:
             prior_output=prior_output,
             progress=dict(progress or {}),
             checkpoint=checkpoints if checkpoints is not None else Checkpoints(),
-            alert={"labels": labels, "name": "GPUIdle", "alert": {"starts_at": "2020-01-01T00:00:00Z"}},
-            context=gathered,
+            alert={"labels": labels, "name": "GPUIdle"}, alert_starts_at="2020-01-01T00:00:00Z",
+            gathered=gathered,
             alert_resolved=alert_resolved,
         )
 

@@ -67,7 +67,7 @@ def context(
         dry_run=dry_run,
         kube=kube,  # type: ignore[arg-type]
         sidecar=client,
-        context={} if kube else {"node": {"internal_ip": "127.0.0.1"}},
+        gathered={} if kube else {"node": {"internal_ip": "127.0.0.1"}},
     )
 
 

@@ -357,7 +357,7 @@ def action_context(client: SidecarClient, *, uuid: str | None = None, index: str
         remediation_id="r1", step_name="validate",
         target=Target(kind=kind, node="gpu-a", gpu_uuid=uuid, gpu_index=index),
         settings=Settings(sidecar_token=TOKEN), dry_run=False, sidecar=client,
-        context={"node": {"internal_ip": "127.0.0.1"}},
+        gathered={"node": {"internal_ip": "127.0.0.1"}},
     )
 
 

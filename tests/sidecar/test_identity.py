@@ -123,7 +123,7 @@ def action_context(
         remediation_id="rem-0003", step_name="rma",
         target=Target(kind="gpu", node="gpu-node-1", gpu_uuid=uuid, gpu_index=index),
         settings=Settings(sidecar_token=TOKEN), dry_run=dry_run, sidecar=client, notifier=notifier,
-        context={"node": {"internal_ip": "127.0.0.1"}},
+        gathered={"node": {"internal_ip": "127.0.0.1"}},
     )
 
 
