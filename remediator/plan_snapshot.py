@@ -35,6 +35,7 @@ __all__ = [
     "XidFacts",
     "plan_json",
     "plan_of",
+    "playbook_of",
     "read_plan",
     "stored_alert_field",
     "stored_playbook_field",
@@ -124,6 +125,14 @@ def plan_json(plan: RemediationPlan, playbook_json: Mapping[str, Any]) -> dict[s
 def plan_of(rem: HasPlan) -> RemediationPlan:
     """The typed plan of a stored remediation (never fails: see the module's docstring)."""
     return read_plan(rem.plan)
+
+
+def playbook_of(rem: HasPlan) -> Playbook:
+    """The playbook a remediation runs (its plan's snapshot); an error when the stored one does not parse."""
+    playbook = plan_of(rem).playbook
+    if playbook is None:
+        raise ValueError(f"remediation {getattr(rem, 'id', '?')}: its plan holds no playbook that parses")
+    return playbook
 
 
 def read_plan(raw: Any) -> RemediationPlan:

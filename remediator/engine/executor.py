@@ -36,6 +36,7 @@ from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
 from remediator.engine.approval_decisions import step_approved
+from remediator.engine.approvals import Approvals
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
@@ -47,7 +48,7 @@ from remediator.errors import ActionError, StepFailed, StoreUnavailable, Tempora
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
-from remediator.plan_snapshot import plan_of, stored_alert_field
+from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
 from remediator.store.models import Remediation, StepRow
 from remediator.store.repository import LeaseLost
 
@@ -139,13 +140,6 @@ def remediation_log_fields(rem: Remediation) -> dict[str, str]:
     """What every log record names while this remediation is driven (remediator/logs.py)."""
     fields = {"remediation": rem.id, "node": rem.node, "gpu": rem.gpu_uuid or rem.gpu_index, "rule": rem.rule}
     return {k: str(v) for k, v in fields.items() if v}
-
-
-def playbook_of(rem: Remediation) -> Playbook:
-    playbook = plan_of(rem).playbook
-    if playbook is None:
-        raise ValueError(f"remediation {rem.id}: its plan holds no playbook that parses")
-    return playbook
 
 
 def alert_of(rem: Remediation) -> GpuAlert:
@@ -580,8 +574,6 @@ class Executor:
         return not step_approved(rem, await self.rt.repo.current_approval(rem.id), idx)
 
     async def _request_approval(self, rem: Remediation, step: Step, idx: int) -> None:
-        from remediator.engine.approvals import Approvals
-
         await Approvals(self.rt).request(rem, step, idx)
 
     # -- reverts ----------------------------------------------------------------------------------

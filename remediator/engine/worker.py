@@ -16,6 +16,7 @@ from typing import Any
 
 from remediator.adapters.node_watch import NodeWatch
 from remediator.definitions import DefinitionSet
+from remediator.engine.approvals import Approvals
 from remediator.engine.batch_facts import BatchFacts
 from remediator.engine.decision import (
     Decision,
@@ -360,8 +361,6 @@ class Worker:
 
     async def expire_approvals(self) -> None:
         """Close overdue approval requests (expired, audited, notified; or continued per playbook)."""
-        from remediator.engine.approvals import Approvals
-
         if await Approvals(self.rt).expire_due():
             self.wake()
 
