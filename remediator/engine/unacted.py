@@ -1,7 +1,7 @@
 """Why did nothing happen? The alerts the controller received that started no remediation, and why.
 
 An SRE who sees a hot GPU alert fire and no drain follow asks this first. Every processed alert row records
-its outcome (engine/worker.py `process_alert`, store/repository.py `record_firing`): no rule matched, no node
+its outcome (engine/decision.py `decide`, store/decision_store.py `record_decisions`): no rule matched, no node
 to act on, a cooldown after an earlier remediation, linked to one already running. An alert that did start a
 remediation can still have changed nothing: a guardrail holds it (paused, node opted out, circuit breaker,
 maintenance window), or it ended before acting (resolved, rejected, approval expired). Both kinds are
