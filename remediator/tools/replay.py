@@ -166,12 +166,18 @@ class _History:
     node_labels: tuple[str, ...]
     window: timedelta
 
+    def __post_init__(self) -> None:
+        # Firing first deliveries by alert name, so each replayed alert looks at its own name's only.
+        self._firing: dict[str, list[AlertRow]] = {}
+        for r in self.alerts:
+            if r.status == "firing" and r.state != "repeat":
+                self._firing.setdefault(r.alertname, []).append(r)
+
     def facts(self, row: AlertRow, alert: GpuAlert) -> DecisionFacts:
         at = _aware(row.received_at)
         recent = [
-            (r.alertname, r.labels, r.annotations) for r in self.alerts
-            if r.status == "firing" and r.state != "repeat" and r.alertname == alert.alertname
-            and at - self.window <= _aware(r.received_at) <= at
+            (r.alertname, r.labels, r.annotations) for r in self._firing.get(alert.alertname, [])
+            if at - self.window <= _aware(r.received_at) <= at
         ]
         batch = BatchFacts(at, recent, {alert.node or "": self.remediations.get(alert.node or "", [])},
                            self.node_labels)
