@@ -38,6 +38,10 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
 
+        @event.listens_for(sync, "invalidate")
+        def _on_invalidate(dbapi_connection: Any, _record: Any, _exception: BaseException | None) -> None:
+            _roll_back_before_close(dbapi_connection)
+
         @event.listens_for(sync, "begin")
         def _on_begin(conn: Any) -> None:
             # A read-only transaction (Repository.reading) starts deferred: it takes no write lock, so it
@@ -46,6 +50,28 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
 
         return engine
     return create_async_engine(url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def _roll_back_before_close(dbapi_connection: Any) -> None:
+    """Queue a ROLLBACK on an invalidated aiosqlite connection's own thread, ahead of its close.
+
+    SQLAlchemy invalidates a connection whose task was cancelled inside a statement (a worker stopping, a
+    client hanging up) and closes it. The cancelled statement's cursor is never finalized, so SQLite keeps
+    the closed connection alive as a zombie, with its transaction and the database's write lock, until the
+    garbage collector happens to free that cursor: every writer of the process then waited out the 30 s busy
+    timeout and failed. Rolled back first, the zombie holds no lock.
+    """
+    connection = getattr(dbapi_connection, "_connection", None)  # the aiosqlite.Connection
+    raw = getattr(connection, "_connection", None)  # its sqlite3.Connection; None once closed
+    queue = getattr(connection, "_tx", None)
+    if raw is None or queue is None:
+        return
+
+    def rollback() -> None:
+        if raw.in_transaction:
+            raw.rollback()
+
+    queue.put_nowait((None, rollback))  # the thread runs its queue in order: after the statement, before close
 
 
 def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
