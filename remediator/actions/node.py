@@ -254,15 +254,18 @@ def _taint_value(taint: Mapping[str, Any] | None) -> str | None:
     return None if taint is None else str(taint.get("value") or "")
 
 
-async def _patch_with_retry(kube: KubeAdapter, name: str, build: Any) -> tuple[KubeObject, dict[str, Any]]:
-    """Read the node, build a patch from it (`build(node) -> patch`), write it guarded by resourceVersion.
+async def _patch_with_retry(
+    kube: KubeAdapter, name: str, build: Any, read: KubeObject | None = None
+) -> tuple[KubeObject, dict[str, Any]]:
+    """Build a patch from the node (`build(node) -> patch`) and write it guarded by resourceVersion.
 
-    A 409 means another writer got in between: read again and rebuild, so their change survives.
+    The first attempt builds on `read` when the caller has just read the node, else reads it. A 409 means
+    another writer got in between: read again and rebuild, so their change survives.
     """
     try:
         async for attempt in on_conflict(Conflict):
             with attempt:
-                node = await kube.get_node(name)
+                node, read = read or await kube.get_node(name), None
                 patch: dict[str, Any] = build(node)
                 if not patch:
                     return node, patch
@@ -323,7 +326,7 @@ class Taint(Action[TaintParams]):
                 patch["metadata"] = _mark_patch(fresh, ctx)
             return patch
 
-        _, patch = await _patch_with_retry(kube, name, build)
+        _, patch = await _patch_with_retry(kube, name, build, node)  # the resourceVersion guards the gap
         output = {
             "node": name,
             "key": p.key,

@@ -171,15 +171,17 @@ class Executor:
         log_fields.set({"remediation": rem_id})  # this task's records name the remediation (remediator/logs.py)
         renewer = asyncio.create_task(self._renew(rem_id))
         next_run: timedelta | None = None
+        admitted: Remediation | None = None  # as the admitting transaction left it: no need to read it again
         try:
             while True:
                 await self.rt.repo.intake_idle.wait()
-                rem = await self.rt.repo.get(rem_id)
+                rem, admitted = admitted or await self.rt.repo.get(rem_id), None
                 if rem is None or rem.lease_owner != self.rt.owner:
                     return
                 log_fields.set(remediation_log_fields(rem))
                 if rem.state in ("pending", "held"):
-                    if not await self._admit(rem):
+                    admitted = await self._admit(rem)
+                    if admitted is None:
                         next_run = self.rt.settings.held_recheck_interval
                         return
                 elif rem.state == "running":
@@ -239,7 +241,9 @@ class Executor:
 
     # -- admission --------------------------------------------------------------------------------
 
-    async def _admit(self, rem: Remediation) -> bool:
+    async def _admit(self, rem: Remediation) -> Remediation | None:
+        """Gather the context (first time only) and ask the guardrails; the started remediation, or None when
+        it is held."""
         gathered: dict[str, Any] | None = None
         if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
             gathered = await gather_context(self.rt.kube, target_of(rem), rem.alert_labels, self.rt.settings)
@@ -250,14 +254,14 @@ class Executor:
         async def facts(session: AsyncSession) -> GuardrailFacts:
             return await self._facts(session, rem, quarantines)
 
-        state, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts, context=gathered)
-        if state == "held":
+        admitted, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts, context=gathered)
+        if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
                 self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()
                 await self._notify(rem, "held", verdict.reason)
-            return False
+            return None
         await self._notify(rem, "started", verdict.reason)
-        return True
+        return admitted
 
     async def _gpu_context(self, rem: Remediation, context: dict[str, Any]) -> dict[str, Any]:
         """Pods of the affected GPU from the node's sidecar; every GPU pod of the node when it cannot answer.

@@ -38,8 +38,9 @@ class ApprovalStore(RepositoryBase):
             return [(a, r) for a, r in (await session.execute(query)).all()]
 
     async def due_approvals(self, now: datetime) -> list[str]:
-        """Remediations waiting on a request that is still open after its expiry time."""
-        async with self.transaction() as session:
+        """Remediations waiting on a request that is still open after its expiry time (read beside the writer:
+        the worker asks every poll interval)."""
+        async with self.reading() as session:
             rows = await session.scalars(
                 select(Approval.remediation_id)
                 .join(Remediation, Remediation.id == Approval.remediation_id)

@@ -92,13 +92,14 @@ class IntakeStore(RepositoryBase):
     async def claim_alerts(self, owner: str, limit: int, lease: timedelta) -> list[AlertRow]:
         """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again)."""
         now = self._clock()
+        claimable = (AlertRow.state == "new", or_(AlertRow.claim_expires.is_(None), AlertRow.claim_expires < now))
+        # The worker asks every poll interval; most times there is nothing. Look beside the writer first, so an
+        # idle poll does not queue other transactions (an admission, a step) behind an empty write.
+        async with self.reading() as session:
+            if await session.scalar(select(AlertRow.id).where(*claimable).limit(1)) is None:
+                return []
         async with self.transaction() as session:
-            query = (
-                select(AlertRow)
-                .where(AlertRow.state == "new", or_(AlertRow.claim_expires.is_(None), AlertRow.claim_expires < now))
-                .order_by(AlertRow.id)
-                .limit(limit)
-            )
+            query = select(AlertRow).where(*claimable).order_by(AlertRow.id).limit(limit)
             if self.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
             rows = list((await session.scalars(query)).all())
@@ -108,7 +109,7 @@ class IntakeStore(RepositoryBase):
         return rows
 
     async def pending_alert_count(self) -> int:
-        async with self.transaction() as session:
+        async with self.reading() as session:
             return int(await session.scalar(select(func.count()).where(AlertRow.state == "new")) or 0)
 
     async def finish_alert(

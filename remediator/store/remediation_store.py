@@ -153,15 +153,19 @@ class RemediationStore(RepositoryBase):
     async def claim_remediations(self, owner: str, limit: int, lease: timedelta) -> list[str]:
         """Claim runnable remediations whose lease is free or expired (a dead replica's work resumes)."""
         now = self._clock()
+        runnable = (
+            Remediation.state.in_(("pending", "running", "reverting", "held")),
+            or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
+            or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
+            or_(Remediation.not_before.is_(None), Remediation.not_before <= now),  # crash backoff
+        )
+        async with self.reading() as session:  # an idle poll takes no write lock (see claim_alerts)
+            if await session.scalar(select(Remediation.id).where(*runnable).limit(1)) is None:
+                return []
         async with self.transaction() as session:
             query = (
                 select(Remediation)
-                .where(
-                    Remediation.state.in_(("pending", "running", "reverting", "held")),
-                    or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
-                    or_(Remediation.next_run_at.is_(None), Remediation.next_run_at <= now),
-                    or_(Remediation.not_before.is_(None), Remediation.not_before <= now),  # crash backoff
-                )
+                .where(*runnable)
                 # New work first (admission quarantines a node; an undo frees breaker room), then the next
                 # step of running ones, then those the breaker holds; oldest first within each.
                 .order_by(
@@ -245,11 +249,12 @@ class RemediationStore(RepositoryBase):
     async def admit(
         self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
         facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]], *, context: dict[str, Any] | None = None,
-    ) -> tuple[str, Verdict, bool]:
+    ) -> tuple[Remediation, Verdict, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
         `facts(session)` reads what the decision needs in this transaction; `decide(facts)` is the
-        guardrails' verdict on them (engine/guardrails.py). Returns (new state, verdict, changed):
+        guardrails' verdict on them (engine/guardrails.py). Returns (the remediation as committed, verdict,
+        changed):
         `changed` is False when a held remediation is still held for the same reason. A `context` gathered
         for this admission is stored in the same transaction, audited as `context.gathered`.
         """
@@ -267,11 +272,11 @@ class RemediationStore(RepositoryBase):
                 rem.quarantined = bool(verdict.quarantines)
                 if rem.quarantined:
                     await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
-                return rem.state, verdict, True
+                return rem, verdict, True
             if rem.state == "held" and rem.state_reason == verdict.reason:
-                return rem.state, verdict, False
+                return rem, verdict, False
             await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
-            return rem.state, verdict, True
+            return rem, verdict, True
 
     async def get(self, rem_id: str) -> Remediation | None:
         async with self.transaction() as session:

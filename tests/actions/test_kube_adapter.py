@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.aio import client
 
-from remediator.adapters.kube import KubeAdapter, connect
+from remediator.adapters.kube import KubeAdapter, connect, with_session_options
 from remediator.errors import (
     ConfigError,
     Conflict,
@@ -153,6 +154,36 @@ async def test_connect_uses_the_configured_kubeconfig(fake_kube: FakeKube, tmp_p
         await adapter.close()
     (call,) = fake_kube.requests("get", "nodes")
     assert call.path == "/api/v1/nodes/n1"
+
+
+async def test_a_netrc_entry_for_the_api_server_is_not_used(
+    fake_kube: FakeKube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credentials come from the kubeconfig; aiohttp's netrc lookup (trust_env) would add basic auth beside
+    the bearer token and refuse every request. Without a proxy variable the environment is not consulted."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    fake_kube.add_node("n1")
+    adapter = await connect(Settings(kubeconfig=str(write_kubeconfig(tmp_path / "config", fake_kube.url))))
+    assert adapter is not None
+    try:
+        assert (await adapter.get_node("n1"))["metadata"]["name"] == "n1"
+    finally:
+        await adapter.close()
+    (call,) = fake_kube.requests("get", "nodes")
+    assert call.ok
+
+
+def test_the_environment_is_trusted_when_it_names_a_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert with_session_options(client.Configuration()).client_session_kwargs == {"trust_env": False}
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert with_session_options(client.Configuration()).client_session_kwargs == {"trust_env": True}
 
 
 async def test_connect_without_credentials_returns_none(
