@@ -39,6 +39,7 @@ _ALERTS = cast(Table, AlertRow.__table__)
 _AUDIT_EVENTS = cast(Table, AuditEvent.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
+_CHAIN_HEAD = "remediator.audit_chain_head"  # session.info key: the last hash this transaction appended
 # The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
 LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
 
@@ -163,6 +164,7 @@ class RepositoryBase:
         event = AuditEvent(**self._chained(kind, remediation_id, actor, data, prev_hash))
         session.add(event)
         await session.flush()
+        session.info[_CHAIN_HEAD] = event.hash
         return event
 
     async def audit_many(
@@ -179,9 +181,16 @@ class RepositoryBase:
             rows.append(row)
             prev_hash = row["hash"]
         await session.execute(insert(_AUDIT_EVENTS), rows)
+        session.info[_CHAIN_HEAD] = prev_hash
 
     async def _chain_head(self, session: AsyncSession) -> str:
-        """The hash the next event chains to, under the audit lock (held to the end of the transaction)."""
+        """The hash the next event chains to, under the audit lock (held to the end of the transaction).
+
+        Read once per transaction: the lock keeps other writers off the chain until commit, so the head after
+        this transaction's own appends is the last hash it appended (an admission appends three or four)."""
+        head = session.info.get(_CHAIN_HEAD)
+        if isinstance(head, str):
+            return head
         await self._lock(session, _AUDIT_LOCK)
         prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
         return prev or await chain_start(session)
