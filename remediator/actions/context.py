@@ -8,8 +8,11 @@ the alert labels say; a missing owner is recorded as missing, never raised.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from remediator.actions.base import Target
 from remediator.adapters.kube import KubeAdapter, KubeObject
@@ -83,7 +86,47 @@ OwnerKey = tuple[str, str, str]
 OwnerRead = tuple[KubeObject | None, dict[str, Any]]  # (the owner or None, notes for the chain entry naming it)
 
 
+# How long an owner read serves the chains of later contexts. In a storm the nodes run pods of the same
+# ReplicaSets and Deployments (one training job spans many nodes); a chain needs only each owner's uid and
+# ownerReferences, and a pod whose reference names another uid (the owner was recreated) reads it again.
+OWNER_MAX_AGE = 30.0
+_OWNER_MEMO_SIZE = 20_000
+
+
+class _OwnerMemo:
+    """Owners one adapter read in the last OWNER_MAX_AGE seconds, reduced to what a chain reads."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[OwnerKey, tuple[float, KubeObject]] = OrderedDict()
+
+    def get(self, key: OwnerKey, uid: object) -> KubeObject | None:
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        at, owner = hit
+        if time.monotonic() - at > OWNER_MAX_AGE or (uid and owner["metadata"].get("uid") != uid):
+            del self._entries[key]
+            return None
+        return owner
+
+    def put(self, key: OwnerKey, owner: KubeObject) -> None:
+        meta = owner.get("metadata") or {}
+        kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+        self._entries[key] = (time.monotonic(), {"kind": owner.get("kind"), "metadata": kept})
+        self._entries.move_to_end(key)
+        while len(self._entries) > _OWNER_MEMO_SIZE:
+            self._entries.popitem(last=False)
+
+
+_owner_memos: WeakKeyDictionary[KubeAdapter, _OwnerMemo] = WeakKeyDictionary()
+
+
 async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: Mapping[str, Any]) -> OwnerRead:
+    key = (namespace, str(ref.get("kind", "")), str(ref.get("name", "")))
+    memo = _owner_memos.setdefault(kube, _OwnerMemo())
+    remembered = memo.get(key, ref.get("uid"))
+    if remembered is not None:
+        return remembered, {}
     try:
         owner = await kube.get_owner(namespace, ref)
     except NotFound:
@@ -94,6 +137,7 @@ async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: Mapping[str, Any]
         return None, {"error": exc.message}
     if ref.get("uid") and (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
         return None, {}  # same name, different object: the real owner is gone
+    memo.put(key, owner)
     return owner, {}
 
 

@@ -204,3 +204,30 @@ async def test_an_unreadable_shared_owner_is_explained_on_the_first_pod_in_order
     assert "error" in first["owners"][0] and first["owners"][0]["missing"] is True
     assert second["owners"] == [{"kind": "ReplicaSet", "name": "trainer-1", "missing": True}]
     assert len(fake_kube.requests("get", "replicasets")) == 1
+
+
+async def test_owners_read_by_one_context_serve_the_next_until_recreated(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    """A storm gathers the context of many nodes running pods of the same workloads: each owner is read once
+    for all of them, and read again when a pod names an owner of the same name with another uid."""
+    fake_kube.add_namespace("ml")
+    deploy = fake_kube.add_deployment("trainer", "ml")
+    rs = fake_kube.add_replicaset("trainer-1", "ml", deployment=deploy)
+    fake_kube.add_pod("a", "ml", node=NODE, gpus=1, owner=rs)
+    first = await gather_context(kube_adapter, TARGET, {}, settings)
+    second = await gather_context(kube_adapter, TARGET, {}, settings)
+    assert first["pods"] == second["pods"]
+    assert second["pods"][0]["owners"] == [{"kind": "ReplicaSet", "name": "trainer-1"},
+                                           {"kind": "Deployment", "name": "trainer"}]
+    assert len(fake_kube.requests("get", "replicasets")) == 1
+    assert len(fake_kube.requests("get", "deployments")) == 1
+
+    fake_kube.remove("pods", "ml", "a")
+    fake_kube.remove("replicasets", "ml", "trainer-1")
+    recreated = fake_kube.add_replicaset("trainer-1", "ml", deployment=deploy)
+    assert recreated["metadata"]["uid"] != rs["metadata"]["uid"]
+    fake_kube.add_pod("a", "ml", node=NODE, gpus=1, owner=recreated)
+    third = await gather_context(kube_adapter, TARGET, {}, settings)
+    assert third["pods"][0]["owners"][0] == {"kind": "ReplicaSet", "name": "trainer-1"}
+    assert len(fake_kube.requests("get", "replicasets")) == 2  # the new uid is read, not taken from memory
