@@ -39,7 +39,7 @@ _ALERTS = cast(Table, AlertRow.__table__)
 _AUDIT_EVENTS = cast(Table, AuditEvent.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
-_CHAIN_HEAD = "remediator.audit_chain_head"  # session.info key: the last hash this transaction appended
+_AUDIT_QUEUE = "remediator.audit_queue"  # session.info key: the events a transaction appends when it commits
 # The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
 LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
 
@@ -116,6 +116,7 @@ class RepositoryBase:
             try:
                 async with self._sessions() as session, session.begin():
                     yield session
+                    await self._append_audit(session)  # last: the chain's lock is held only to the commit
             except (OperationalError, OSError, ConnectionError) as exc:
                 raise StoreUnavailable(str(exc).splitlines()[0]) from exc
 
@@ -158,39 +159,48 @@ class RepositoryBase:
         remediation_id: str | None = None,
         actor: str = "controller",
         data: dict[str, Any] | None = None,
-    ) -> AuditEvent:
-        """Append one hash-chained event inside the caller's transaction."""
-        prev_hash = await self._chain_head(session)
-        event = AuditEvent(**self._chained(kind, remediation_id, actor, data, prev_hash))
-        session.add(event)
-        await session.flush()
-        session.info[_CHAIN_HEAD] = event.hash
-        return event
+    ) -> None:
+        """Add one hash-chained event to the caller's transaction (appended when it commits, see below)."""
+        self._audit_queue(session).append((kind, remediation_id, actor, data))
 
     async def audit_many(
         self, session: AsyncSession, events: Sequence[tuple[str, str | None, dict[str, Any] | None]],
         *, actor: str = "controller",
     ) -> None:
-        """Append several events to the chain, in order, inside the caller's transaction (one insert)."""
-        if not events:
+        """Add several events to the caller's transaction, in order."""
+        self._audit_queue(session).extend((kind, remediation_id, actor, data) for kind, remediation_id, data in events)
+
+    @staticmethod
+    def _audit_queue(session: AsyncSession) -> list[tuple[str, str | None, str, dict[str, Any] | None]]:
+        queue = session.info.get(_AUDIT_QUEUE)
+        if queue is None:
+            if not session.in_transaction():
+                raise RuntimeError("audit events are added inside Repository.transaction()")
+            queue = session.info[_AUDIT_QUEUE] = []
+        return cast(list[tuple[str, str | None, str, dict[str, Any] | None]], queue)
+
+    async def _append_audit(self, session: AsyncSession) -> None:
+        """Append the transaction's events to the chain in one insert, as its last statement.
+
+        Appending takes the chain's lock (PostgreSQL: an advisory lock held to the commit), which orders every
+        audited transaction of every replica. Taken last, it is held for one read, one insert and the commit;
+        taken at the first event, it was held through the rest of the transaction (an admission's guardrail
+        reads), and transactions queued behind it: the storm's admissions across replicas, one at a time.
+        """
+        queue = session.info.pop(_AUDIT_QUEUE, None)
+        if not queue:
             return
+        await session.flush()  # the rows the events name (a new remediation) go first
         prev_hash = await self._chain_head(session)
         rows = []
-        for kind, remediation_id, data in events:
+        for kind, remediation_id, actor, data in queue:
             row = self._chained(kind, remediation_id, actor, data, prev_hash)
             rows.append(row)
             prev_hash = row["hash"]
         await session.execute(insert(_AUDIT_EVENTS), rows)
-        session.info[_CHAIN_HEAD] = prev_hash
 
     async def _chain_head(self, session: AsyncSession) -> str:
-        """The hash the next event chains to, under the audit lock (held to the end of the transaction).
-
-        Read once per transaction: the lock keeps other writers off the chain until commit, so the head after
-        this transaction's own appends is the last hash it appended (an admission appends three or four)."""
-        head = session.info.get(_CHAIN_HEAD)
-        if isinstance(head, str):
-            return head
+        """The hash the next event chains to, under the audit lock (held to the end of the transaction)."""
         await self._lock(session, _AUDIT_LOCK)
         prev = await session.scalar(select(AuditEvent.hash).order_by(AuditEvent.id.desc()).limit(1))
         return prev or await chain_start(session)

@@ -18,7 +18,7 @@ SCRIPTS = sorted(
 def test_every_script_is_listed() -> None:
     assert {
         "ingest.py", "drain.py", "storm.py", "sidecar.py", "e2e.py", "reads.py", "fleet.py", "decide.py",
-        "fleet_storm.py", "fleet_latency.py",
+        "fleet_storm.py", "fleet_latency.py", "kube_client.py",
     } <= set(SCRIPTS)
 
 
@@ -72,3 +72,10 @@ def test_fleet_latency_smoke_measures_both_clusters() -> None:
     rows = [line.split("|") for line in smoke("fleet_latency.py").splitlines() if line.startswith("| small")
             or line.startswith("| fleet")]
     assert [(r[1].strip(), r[2].strip()) for r in rows] == [("small", "16 / 128"), ("fleet", "400 / 3200")]
+
+
+def test_kube_client_smoke_measures_both_sessions() -> None:
+    """The CI form of bench/kube_client.py: the client's default session and the controller's, same run."""
+    rows = [line.split("|") for line in smoke("kube_client.py").splitlines() if line.startswith("| 1 |")]
+    assert [r[2].strip() for r in rows] == ["trust_env (client default)", "as the controller builds it"]
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in rows)
