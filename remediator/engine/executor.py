@@ -250,11 +250,17 @@ class Executor:
             gathered = await self._gpu_context(rem, gathered)
             rem.context = gathered
         quarantines = self._quarantines(rem)
+        steady: dict[str, Any] = {}
+
+        async def before_lock(session: AsyncSession) -> None:
+            steady.update(await self._steady_facts(session, rem, quarantines))
 
         async def facts(session: AsyncSession) -> GuardrailFacts:
-            return await self._facts(session, rem, quarantines)
+            return await self._breaker_facts(session, rem, quarantines, steady)
 
-        admitted, verdict, changed = await self.rt.repo.admit(rem.id, self.rt.owner, decide, facts, context=gathered)
+        admitted, verdict, changed = await self.rt.repo.admit(
+            rem.id, self.rt.owner, decide, facts, context=gathered, before_lock=before_lock
+        )
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
                 self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()
@@ -329,11 +335,32 @@ class Executor:
             getattr(self.rt.actions.get(step.action), "quarantines", False) for step in playbook.steps
         )
 
-    async def _facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> GuardrailFacts:
+    async def _steady_facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> dict[str, Any]:
+        """The guardrail facts about this remediation alone (pause, override, flapping, the node's history),
+        read before the admission lock: other admissions do not change them."""
         settings = self.rt.settings
         now = self.rt.repo._clock()
         flag = await self.rt.repo.get_flag_in(session, PAUSE_KEY)
         node_labels = (rem.context.get("node") or {}).get("labels") or {}
+        return {
+            "now": now,
+            "paused": bool(flag and flag.get("paused")),
+            "node_excluded": excluded(node_labels),
+            "flapping": await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
+            >= settings.flap_threshold > 0,
+            "node_recent_remediations": await self.rt.repo.node_remediations_since(
+                session, rem.node, now - settings.node_repeat_window, rem.id
+            ) if rem.node and quarantines else 0,
+            "override": await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
+        }
+
+    async def _breaker_facts(
+        self, session: AsyncSession, rem: Remediation, quarantines: bool, steady: dict[str, Any]
+    ) -> GuardrailFacts:
+        """The facts every admission changes (quarantined nodes, recent starts, the held queue), read under the
+        admission lock, with the steady ones read before it."""
+        settings = self.rt.settings
+        now = steady["now"]
         quarantined = frozenset(await self.rt.repo.quarantined_nodes(session))
         limit = settings.quarantine_limit.resolve(self.rt.gpu_nodes)
         queued_ahead = 0
@@ -342,9 +369,9 @@ class Executor:
             queued_ahead = len(ahead - quarantined)
         return GuardrailFacts(
             now=now,
-            paused=bool(flag and flag.get("paused")),
+            paused=steady["paused"],
             node=rem.node,
-            node_excluded=excluded(node_labels),
+            node_excluded=steady["node_excluded"],
             quarantines=quarantines,
             quarantined_nodes=quarantined,
             limit_nodes=limit,
@@ -353,14 +380,11 @@ class Executor:
                 session, now - settings.quarantine_rate_window
             ),
             rate_limit=settings.quarantine_rate,
-            flapping=await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
-            >= settings.flap_threshold > 0,
-            node_recent_remediations=await self.rt.repo.node_remediations_since(
-                session, rem.node, now - settings.node_repeat_window, rem.id
-            ) if rem.node and quarantines else 0,
+            flapping=steady["flapping"],
+            node_recent_remediations=steady["node_recent_remediations"],
             node_repeat_limit=settings.node_repeat_limit,
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
-            override=await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
+            override=steady["override"],
             queued_ahead=queued_ahead,
         )
 

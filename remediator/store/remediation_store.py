@@ -249,6 +249,7 @@ class RemediationStore(RepositoryBase):
     async def admit(
         self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
         facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]], *, context: dict[str, Any] | None = None,
+        before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None,
     ) -> tuple[Remediation, Verdict, bool]:
         """Guardrail decision and the quarantine it admits, serialized across replicas.
 
@@ -257,12 +258,19 @@ class RemediationStore(RepositoryBase):
         changed):
         `changed` is False when a held remediation is still held for the same reason. A `context` gathered
         for this admission is stored in the same transaction, audited as `context.gathered`.
+
+        The admission lock orders admissions across replicas, so only what other admissions change is read
+        under it: the remediation's own row (locked first), its context and `before_lock(session)` (facts
+        about this remediation alone) come before it. A storm's admissions queue on this lock; everything
+        done while holding it is paid once per admission, one after another.
         """
         async with self.transaction() as session:
-            await self._lock(session, _ADMIT_LOCK)
             rem = await self._get_for_update(session, rem_id, owner)
             if context is not None:
                 await self._set_context(session, rem, context)
+            if before_lock is not None:
+                await before_lock(session)
+            await self._lock(session, _ADMIT_LOCK)
             gathered = await facts(session)
             verdict = decide(gathered)
             if verdict.allow:
