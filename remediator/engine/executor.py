@@ -35,6 +35,7 @@ from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
+from remediator.engine.admission_queue import AdmissionQueue
 from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
@@ -50,6 +51,7 @@ from remediator.kube_names import excluded
 from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
 from remediator.store.models import Remediation, StepRow
+from remediator.store.remediation_store import AdmissionRequest
 from remediator.store.repository import LeaseLost
 
 __all__ = ["Executor", "RevertStep", "StepFailure", "failure_reason", "last_line", "run_with_retries"]
@@ -162,6 +164,7 @@ class Executor:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self.admissions = AdmissionQueue(rt.repo)  # this replica's admissions go to the store together
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -258,8 +261,8 @@ class Executor:
         async def facts(session: AsyncSession) -> GuardrailFacts:
             return await self._breaker_facts(session, rem, quarantines, steady)
 
-        admitted, verdict, changed = await self.rt.repo.admit(
-            rem.id, self.rt.owner, decide, facts, context=gathered, before_lock=before_lock
+        admitted, verdict, changed = await self.admissions.admit(
+            AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, before_lock=before_lock)
         )
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced

@@ -190,6 +190,7 @@ class Worker:
                 await task
         self._tasks.clear()
         self._running.clear()
+        await self.executor.admissions.close()
         if self._guard is not None:
             with contextlib.suppress(Exception):
                 await self.log_audit_head(always=True)

@@ -4,8 +4,9 @@ admission, escalations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, or_, select, update
@@ -24,11 +25,30 @@ from remediator.store.models import (
 )
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
+    LeaseLost,
     NewRemediation,
     RepositoryBase,
 )
 
-__all__ = ["RemediationStore"]
+__all__ = ["AdmissionRequest", "Admitted", "RemediationStore"]
+
+Admitted = tuple[Remediation, Verdict, bool]  # (the remediation as committed, the verdict, changed)
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """One remediation to admit (see `RemediationStore.admit_many`)."""
+
+    rem_id: str
+    owner: str
+    decide: Callable[[GuardrailFacts], Verdict]
+    facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]]
+    context: dict[str, Any] | None = None
+    before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 class RemediationStore(RepositoryBase):
@@ -251,40 +271,71 @@ class RemediationStore(RepositoryBase):
         facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]], *, context: dict[str, Any] | None = None,
         before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None,
     ) -> tuple[Remediation, Verdict, bool]:
-        """Guardrail decision and the quarantine it admits, serialized across replicas.
+        """One admission (`admit_many` with one request); its exception is raised."""
+        (result,) = await self.admit_many([AdmissionRequest(rem_id, owner, decide, facts, context, before_lock)])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
-        `facts(session)` reads what the decision needs in this transaction; `decide(facts)` is the
-        guardrails' verdict on them (engine/guardrails.py). Returns (the remediation as committed, verdict,
-        changed):
-        `changed` is False when a held remediation is still held for the same reason. A `context` gathered
-        for this admission is stored in the same transaction, audited as `context.gathered`.
+    async def admit_many(self, requests: Sequence[AdmissionRequest]) -> list[Admitted | BaseException]:
+        """Guardrail decisions and the quarantines they admit, serialized across replicas, several at once.
+
+        For each request, `facts(session)` reads what the decision needs in this transaction and
+        `decide(facts)` is the guardrails' verdict on them (engine/guardrails.py); each result is (the
+        remediation as committed, verdict, changed), `changed` False when a held remediation is still held for
+        the same reason, or the exception of that request alone (its lease lost, the remediation gone). A
+        `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`.
 
         The admission lock orders admissions across replicas, so only what other admissions change is read
-        under it: the remediation's own row (locked first), its context and `before_lock(session)` (facts
-        about this remediation alone) come before it. A storm's admissions queue on this lock; everything
-        done while holding it is paid once per admission, one after another.
+        under it: each remediation's own row (locked first), its context and `before_lock(session)` (facts
+        about that remediation alone) come before it. Under the lock the requests are decided oldest first,
+        each seeing the ones before it (the quarantines they started, the remediations they left held), as if
+        admitted one after another. One lock and one commit for the batch: in a storm, admissions one at a
+        time queued on this lock across replicas (tens of transactions waiting), each paying its round trips
+        while holding it.
         """
+        results: list[Admitted | BaseException | None] = [None] * len(requests)
         async with self.transaction() as session:
-            rem = await self._get_for_update(session, rem_id, owner)
-            if context is not None:
-                await self._set_context(session, rem, context)
-            if before_lock is not None:
-                await before_lock(session)
-            await self._lock(session, _ADMIT_LOCK)
-            gathered = await facts(session)
-            verdict = decide(gathered)
-            if verdict.allow:
-                if rem.state == "held":
-                    await self._transition(session, rem, "release", reason="guardrails allow")
-                await self._transition(session, rem, "start", reason=verdict.reason)
-                rem.quarantined = bool(verdict.quarantines)
-                if rem.quarantined:
-                    await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
-                return rem, verdict, True
-            if rem.state == "held" and rem.state_reason == verdict.reason:
-                return rem, verdict, False
-            await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
+            rems: dict[int, Remediation] = {}
+            for i, request in enumerate(requests):
+                try:
+                    rem = await self._get_for_update(session, request.rem_id, request.owner)
+                except (LeaseLost, KeyError) as exc:
+                    results[i] = exc
+                    continue
+                if request.context is not None:
+                    await self._set_context(session, rem, request.context)
+                if request.before_lock is not None:
+                    await request.before_lock(session)
+                rems[i] = rem
+            if rems:
+                await self._lock(session, _ADMIT_LOCK)
+            started = 0  # quarantines started by this batch: their audit events are appended at commit
+            for i in sorted(rems, key=lambda k: (_aware(rems[k].created_at), rems[k].id)):
+                rem, request = rems[i], requests[i]
+                gathered = await request.facts(session)
+                if started:
+                    gathered = replace(gathered, recent_quarantine_starts=gathered.recent_quarantine_starts + started)
+                verdict = request.decide(gathered)
+                results[i] = await self._apply_verdict(session, rem, verdict)
+                if verdict.allow and verdict.quarantines:
+                    started += 1
+                await session.flush()  # the next request's facts see this one's state
+        return [r if r is not None else KeyError("not decided") for r in results]
+
+    async def _apply_verdict(self, session: AsyncSession, rem: Remediation, verdict: Verdict) -> Admitted:
+        if verdict.allow:
+            if rem.state == "held":
+                await self._transition(session, rem, "release", reason="guardrails allow")
+            await self._transition(session, rem, "start", reason=verdict.reason)
+            rem.quarantined = bool(verdict.quarantines)
+            if rem.quarantined:
+                await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
             return rem, verdict, True
+        if rem.state == "held" and rem.state_reason == verdict.reason:
+            return rem, verdict, False
+        await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
+        return rem, verdict, True
 
     async def get(self, rem_id: str) -> Remediation | None:
         async with self.transaction() as session:

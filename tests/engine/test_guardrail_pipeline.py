@@ -198,3 +198,31 @@ async def test_room_under_the_breaker_goes_to_the_oldest_held_not_to_a_newcomer(
     by_node = {r["node"]: r for r in (await cluster.api.get("/api/v1/remediations")).json()}
     assert by_node["gpu-2"]["state"] in ("running", "succeeded")
     assert by_node["gpu-3"]["state"] == "held" and "2 of at most 2" in by_node["gpu-3"]["state_reason"]
+
+
+async def test_admissions_that_arrive_together_go_in_one_batch_oldest_first_within_the_breaker(
+    make_cluster: MakeCluster,
+) -> None:
+    """A storm's admissions are taken to the store together (engine/admission_queue.py): one transaction
+    decides them oldest first, each seeing the quarantines started before it, so the breaker holds exactly."""
+    cluster: Cluster = await make_cluster(max_quarantined_nodes="3", worker_concurrency=16)
+    nodes = [f"gpu-{i}" for i in range(1, 9)]
+    for name in nodes:
+        cluster.fake.add_node(name, labels={"nvidia.com/gpu.present": "true"})
+    batches: list[int] = []
+    admit_many = cluster.rt.repo.admit_many
+
+    async def recorded(requests: Any) -> Any:
+        batches.append(len(requests))
+        return await admit_many(requests)
+
+    cluster.rt.repo.admit_many = recorded  # type: ignore[method-assign]
+    await cluster.post(am_payload(*(firing(name, i) for i, name in enumerate(nodes))))
+    await cluster.settle()
+
+    assert max(batches) > 1  # the eight arrived together and were not admitted one transaction each
+    rems = sorted((await cluster.api.get("/api/v1/remediations")).json(), key=lambda r: r["created_at"])
+    admitted = [r["node"] for r in rems if r["state"] in ("running", "succeeded")]
+    held = [r["node"] for r in rems if r["state"] == "held"]
+    assert admitted == nodes[:3] and held == nodes[3:]  # the oldest three, never a fourth
+    assert [n for n in nodes if any(t["key"] == TAINT_KEY for t in taints(cluster.fake, n))] == nodes[:3]
