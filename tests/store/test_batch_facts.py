@@ -10,7 +10,7 @@ from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert
 from remediator.store.db import make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository, utcnow
-from tests.helpers import am_alert, am_payload
+from tests.helpers import am_alert, am_payload, xid_labels
 
 
 async def test_only_first_firing_deliveries_on_that_node_and_gpu_count(repo: Repository) -> None:
@@ -27,17 +27,26 @@ async def test_the_same_selection_on_postgresql(pg_url: str) -> None:
         await engine.dispose()
 
 
+def xid_on(node: str, uuid: str, *, node_label: str = "Hostname", **extra: str) -> dict[str, str]:
+    """dcgm-exporter's Xid alert labels (tests/helpers.py), with the node under `node_label`."""
+    labels = xid_labels(node, 13, uuid=uuid, **extra)
+    labels[node_label] = labels.pop("Hostname")
+    return labels
+
+
 async def check_selection(repo: Repository) -> None:
     wanted = [
-        {"alertname": "GPUXidError", "Hostname": "n1", "UUID": "GPU-A", "xid": "13", "pod": "p1"},
-        {"alertname": "GPUXidError", "node": "n1", "gpu": "GPU-A", "xid": "13", "pod": "p2"},
-        {"alertname": "GPUXidError", "kubernetes_node": "n1", "UUID": "GPU-A", "xid": "13", "pod": "p3"},
+        xid_on("n1", "GPU-A", pod="p1"),
+        xid_on("n1", "GPU-A", node_label="node", pod="p2"),
+        xid_on("n1", "GPU-A", node_label="kubernetes_node", pod="p3"),
     ]
+    ecc = {**xid_on("n1", "GPU-A"), "alertname": "GPUECCUncorrectableError"}
+    del ecc["xid"]
     others = [
-        {"alertname": "GPUXidError", "Hostname": "n2", "UUID": "GPU-A", "xid": "13"},  # another node
-        {"alertname": "GPUXidError", "Hostname": "n1", "UUID": "GPU-B", "xid": "13"},  # another GPU
-        {"alertname": "GPUEccError", "Hostname": "n1", "UUID": "GPU-A"},  # another alert
-        {"alertname": "GPUXidError", "Hostname": "n1-suffix", "UUID": "GPU-A", "xid": "13"},  # not a prefix match
+        xid_on("n2", "GPU-A"),  # another node
+        xid_on("n1", "GPU-B"),  # another GPU
+        ecc,  # another alert
+        xid_on("n1-suffix", "GPU-A"),  # not a prefix match
     ]
     alerts = [am_alert(labels) for labels in wanted + others]
     alerts.append(am_alert(wanted[0], status="resolved"))
