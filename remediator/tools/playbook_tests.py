@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -501,6 +501,10 @@ def _compare(expect: Expectation, actual: dict[str, Any]) -> tuple[list[str], di
     return diffs, want, got
 
 
+# A step's fields compared as single values, and how a difference shows each (the action's name quoted).
+_SCALAR_STEP_FIELDS: tuple[tuple[str, Callable[[Any], str]], ...] = (("action", repr), ("approval", str))
+
+
 def _compare_steps(
     expected: list[StepExpectation], actual: list[dict[str, Any]], diffs: list[str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -515,18 +519,16 @@ def _compare_steps(
         w: dict[str, Any] = {"name": exp.name}
         act = by_name.get(exp.name)
         g: dict[str, Any] = {"name": exp.name} if act is not None else {"name": f"{exp.name} (does not run)"}
-        if exp.action is not None:
-            w["action"] = exp.action
+        for name, shown in _SCALAR_STEP_FIELDS:
+            expected_value = getattr(exp, name)
+            if expected_value is None:
+                continue
+            w[name] = expected_value
             if act is not None:
-                g["action"] = act["action"]
-                if act["action"] != exp.action:
-                    diffs.append(f"steps[{index}] {exp.name}: action: expected {exp.action!r}, got {act['action']!r}")
-        if exp.approval is not None:
-            w["approval"] = exp.approval
-            if act is not None:
-                g["approval"] = act["approval"]
-                if act["approval"] != exp.approval:
-                    diffs.append(f"steps[{index}] {exp.name}: approval: expected {exp.approval}, got {act['approval']}")
+                g[name] = act[name]
+                if act[name] != expected_value:
+                    diffs.append(f"steps[{index}] {exp.name}: {name}: expected {shown(expected_value)}, "
+                                 f"got {shown(act[name])}")
         if exp.params is not None:
             wanted = jsonable(exp.params)
             w["params"] = wanted
