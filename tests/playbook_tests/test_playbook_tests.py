@@ -69,6 +69,17 @@ def test_a_wrong_expectation_fails_with_a_readable_diff(tmp_path: Path) -> None:
     assert "0 passed, 1 failed" in out
 
 
+def test_a_wrong_action_or_approval_is_named_in_the_diff(tmp_path: Path) -> None:
+    case = tmp_path / "quarantine.yaml"
+    text = (CASES / "quarantine.yaml").read_text()
+    text = text.replace("action: taint\n", "action: cordon\n          approval: true\n", 1)
+    case.write_text(text)
+    result = run("test", *fixed(str(case)))
+    assert result.returncode == 1
+    assert "steps[0] taint: action: expected 'cordon', got 'taint'" in result.stdout
+    assert "steps[0] taint: approval: expected True, got False" in result.stdout
+
+
 def test_a_removed_step_fails_the_test(tmp_path: Path) -> None:
     shutil.copytree(DEFS, tmp_path / "defs")
     remove_step(tmp_path / "defs" / "playbooks" / "quarantine.yaml", "drain")
