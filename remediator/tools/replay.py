@@ -22,6 +22,7 @@ time: the alerts received up to it (the repeated application-Xid escalation) and
 from __future__ import annotations
 
 import os
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -167,18 +168,21 @@ class _History:
     window: timedelta
 
     def __post_init__(self) -> None:
-        # Firing first deliveries by alert name, so each replayed alert looks at its own name's only.
-        self._firing: dict[str, list[AlertRow]] = {}
-        for r in self.alerts:
-            if r.status == "firing" and r.state != "repeat":
-                self._firing.setdefault(r.alertname, []).append(r)
+        # Firing first deliveries by alert name, in order of arrival, so that each replayed alert looks only
+        # at its own name's within the window (found by bisection, not by scanning the whole history).
+        self._firing: dict[str, tuple[list[datetime], list[AlertRow]]] = {}
+        rows = sorted((r for r in self.alerts if r.status == "firing" and r.state != "repeat"),
+                      key=lambda r: _aware(r.received_at))
+        for r in rows:
+            times, kept = self._firing.setdefault(r.alertname, ([], []))
+            times.append(_aware(r.received_at))
+            kept.append(r)
 
     def facts(self, row: AlertRow, alert: GpuAlert) -> DecisionFacts:
         at = _aware(row.received_at)
-        recent = [
-            (r.alertname, r.labels, r.annotations) for r in self._firing.get(alert.alertname, [])
-            if at - self.window <= _aware(r.received_at) <= at
-        ]
+        times, kept = self._firing.get(alert.alertname, ([], []))
+        window = kept[bisect_left(times, at - self.window) : bisect_right(times, at)]
+        recent = [(r.alertname, r.labels, r.annotations) for r in window]
         batch = BatchFacts(at, recent, {alert.node or "": self.remediations.get(alert.node or "", [])},
                            self.node_labels)
         return batch.of(alert)
