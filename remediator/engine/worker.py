@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 # Deciding a batch of up to 1,000 alerts is CPU work on the event loop; it yields this often, so that the
 # remediations already admitted or being admitted (a storm's quarantines) are not stalled behind it.
 _YIELD_EVERY = 64
+# Alerts decided and recorded in one transaction, by database. On PostgreSQL the batch's audit events are
+# appended under the chain's lock, which every audited transaction of every replica takes at its commit, so
+# a storm's admissions on all replicas wait behind a large batch (bench/fleet_storm.py: breaker reached in
+# ~33 s with 250, 40-58 s with 1,000). SQLite has one replica and one writer: 1,000 decides 10,000 alerts in
+# ~7 s where 250 takes ~13 s (bench/decide.py).
+DECISION_BATCH = {"postgresql": 250}
+DEFAULT_DECISION_BATCH = 1000
 
 
 def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
@@ -266,9 +273,11 @@ class Worker:
             await self.outcomes.maybe_sweep()
         return processed > 0 or dispatched > 0
 
-    async def process_alerts(self, limit: int = 1000) -> int:
+    async def process_alerts(self, limit: int | None = None) -> int:
         """Decide claimed alerts in arrival order: consecutive firing alerts as one batch (engine/decision.py,
         store/decision_store.py), a resolved alert on its own after what fired before it."""
+        if limit is None:
+            limit = DECISION_BATCH.get(self.rt.repo.dialect, DEFAULT_DECISION_BATCH)
         rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
         firing: list[AlertRow] = []
         for row in rows:
