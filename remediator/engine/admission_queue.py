@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from remediator.futures import settle
 from remediator.store.remediation_store import AdmissionRequest, Admitted
 from remediator.store.repository import Repository
 
@@ -47,16 +48,10 @@ class AdmissionQueue:
                 results = await self._repo.admit_many([request for request, _ in batch])
             except Exception as exc:  # the store failed the whole batch: every waiter sees it
                 for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+                    settle(future, exc)
                 continue
             for (_, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+                settle(future, result)
 
     async def close(self) -> None:
         """Let the batch in the store finish (its transaction commits or rolls back whole)."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 
 from remediator.errors import StoreUnavailable
+from remediator.futures import settle
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.repository import Repository, StoredBatch
 
@@ -68,26 +69,17 @@ class IntakeWriter:
             stored = await self._repo.store_batches([p for p, _ in group])
         except StoreUnavailable as exc:
             if len(group) == 1:
-                _settle(group[0][1], exc)
+                settle(group[0][1], exc)
                 return
             for payload, future in group:  # isolate the batch that failed the group
                 try:
-                    _settle(future, (await self._repo.store_batches([payload]))[0])
+                    settle(future, (await self._repo.store_batches([payload]))[0])
                 except StoreUnavailable as single:
-                    _settle(future, single)
+                    settle(future, single)
             return
         except Exception as exc:
             for _, future in group:
-                _settle(future, StoreUnavailable(f"{type(exc).__name__}: {exc}"))
+                settle(future, StoreUnavailable(f"{type(exc).__name__}: {exc}"))
             return
         for (_, future), result in zip(group, stored, strict=True):
-            _settle(future, result)
-
-
-def _settle(future: asyncio.Future[StoredBatch], outcome: StoredBatch | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+            settle(future, result)

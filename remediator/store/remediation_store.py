@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import case, or_, select, update
@@ -45,10 +45,6 @@ class AdmissionRequest:
     facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]]
     context: dict[str, Any] | None = None
     before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 class RemediationStore(RepositoryBase):
@@ -266,17 +262,6 @@ class RemediationStore(RepositoryBase):
         await self.audit(session, "context.gathered", remediation_id=rem.id,
                          data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
-    async def admit(
-        self, rem_id: str, owner: str, decide: Callable[[GuardrailFacts], Verdict],
-        facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]], *, context: dict[str, Any] | None = None,
-        before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None,
-    ) -> tuple[Remediation, Verdict, bool]:
-        """One admission (`admit_many` with one request); its exception is raised."""
-        (result,) = await self.admit_many([AdmissionRequest(rem_id, owner, decide, facts, context, before_lock)])
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
     async def admit_many(self, requests: Sequence[AdmissionRequest]) -> list[Admitted | BaseException]:
         """Guardrail decisions and the quarantines they admit, serialized across replicas, several at once.
 
@@ -311,7 +296,7 @@ class RemediationStore(RepositoryBase):
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
             started = 0  # quarantines started by this batch: their audit events are appended at commit
-            for i in sorted(rems, key=lambda k: (_aware(rems[k].created_at), rems[k].id)):
+            for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
                 gathered = await request.facts(session)
                 if started:

@@ -20,7 +20,7 @@ from remediator.errors import (
     TooManyRequests,
 )
 from remediator.settings import Settings
-from tests.fakekube import FakeKube
+from tests.fakekube import Call, FakeKube
 
 
 async def test_get_of_a_missing_node_is_not_found(kube_adapter: KubeAdapter) -> None:
@@ -143,16 +143,21 @@ def write_kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-async def test_connect_uses_the_configured_kubeconfig(fake_kube: FakeKube, tmp_path: Path) -> None:
+async def _read_a_node_through_connect(fake_kube: FakeKube, tmp_path: Path) -> Call:
+    """Read node n1 with an adapter `connect()` builds from a kubeconfig; the fake's record of that request."""
     fake_kube.add_node("n1")
-    config = write_kubeconfig(tmp_path / "config", fake_kube.url)
-    adapter = await connect(Settings(kubeconfig=str(config)))
+    adapter = await connect(Settings(kubeconfig=str(write_kubeconfig(tmp_path / "config", fake_kube.url))))
     assert adapter is not None
     try:
         assert (await adapter.get_node("n1"))["metadata"]["name"] == "n1"
     finally:
         await adapter.close()
     (call,) = fake_kube.requests("get", "nodes")
+    return call
+
+
+async def test_connect_uses_the_configured_kubeconfig(fake_kube: FakeKube, tmp_path: Path) -> None:
+    call = await _read_a_node_through_connect(fake_kube, tmp_path)
     assert call.path == "/api/v1/nodes/n1"
 
 
@@ -167,14 +172,7 @@ async def test_a_netrc_entry_for_the_api_server_is_not_used(
     netrc.write_text("machine 127.0.0.1 login someone password secret\n")
     netrc.chmod(0o600)
     monkeypatch.setenv("NETRC", str(netrc))
-    fake_kube.add_node("n1")
-    adapter = await connect(Settings(kubeconfig=str(write_kubeconfig(tmp_path / "config", fake_kube.url))))
-    assert adapter is not None
-    try:
-        assert (await adapter.get_node("n1"))["metadata"]["name"] == "n1"
-    finally:
-        await adapter.close()
-    (call,) = fake_kube.requests("get", "nodes")
+    call = await _read_a_node_through_connect(fake_kube, tmp_path)
     assert call.ok
 
 
