@@ -60,6 +60,7 @@ _YIELD_EVERY = 64
 # ~7 s where 250 takes ~13 s (bench/decide.py).
 DECISION_BATCH = {"postgresql": 250}
 DEFAULT_DECISION_BATCH = 1000
+APPROVAL_SWEEP_S = 1.0  # the loop looks for overdue approval requests at most this often
 
 
 def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
@@ -89,6 +90,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._gauges_at = 0.0
+        self._swept_at: float | None = None  # when the loop last swept overdue approvals
         self._guard: replica_guard.ReplicaGuard | None = None
         self._guard_acquired = False
         self._logged_head: tuple[int, str] | None = None
@@ -214,8 +216,12 @@ class Worker:
                 log.error("the single-replica guard is lost: no new work is started")
                 return
             self._wake.clear()  # before the iteration: a wake() during it must not be lost
+            now = asyncio.get_running_loop().time()
+            sweep = self._swept_at is None or now - self._swept_at >= APPROVAL_SWEEP_S
+            if sweep:
+                self._swept_at = now
             try:
-                busy = await self.run_once()
+                busy = await self.run_once(sweep_approvals=sweep)
             except StoreUnavailable as exc:
                 log.warning("store unavailable: %s", exc)
                 busy = False
@@ -260,12 +266,17 @@ class Worker:
 
     # -- one iteration (tests call this directly) -------------------------------------------------
 
-    async def run_once(self) -> bool:
-        """Process claimed alerts, expire approvals, dispatch remediations. True if there was work."""
+    async def run_once(self, *, sweep_approvals: bool = True) -> bool:
+        """Process claimed alerts, expire approvals, dispatch remediations. True if there was work.
+
+        The loop sweeps overdue approvals at most once every APPROVAL_SWEEP_S: a busy worker iterates
+        back to back, and a sweep on every iteration was a query per iteration for requests that expire
+        on a scale of minutes."""
         await self.rt.repo.intake_idle.wait()  # a webhook burst is stored first, processed right after
         processed = await self.process_alerts()
         dispatched = await self.dispatch()  # before the approval sweep: a new remediation starts at once
-        await self.expire_approvals()
+        if sweep_approvals:
+            await self.expire_approvals()
         now = asyncio.get_running_loop().time()
         if now - self._gauges_at > 5:
             self._gauges_at = now

@@ -8,18 +8,22 @@ serializes the few global decisions with advisory locks.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 __all__ = ["MIGRATIONS_DIR", "READ_ONLY", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 READ_ONLY = "remediator_read_only"  # execution option of the engine that read-only transactions use
+PING_AFTER_IDLE_S = 5.0  # a PostgreSQL connection idle this long in the pool is pinged before it is used
+_IDLE_SINCE = "remediator_idle_since"  # pool record info key: when the connection was checked in
 
 
 def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
@@ -49,7 +53,37 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
-    return create_async_engine(url, echo=echo, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    # Up to 20 connections kept open, 30 at most (a replica's worker slots, admissions and intake together).
+    engine = create_async_engine(url, echo=echo, pool_size=20, max_overflow=10)
+    _ping_after_idle(engine)
+    return engine
+
+
+def _ping_after_idle(engine: AsyncEngine) -> None:
+    """Ping a pooled connection before use only when it sat idle for PING_AFTER_IDLE_S or longer.
+
+    A connection that went idle is the one a restarted server, a failover or a firewall's idle timeout may
+    have dropped; one checked in a moment ago has just answered. SQLAlchemy's `pool_pre_ping` pings on every
+    checkout: a round trip before every transaction, about 5% of a replica's CPU in a storm. A dead connection
+    found here is replaced before the transaction starts; one that dies mid-transaction fails that transaction
+    (StoreUnavailable, retried by its caller) and invalidates the pool's older connections, as before.
+    """
+    sync = engine.sync_engine
+
+    @event.listens_for(sync, "checkin")
+    def _idle_since(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(sync, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.pop(_IDLE_SINCE, None)
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return
+        try:
+            sync.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            idle = time.monotonic() - since
+            raise DisconnectionError(f"pooled connection failed its ping after {idle:.0f} s idle") from exc
 
 
 def _roll_back_before_close(dbapi_connection: Any) -> None:

@@ -34,6 +34,11 @@ __all__ = ["AlertOutcome", "DecisionStore", "Finished", "Started"]
 
 _REMEDIATIONS = cast(Table, Remediation.__table__)
 _CHUNK = 500
+_REPLANS = 4  # a batch recorded again after a conflict, this many times in all, before alert by alert
+
+
+class _StillConflicting(Exception):
+    """A batch conflicted with other replicas' remediations every time it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +134,25 @@ class DecisionStore(RemediationStore):
         return dict(history)
 
     async def record_decisions(self, decided: Sequence[tuple[AlertRow, Finished | Started]]) -> list[AlertOutcome]:
-        """Record a batch's decisions in one transaction, in alert order; alert by alert after a conflict."""
+        """Record a batch's decisions in one transaction, in alert order.
+
+        A conflict (another replica committed a remediation with one of the batch's active keys while this
+        batch was being recorded) rolls back to a savepoint and the batch is recorded again against the keys
+        as they are now, so an alert on such a node is linked to the other replica's remediation. Only when
+        that keeps conflicting is the batch recorded alert by alert."""
         if not decided:
             return []
         try:
             async with self.transaction() as session:
-                return await self._record_decisions(session, decided)
-        except IntegrityError:
+                for _ in range(_REPLANS):
+                    queued = len(self._audit_queue(session))
+                    try:
+                        async with session.begin_nested():
+                            return await self._record_decisions(session, decided)
+                    except IntegrityError:
+                        del self._audit_queue(session)[queued:]
+                raise _StillConflicting
+        except (IntegrityError, _StillConflicting):
             return [await self._record_one(row, verdict) for row, verdict in decided]
 
     async def _record_one(self, row: AlertRow, verdict: Finished | Started) -> AlertOutcome:
@@ -161,6 +178,9 @@ class DecisionStore(RemediationStore):
             else:
                 self._start(pending, row, verdict.new, active, cooled)
         if pending.remediations:
+            # In active-key order: two replicas inserting overlapping batches take the keys' locks in the
+            # same order, so one waits for the other (and then conflicts) instead of deadlocking.
+            pending.remediations.sort(key=lambda values: str(values["active_key"]))
             await session.execute(insert(_REMEDIATIONS), pending.remediations)
         if pending.linked:
             await session.execute(

@@ -1,0 +1,95 @@
+"""A decided batch that conflicts with another replica's remediation is recorded again, not alert by alert.
+
+The race is made deterministic: the batch's read of the active remediations is made stale (it "sees" none,
+as a read made before the other replica committed), so its insert meets the other replica's committed
+remediation on the unique active key. The batch must then link that alert to the other replica's
+remediation and start the others, all in one transaction, with each audit event recorded once.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from remediator.store.decision_store import AlertOutcome, Started
+from remediator.store.models import AlertRow
+from remediator.store.repository import NewRemediation, Repository
+from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
+from tests.store.test_intake_store import payload
+
+
+def new_on(node: str) -> NewRemediation:
+    return NewRemediation(
+        rule="xid", playbook="reboot-node", definitions_version="v1", target_kind="node", target_key=f"node/{node}",
+        node=node, gpu_uuid=None, gpu_index=None, namespace=None, pod=None, params={},
+        plan={"playbook": {"steps": [{"name": "taint", "action": "taint"}]}}, cooldown=None,
+    )
+
+
+async def claimed(repo: Repository, count: int) -> list[AlertRow]:
+    for i in range(count):
+        await repo.store_batch(payload(fingerprint=f"f{i}"))
+    rows = await repo.claim_alerts("worker-b", 10, timedelta(seconds=30))
+    assert len(rows) == count
+    return sorted(rows, key=lambda r: r.id)
+
+
+def stale_active_reads(repo: Repository, monkeypatch: pytest.MonkeyPatch, stale: int) -> list[int]:
+    """The first `stale` reads of the active keys find nothing; returns the count of reads made."""
+    real = repo._active_by_key
+    calls: list[int] = []
+
+    async def read(session: Any, keys: Any) -> dict[str, str]:
+        calls.append(1)
+        return {} if len(calls) <= stale else await real(session, keys)
+
+    monkeypatch.setattr(repo, "_active_by_key", read)
+    return calls
+
+
+async def created_events(repo: Repository) -> list[str | None]:
+    return [e.remediation_id for e in await repo.list_audit() if e.kind == "remediation.created"]
+
+
+async def test_a_conflicting_batch_links_to_the_other_replicas_remediation(
+    store: Repository, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    first, second, third = await claimed(store, 3)
+    _, other = await store.record_firing(first, new_on("n1"))  # another replica, committed
+    reads = stale_active_reads(store, monkeypatch, stale=1)
+
+    async def one_by_one(*args: Any) -> AlertOutcome:
+        raise AssertionError("the batch was recorded alert by alert")
+
+    monkeypatch.setattr(store, "_record_one", one_by_one)
+    outcomes = await store.record_decisions([(second, Started(new_on("n1"))), (third, Started(new_on("n2")))])
+
+    assert len(reads) == 2  # recorded twice: the stale attempt rolled back, then against the keys as they are
+    assert [(o.alert_id, o.outcome) for o in outcomes] == [(second.id, "linked"), (third.id, "started")]
+    assert outcomes[0].remediation_id == other
+    started = outcomes[1].remediation_id
+    rems = {r.node: r for r in await store.list_remediations()}
+    assert set(rems) == {"n1", "n2"} and rems["n1"].id == other and rems["n2"].id == started
+    assert rems["n1"].linked_alerts == 1
+    # The rolled-back attempt's events are gone: each remediation created once, the link recorded once.
+    assert sorted(map(str, await created_events(store))) == sorted([other, str(started)])
+    linked = [e for e in await store.list_audit() if e.kind == "alert.linked"]
+    assert [(e.remediation_id, (e.data or {}).get("alert_id")) for e in linked] == [(other, second.id)]
+    states = {a.id: (a.state, a.outcome) for a in await store.list_alerts()}
+    assert states[second.id] == ("done", "linked") and states[third.id] == ("done", "started")
+
+
+async def test_a_batch_that_keeps_conflicting_is_recorded_alert_by_alert(
+    store: Repository, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    first, second, third = await claimed(store, 3)
+    _, other = await store.record_firing(first, new_on("n1"))
+    stale_active_reads(store, monkeypatch, stale=100)
+
+    outcomes = await store.record_decisions([(second, Started(new_on("n1"))), (third, Started(new_on("n2")))])
+
+    assert [(o.outcome, o.remediation_id == other) for o in outcomes] == [("linked", True), ("started", False)]
+    assert len(await created_events(store)) == 2
+    assert {r.node for r in await store.list_remediations()} == {"n1", "n2"}
