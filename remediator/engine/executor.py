@@ -168,23 +168,26 @@ class Executor:
 
     # -- public -----------------------------------------------------------------------------------
 
-    async def drive(self, rem_id: str) -> None:
-        """Advance one remediation until it waits, finishes or loses its lease; always release the lease."""
+    async def drive(self, rem_id: str, claimed: Remediation | None = None) -> None:
+        """Advance one remediation until it waits, finishes or loses its lease; always release the lease.
+
+        `claimed` is the row as the claiming transaction left it, used instead of reading it again."""
         acting_remediation.set(rem_id)
         log_fields.set({"remediation": rem_id})  # this task's records name the remediation (remediator/logs.py)
         renewer = asyncio.create_task(self._renew(rem_id))
         next_run: timedelta | None = None
-        admitted: Remediation | None = None  # as the admitting transaction left it: no need to read it again
+        # As the claiming, then the admitting, transaction left it: no need to read it again.
+        known: Remediation | None = claimed if claimed is not None and claimed.id == rem_id else None
         try:
             while True:
                 await self.rt.repo.intake_idle.wait()
-                rem, admitted = admitted or await self.rt.repo.get(rem_id), None
+                rem, known = known or await self.rt.repo.get(rem_id), None
                 if rem is None or rem.lease_owner != self.rt.owner:
                     return
                 log_fields.set(remediation_log_fields(rem))
                 if rem.state in ("pending", "held"):
-                    admitted = await self._admit(rem)
-                    if admitted is None:
+                    known = await self._admit(rem)
+                    if known is None:
                         next_run = self.rt.settings.held_recheck_interval
                         return
                 elif rem.state == "running":

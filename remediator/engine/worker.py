@@ -42,7 +42,7 @@ from remediator.inventory import NodeInventory
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.decision_store import Finished, Started
-from remediator.store.models import AlertRow
+from remediator.store.models import AlertRow, Remediation
 from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
 from remediator.store.takeover import free_dead_claims
@@ -400,17 +400,17 @@ class Worker:
         if room <= 0:
             self.rt.crowded = True
             return 0
-        ids = await self.rt.repo.claim_remediations(self.rt.owner, room, self.rt.settings.lease_duration)
-        self.rt.crowded = len(ids) == room
-        for rem_id in ids:
-            self._running[rem_id] = asyncio.create_task(self._drive(rem_id), name=f"remediation-{rem_id}")
-        return len(ids)
+        claimed = await self.rt.repo.claim_remediation_rows(self.rt.owner, room, self.rt.settings.lease_duration)
+        self.rt.crowded = len(claimed) == room
+        for rem in claimed:
+            self._running[rem.id] = asyncio.create_task(self._drive(rem.id, rem), name=f"remediation-{rem.id}")
+        return len(claimed)
 
-    async def _drive(self, rem_id: str) -> None:
+    async def _drive(self, rem_id: str, claimed: Remediation | None = None) -> None:
         """Drive one remediation. A crash inside `drive` is recorded and backed off there (one log line per
         crash); what escapes here is the store failing, or the crash record itself failing."""
         try:
-            await self.executor.drive(rem_id)
+            await self.executor.drive(rem_id, claimed)
         except StoreUnavailable as exc:
             log.warning("remediation %s paused by store error: %s", rem_id, exc)
         except Exception:

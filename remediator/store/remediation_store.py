@@ -168,6 +168,11 @@ class RemediationStore(RepositoryBase):
 
     async def claim_remediations(self, owner: str, limit: int, lease: timedelta) -> list[str]:
         """Claim runnable remediations whose lease is free or expired (a dead replica's work resumes)."""
+        return [rem.id for rem in await self.claim_remediation_rows(owner, limit, lease)]
+
+    async def claim_remediation_rows(self, owner: str, limit: int, lease: timedelta) -> list[Remediation]:
+        """`claim_remediations`, returning the claimed rows as the claiming transaction left them (leased to
+        `owner`), so the worker starts driving them without reading each one again."""
         now = self._clock()
         runnable = (
             Remediation.state.in_(("pending", "running", "reverting", "held")),
@@ -196,7 +201,7 @@ class RemediationStore(RepositoryBase):
             for rem in rows:
                 rem.lease_owner = owner
                 rem.lease_expires = now + lease
-            return [r.id for r in rows]
+            return list(rows)
 
     async def renew_lease(self, rem_id: str, owner: str, lease: timedelta) -> bool:
         async with self.transaction() as session:
