@@ -19,6 +19,7 @@ from remediator.store.models import (
     StepRow,
 )
 from remediator.store.unit_of_work import (
+    BREAKER_MEMO,
     RepositoryBase,
 )
 
@@ -166,10 +167,18 @@ class ReadStore(RepositoryBase):
             }
 
     async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
+        """Nodes under quarantine. In an admission batch (`admit_many`), read once under the admission lock;
+        the batch adds the quarantines it starts, and no other replica starts one while it holds the lock."""
+        memo = session.info.get(BREAKER_MEMO)
+        if memo is not None and "quarantined" in memo:
+            return set(memo["quarantined"])
         rows = await session.scalars(
             select(Remediation.node).where(Remediation.quarantined == true(), Remediation.node.is_not(None)).distinct()
         )
-        return {n for n in rows.all() if n}
+        nodes = {n for n in rows.all() if n}
+        if memo is not None:
+            memo["quarantined"] = set(nodes)
+        return nodes
 
     async def held_for_room_before(
         self, session: AsyncSession, rem_id: str, created_at: datetime, node: str | None, reason_prefix: str
@@ -188,10 +197,17 @@ class ReadStore(RepositoryBase):
         return {n for n in rows.all() if n and n != node}
 
     async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
-        count = await session.scalar(
+        """Quarantines started since `since`, as committed (an admission batch adds its own; in a batch this
+        is read once under the admission lock, like `quarantined_nodes`)."""
+        memo = session.info.get(BREAKER_MEMO)
+        if memo is not None and "starts" in memo:
+            return int(memo["starts"])
+        count = int(await session.scalar(
             select(func.count()).where(AuditEvent.kind == "quarantine.started", AuditEvent.ts >= since)
-        )
-        return int(count or 0)
+        ) or 0)
+        if memo is not None:
+            memo["starts"] = count
+        return count
 
     async def flap_count(self, session: AsyncSession, fingerprint: str, since: datetime) -> int:
         """How often this alert resolved within the window (first deliveries only)."""

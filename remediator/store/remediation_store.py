@@ -25,6 +25,7 @@ from remediator.store.models import (
 )
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
+    BREAKER_MEMO,
     LeaseLost,
     NewRemediation,
     RepositoryBase,
@@ -300,6 +301,10 @@ class RemediationStore(RepositoryBase):
                 rems[i] = rem
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
+            # The breaker's counts are read once under the lock and kept current here (the batch's own
+            # quarantines added), not read again for every request of the batch.
+            memo: dict[str, Any] = {}
+            session.info[BREAKER_MEMO] = memo
             started = 0  # quarantines started by this batch: their audit events are appended at commit
             for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
@@ -310,7 +315,10 @@ class RemediationStore(RepositoryBase):
                 results[i] = await self._apply_verdict(session, rem, verdict)
                 if verdict.allow and verdict.quarantines:
                     started += 1
+                    if rem.node and "quarantined" in memo:
+                        memo["quarantined"].add(rem.node)
                 await session.flush()  # the next request's facts see this one's state
+            session.info.pop(BREAKER_MEMO, None)
         return [r if r is not None else KeyError("not decided") for r in results]
 
     async def _apply_verdict(self, session: AsyncSession, rem: Remediation, verdict: Verdict) -> Admitted:

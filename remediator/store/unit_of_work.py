@@ -31,7 +31,7 @@ from remediator.store.models import (
 )
 from remediator.store.sqlite_intake import SqliteIntake
 
-__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch", "utcnow"]
+__all__ = ["BREAKER_MEMO", "LARGE_COLUMNS", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch", "utcnow"]
 
 # Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
 _BATCHES = cast(Table, AlertBatch.__table__)
@@ -40,6 +40,9 @@ _AUDIT_EVENTS = cast(Table, AuditEvent.__table__)
 _AUDIT_LOCK = 7_313_002
 _ADMIT_LOCK = 7_313_003
 _AUDIT_QUEUE = "remediator.audit_queue"  # session.info key: the events a transaction appends when it commits
+# session.info key: the breaker's facts an admission batch reads once under the admission lock and then keeps
+# current itself (RemediationStore.admit_many; ReadStore.quarantined_nodes, recent_quarantine_starts).
+BREAKER_MEMO = "remediator.breaker_memo"
 # The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
 LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
 

@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import TAINT_KEY, gpu_node, taints
 from tests.helpers import am_alert, am_payload, xid_labels
@@ -217,10 +219,22 @@ async def test_admissions_that_arrive_together_go_in_one_batch_oldest_first_with
         return await admit_many(requests)
 
     cluster.rt.repo.admit_many = recorded  # type: ignore[method-assign]
+    breaker_reads: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        quarantined = "DISTINCT remediations.node" in statement and "WHERE remediations.quarantined" in statement
+        starts = "count(*)" in statement and "FROM audit_events" in statement
+        if quarantined or starts:
+            breaker_reads.append(statement)
+
+    event.listen(cluster.engine.sync_engine, "before_cursor_execute", count)
     await cluster.post(am_payload(*(firing(name, i) for i, name in enumerate(nodes))))
     await cluster.settle()
+    event.remove(cluster.engine.sync_engine, "before_cursor_execute", count)
 
     assert max(batches) > 1  # the eight arrived together and were not admitted one transaction each
+    # Under the lock the breaker's counts are read once a batch, not once a request of the batch.
+    assert 0 < len(breaker_reads) <= 2 * len(batches)
     rems = sorted((await cluster.api.get("/api/v1/remediations")).json(), key=lambda r: r["created_at"])
     admitted = [r["node"] for r in rems if r["state"] in ("running", "succeeded")]
     held = [r["node"] for r in rems if r["state"] == "held"]
