@@ -159,6 +159,18 @@ def alert_started(rem: Remediation) -> datetime:
     return utc(rem.created_at)
 
 
+@dataclass(frozen=True)
+class SteadyFacts:
+    """The guardrail facts about one remediation alone, read before the admission lock (`_steady_facts`)."""
+
+    now: datetime
+    paused: bool
+    node_excluded: bool
+    flapping: bool
+    node_recent_remediations: int
+    override: bool
+
+
 class Executor:
     """Drives remediations for one replica (`rt.owner`)."""
 
@@ -256,13 +268,13 @@ class Executor:
             gathered = await self._gpu_context(rem, gathered)
             rem.context = gathered
         quarantines = self._quarantines(rem)
-        steady: dict[str, Any] = {}
+        steady: list[SteadyFacts] = []  # read before the admission lock, used under it
 
         async def before_lock(session: AsyncSession) -> None:
-            steady.update(await self._steady_facts(session, rem, quarantines))
+            steady.append(await self._steady_facts(session, rem, quarantines))
 
         async def facts(session: AsyncSession) -> GuardrailFacts:
-            return await self._breaker_facts(session, rem, quarantines, steady)
+            return await self._breaker_facts(session, rem, quarantines, steady[-1])
 
         admitted, verdict, changed = await self.admissions.admit(
             AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, before_lock=before_lock)
@@ -341,32 +353,32 @@ class Executor:
             getattr(self.rt.actions.get(step.action), "quarantines", False) for step in playbook.steps
         )
 
-    async def _steady_facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> dict[str, Any]:
+    async def _steady_facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> SteadyFacts:
         """The guardrail facts about this remediation alone (pause, override, flapping, the node's history),
         read before the admission lock: other admissions do not change them."""
         settings = self.rt.settings
         now = self.rt.repo._clock()
         flag = await self.rt.repo.get_flag_in(session, PAUSE_KEY)
         node_labels = (rem.context.get("node") or {}).get("labels") or {}
-        return {
-            "now": now,
-            "paused": bool(flag and flag.get("paused")),
-            "node_excluded": excluded(node_labels),
-            "flapping": await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
+        return SteadyFacts(
+            now=now,
+            paused=bool(flag and flag.get("paused")),
+            node_excluded=excluded(node_labels),
+            flapping=await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
             >= settings.flap_threshold > 0,
-            "node_recent_remediations": await self.rt.repo.node_remediations_since(
+            node_recent_remediations=await self.rt.repo.node_remediations_since(
                 session, rem.node, now - settings.node_repeat_window, rem.id
             ) if rem.node and quarantines else 0,
-            "override": await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
-        }
+            override=await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
+        )
 
     async def _breaker_facts(
-        self, session: AsyncSession, rem: Remediation, quarantines: bool, steady: dict[str, Any]
+        self, session: AsyncSession, rem: Remediation, quarantines: bool, steady: SteadyFacts
     ) -> GuardrailFacts:
         """The facts every admission changes (quarantined nodes, recent starts, the held queue), read under the
         admission lock, with the steady ones read before it."""
         settings = self.rt.settings
-        now = steady["now"]
+        now = steady.now
         quarantined = frozenset(await self.rt.repo.quarantined_nodes(session))
         limit = settings.quarantine_limit.resolve(self.rt.gpu_nodes)
         queued_ahead = 0
@@ -375,9 +387,9 @@ class Executor:
             queued_ahead = len(ahead - quarantined)
         return GuardrailFacts(
             now=now,
-            paused=steady["paused"],
+            paused=steady.paused,
             node=rem.node,
-            node_excluded=steady["node_excluded"],
+            node_excluded=steady.node_excluded,
             quarantines=quarantines,
             quarantined_nodes=quarantined,
             limit_nodes=limit,
@@ -386,11 +398,11 @@ class Executor:
                 session, now - settings.quarantine_rate_window
             ),
             rate_limit=settings.quarantine_rate,
-            flapping=steady["flapping"],
-            node_recent_remediations=steady["node_recent_remediations"],
+            flapping=steady.flapping,
+            node_recent_remediations=steady.node_recent_remediations,
             node_repeat_limit=settings.node_repeat_limit,
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
-            override=steady["override"],
+            override=steady.override,
             queued_ahead=queued_ahead,
         )
 

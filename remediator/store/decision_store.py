@@ -8,9 +8,10 @@ remediations started, the alerts linked to an active remediation or held by a co
 audit event, exactly as `record_firing` and `finish_alert` record them one by one.
 
 When another replica started a remediation with the same active key while this batch was being decided
-(a unique-key conflict, PostgreSQL with several replicas), the batch's transaction rolls back whole and the
-batch is recorded alert by alert instead, each alert in its own transaction as before (where one alert's
-conflict is retried on its own and cannot undo the others).
+(a unique-key conflict, PostgreSQL with several replicas), the batch rolls back to a savepoint and is
+recorded again against the active keys as they are then (the alert is linked to the other replica's
+remediation). A batch that keeps conflicting is recorded alert by alert, each alert in its own transaction
+(where one alert's conflict is retried on its own and cannot undo the others).
 """
 
 from __future__ import annotations
