@@ -41,7 +41,7 @@ from remediator.intake.normalize import GpuAlert, normalize
 from remediator.inventory import NodeInventory
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
-from remediator.store.decision_store import Finished, Started
+from remediator.store.decision_store import Finished, Lease, Started
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
@@ -87,6 +87,7 @@ class Worker:
         self.outcomes = OutcomeSweep(rt)
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._handed: list[Remediation] = []  # leased when they were decided, driven at the next dispatch
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._gauges_at = 0.0
@@ -199,6 +200,10 @@ class Worker:
                 await task
         self._tasks.clear()
         self._running.clear()
+        handed, self._handed = self._handed, []
+        for rem in handed:  # leased when decided, never driven: claimable again at once, not when the lease ends
+            with contextlib.suppress(Exception):
+                await self.rt.repo.release_lease(rem.id, self.rt.owner)
         await self.executor.admissions.close()
         if self._guard is not None:
             with contextlib.suppress(Exception):
@@ -348,13 +353,24 @@ class Worker:
         if any(isinstance(verdict, Started) for _, verdict in batch):
             await persist_version(self.rt.repo, self.rt.definitions, defs)
         try:
-            await self.rt.repo.record_decisions(batch)
+            _, leased = await self.rt.repo.record_and_lease(batch, self._handover())
         except StoreUnavailable:
             raise
         except Exception:
             log.exception("a batch of %d decided alerts could not be recorded together: one at a time", len(batch))
             for row, verdict in batch:
                 await self._guarded(row, partial(self._record_alone, verdict=verdict))
+            return
+        self._handed.extend(leased)  # `dispatch`, next in the same iteration, starts driving them
+
+    def _handover(self) -> Lease | None:
+        """An idle worker leases the remediations a batch starts in the deciding transaction, and `dispatch`
+        drives them without claiming or reading them first. A busy one leaves them to be claimed in
+        `dispatch`'s order (new before running before held, oldest first)."""
+        self._forget_finished()
+        if self._running or self._handed or self._stopping:
+            return None
+        return Lease(self.rt.owner, self.rt.settings.lease_duration, self.rt.settings.worker_concurrency)
 
     async def _record_alone(self, row: AlertRow, *, verdict: Finished | Started) -> None:
         await self.rt.repo.record_decisions([(row, verdict)])
@@ -392,19 +408,28 @@ class Worker:
         if await Approvals(self.rt).expire_due():
             self.wake()
 
-    async def dispatch(self) -> int:
+    def _forget_finished(self) -> None:
         for rem_id, task in list(self._running.items()):
             if task.done():
                 del self._running[rem_id]
+
+    def _start_drive(self, rem: Remediation) -> None:
+        self._running[rem.id] = asyncio.create_task(self._drive(rem.id, rem), name=f"remediation-{rem.id}")
+
+    async def dispatch(self) -> int:
+        self._forget_finished()
+        handed, self._handed = self._handed, []
+        for rem in handed:
+            self._start_drive(rem)
         room = self.rt.settings.worker_concurrency - len(self._running)
         if room <= 0:
             self.rt.crowded = True
-            return 0
+            return len(handed)
         claimed = await self.rt.repo.claim_remediation_rows(self.rt.owner, room, self.rt.settings.lease_duration)
         self.rt.crowded = len(claimed) == room
         for rem in claimed:
-            self._running[rem.id] = asyncio.create_task(self._drive(rem.id, rem), name=f"remediation-{rem.id}")
-        return len(claimed)
+            self._start_drive(rem)
+        return len(handed) + len(claimed)
 
     async def _drive(self, rem_id: str, claimed: Remediation | None = None) -> None:
         """Drive one remediation. A crash inside `drive` is recorded and backed off there (one log line per

@@ -19,8 +19,8 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, and_, bindparam, insert, or_, select, update
@@ -31,7 +31,7 @@ from remediator.store.models import AlertRow, Remediation
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values
 from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
 
-__all__ = ["AlertOutcome", "DecisionStore", "Finished", "Started"]
+__all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started"]
 
 _REMEDIATIONS = cast(Table, Remediation.__table__)
 _CHUNK = 500
@@ -66,6 +66,16 @@ class AlertOutcome:
     remediation_id: str | None
 
 
+@dataclass(frozen=True)
+class Lease:
+    """Lease up to `limit` of the remediations a batch starts to `owner` in the same transaction, so the
+    worker that decided them drives them at once, without claiming them first."""
+
+    owner: str
+    duration: timedelta
+    limit: int
+
+
 @dataclass
 class _Pending:
     """What one batch will write, collected in alert order."""
@@ -75,6 +85,7 @@ class _Pending:
     linked: dict[str, int]
     audits: list[tuple[str, str | None, dict[str, Any]]]
     outcomes: list[AlertOutcome]
+    leased: list[str] = field(default_factory=list)
 
 
 class DecisionStore(RemediationStore):
@@ -135,26 +146,34 @@ class DecisionStore(RemediationStore):
         return dict(history)
 
     async def record_decisions(self, decided: Sequence[tuple[AlertRow, Finished | Started]]) -> list[AlertOutcome]:
-        """Record a batch's decisions in one transaction, in alert order.
+        """Record a batch's decisions in one transaction, in alert order (`record_and_lease` without a lease)."""
+        outcomes, _ = await self.record_and_lease(decided, None)
+        return outcomes
+
+    async def record_and_lease(
+        self, decided: Sequence[tuple[AlertRow, Finished | Started]], lease: Lease | None
+    ) -> tuple[list[AlertOutcome], list[Remediation]]:
+        """Record a batch's decisions in one transaction, in alert order; with `lease`, the first `lease.limit`
+        remediations it starts are leased to `lease.owner` in that transaction and returned as committed.
 
         A conflict (another replica committed a remediation with one of the batch's active keys while this
         batch was being recorded) rolls back to a savepoint and the batch is recorded again against the keys
         as they are now, so an alert on such a node is linked to the other replica's remediation. Only when
-        that keeps conflicting is the batch recorded alert by alert."""
+        that keeps conflicting is the batch recorded alert by alert (and nothing is leased)."""
         if not decided:
-            return []
+            return [], []
         try:
             async with self.transaction() as session:
                 for _ in range(_REPLANS):
                     queued = len(self._audit_queue(session))
                     try:
                         async with session.begin_nested():
-                            return await self._record_decisions(session, decided)
+                            return await self._record_decisions(session, decided, lease)
                     except IntegrityError:
                         del self._audit_queue(session)[queued:]
                 raise _StillConflicting
         except (IntegrityError, _StillConflicting):
-            return [await self._record_one(row, verdict) for row, verdict in decided]
+            return [await self._record_one(row, verdict) for row, verdict in decided], []
 
     async def _record_one(self, row: AlertRow, verdict: Finished | Started) -> AlertOutcome:
         if isinstance(verdict, Started):
@@ -166,8 +185,8 @@ class DecisionStore(RemediationStore):
         return AlertOutcome(row.id, verdict.outcome, None)
 
     async def _record_decisions(
-        self, session: AsyncSession, decided: Sequence[tuple[AlertRow, Finished | Started]]
-    ) -> list[AlertOutcome]:
+        self, session: AsyncSession, decided: Sequence[tuple[AlertRow, Finished | Started]], lease: Lease | None
+    ) -> tuple[list[AlertOutcome], list[Remediation]]:
         starts = [v.new for _, v in decided if isinstance(v, Started)]
         active = await self._active_by_key(session, [active_key_of(n) for n in starts])
         cooled = await self._recently_finished(session, starts)
@@ -177,7 +196,7 @@ class DecisionStore(RemediationStore):
                 self._finish(pending, row, verdict.outcome, None, note=verdict.note)
                 pending.audits.append((verdict.audit_kind, None, verdict.audit_data))
             else:
-                self._start(pending, row, verdict.new, active, cooled)
+                self._start(pending, row, verdict.new, active, cooled, lease)
         if pending.remediations:
             # In active-key order: two replicas inserting overlapping batches take the keys' locks in the
             # same order, so one waits for the other (and then conflicts) instead of deadlocking.
@@ -198,7 +217,13 @@ class DecisionStore(RemediationStore):
             pending.alerts,
         )
         await self.audit_many(session, pending.audits)
-        return pending.outcomes
+        leased: list[Remediation] = []
+        if pending.leased:
+            rows = {r.id: r for r in (await session.scalars(
+                select(Remediation).where(Remediation.id.in_(pending.leased))
+            )).all()}
+            leased = [rows[rem_id] for rem_id in pending.leased]
+        return pending.outcomes, leased
 
     def _finish(self, pending: _Pending, row: AlertRow, outcome: str, rem_id: str | None, *, note: str | None) -> None:
         pending.alerts.append(
@@ -208,7 +233,7 @@ class DecisionStore(RemediationStore):
 
     def _start(
         self, pending: _Pending, row: AlertRow, new: NewRemediation, active: dict[str, str],
-        cooled: dict[tuple[str, str], list[tuple[str, datetime]]],
+        cooled: dict[tuple[str, str], list[tuple[str, datetime]]], lease: Lease | None,
     ) -> None:
         key = active_key_of(new)
         now = self._clock()
@@ -230,8 +255,14 @@ class DecisionStore(RemediationStore):
                 return
         rem_id = str(uuid.uuid4())
         active[key] = rem_id
-        pending.remediations.append(new_values(rem_id, new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
-                                               alertname=row.alertname, labels=row.labels, annotations=row.annotations))
+        values = new_values(rem_id, new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
+                            alertname=row.alertname, labels=row.labels, annotations=row.annotations)
+        leased = lease is not None and len(pending.leased) < lease.limit
+        values["lease_owner"] = lease.owner if lease is not None and leased else None
+        values["lease_expires"] = now + lease.duration if lease is not None and leased else None
+        if leased:
+            pending.leased.append(rem_id)
+        pending.remediations.append(values)
         self._finish(pending, row, "started", rem_id, note=None)
         pending.audits.append(("remediation.created", rem_id, {
             "rule": new.rule, "playbook": new.playbook, "target": new.target_key, "alert_id": row.id,
