@@ -20,6 +20,7 @@ from remediator.store.models import (
 )
 from remediator.store.unit_of_work import (
     BREAKER_MEMO,
+    BreakerMemo,
     RepositoryBase,
 )
 
@@ -169,15 +170,15 @@ class ReadStore(RepositoryBase):
     async def quarantined_nodes(self, session: AsyncSession) -> set[str]:
         """Nodes under quarantine. In an admission batch (`admit_many`), read once under the admission lock;
         the batch adds the quarantines it starts, and no other replica starts one while it holds the lock."""
-        memo = session.info.get(BREAKER_MEMO)
-        if memo is not None and "quarantined" in memo:
-            return set(memo["quarantined"])
+        memo: BreakerMemo | None = session.info.get(BREAKER_MEMO)
+        if memo is not None and memo.quarantined is not None:
+            return set(memo.quarantined)
         rows = await session.scalars(
             select(Remediation.node).where(Remediation.quarantined == true(), Remediation.node.is_not(None)).distinct()
         )
         nodes = {n for n in rows.all() if n}
         if memo is not None:
-            memo["quarantined"] = set(nodes)
+            memo.quarantined = set(nodes)
         return nodes
 
     async def held_for_room_before(
@@ -197,16 +198,16 @@ class ReadStore(RepositoryBase):
         return {n for n in rows.all() if n and n != node}
 
     async def recent_quarantine_starts(self, session: AsyncSession, since: datetime) -> int:
-        """Quarantines started since `since`, as committed (an admission batch adds its own; in a batch this
-        is read once under the admission lock, like `quarantined_nodes`)."""
-        memo = session.info.get(BREAKER_MEMO)
-        if memo is not None and "starts" in memo:
-            return int(memo["starts"])
+        """Quarantines started since `since`. In an admission batch, read once under the admission lock and
+        counted on by the batch as it starts quarantines (their audit events are appended at its commit)."""
+        memo: BreakerMemo | None = session.info.get(BREAKER_MEMO)
+        if memo is not None and memo.starts is not None:
+            return memo.starts
         count = int(await session.scalar(
             select(func.count()).where(AuditEvent.kind == "quarantine.started", AuditEvent.ts >= since)
         ) or 0)
         if memo is not None:
-            memo["starts"] = count
+            memo.starts = count
         return count
 
     async def flap_count(self, session: AsyncSession, fingerprint: str, since: datetime) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from remediator.store.models import (
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
+    BreakerMemo,
     LeaseLost,
     NewRemediation,
     RepositoryBase,
@@ -303,20 +304,14 @@ class RemediationStore(RepositoryBase):
                 await self._lock(session, _ADMIT_LOCK)
             # The breaker's counts are read once under the lock and kept current here (the batch's own
             # quarantines added), not read again for every request of the batch.
-            memo: dict[str, Any] = {}
+            memo = BreakerMemo()
             session.info[BREAKER_MEMO] = memo
-            started = 0  # quarantines started by this batch: their audit events are appended at commit
             for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
-                gathered = await request.facts(session)
-                if started:
-                    gathered = replace(gathered, recent_quarantine_starts=gathered.recent_quarantine_starts + started)
-                verdict = request.decide(gathered)
+                verdict = request.decide(await request.facts(session))
                 results[i] = await self._apply_verdict(session, rem, verdict)
                 if verdict.allow and verdict.quarantines:
-                    started += 1
-                    if rem.node and "quarantined" in memo:
-                        memo["quarantined"].add(rem.node)
+                    memo.started(rem.node)
                 await session.flush()  # the next request's facts see this one's state
             session.info.pop(BREAKER_MEMO, None)
         return [r if r is not None else KeyError("not decided") for r in results]

@@ -31,7 +31,10 @@ from remediator.store.models import (
 )
 from remediator.store.sqlite_intake import SqliteIntake
 
-__all__ = ["BREAKER_MEMO", "LARGE_COLUMNS", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch", "utcnow"]
+__all__ = [
+    "BREAKER_MEMO", "LARGE_COLUMNS", "BreakerMemo", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch",
+    "utcnow",
+]
 
 # Core tables for the intake hot path: plain executemany, without the ORM's per-row bookkeeping.
 _BATCHES = cast(Table, AlertBatch.__table__)
@@ -79,6 +82,23 @@ class NewRemediation:
     params: dict[str, Any]
     plan: dict[str, Any]
     cooldown: timedelta | None
+
+
+@dataclass
+class BreakerMemo:
+    """The breaker's counts as an admission batch sees them (`RemediationStore.admit_many`): read once under
+    the admission lock (`ReadStore.quarantined_nodes`, `recent_quarantine_starts`), then kept current by the
+    batch as it starts quarantines. None until read."""
+
+    quarantined: set[str] | None = None
+    starts: int | None = None
+
+    def started(self, node: str | None) -> None:
+        """The batch started a quarantine of `node`."""
+        if node and self.quarantined is not None:
+            self.quarantined.add(node)
+        if self.starts is not None:
+            self.starts += 1
 
 
 def _aware(ts: datetime | None) -> datetime | None:

@@ -13,31 +13,40 @@ from tests.engine.test_pipeline import gpu_node
 from tests.helpers import am_alert, am_payload, xid_labels
 
 
+def record_calls(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, calls: list[tuple[str, Any]], *names: str) -> None:
+    """Each call of these store methods is appended to `calls` as (name, what it returned), in call order."""
+    repo = cluster.rt.repo
+    for name in names:
+        real = getattr(repo, name)
+
+        def record(real: Any = real, name: str = name) -> Any:
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                at = len(calls)  # the call's place in call order; what it returns is filled in after
+                calls.append((name, None))
+                result = await real(*args, **kwargs)
+                calls[at] = (name, result)
+                return result
+            return call
+
+        monkeypatch.setattr(repo, name, record())
+
+
 async def test_a_claimed_remediation_is_admitted_without_being_read_again(
     make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
-    repo = cluster.rt.repo
-    calls: list[str] = []
-    for name in ("get", "admit_many", "claim_remediation_rows"):
-        real = getattr(repo, name)
-
-        def record(real: Any = real, name: str = name) -> Any:
-            async def call(*args: Any, **kwargs: Any) -> Any:
-                calls.append(name)
-                return await real(*args, **kwargs)
-            return call
-
-        monkeypatch.setattr(repo, name, record())
+    calls: list[tuple[str, Any]] = []
+    record_calls(cluster, monkeypatch, calls, "get", "admit_many", "claim_remediation_rows")
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
     await cluster.settle()
 
     rem = await cluster.only_remediation()
     assert rem["state"] == "succeeded"
-    first_claim = calls.index("claim_remediation_rows")
-    assert "admit_many" in calls[first_claim:]
-    assert "get" not in calls[first_claim : calls.index("admit_many")]
+    names = [name for name, _ in calls]
+    first_claim = names.index("claim_remediation_rows")
+    assert "admit_many" in names[first_claim:]
+    assert "get" not in names[first_claim : names.index("admit_many")]
 
 
 async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
@@ -46,16 +55,8 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     """Leased in the deciding transaction (`DecisionStore.record_and_lease`), started by the next dispatch."""
     cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
-    repo = cluster.rt.repo
-    claimed: list[str] = []
-    claim = repo.claim_remediation_rows
-
-    async def recorded(*args: Any, **kwargs: Any) -> Any:
-        rows = await claim(*args, **kwargs)
-        claimed.extend(r.id for r in rows)
-        return rows
-
-    monkeypatch.setattr(repo, "claim_remediation_rows", recorded)
+    calls: list[tuple[str, Any]] = []
+    record_calls(cluster, monkeypatch, calls, "claim_remediation_rows")
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
     await cluster.settle()
 
@@ -63,4 +64,5 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     assert rem["state"] == "succeeded"
     steps = [s["name"] for s in rem["steps"] if s["phase"] == "forward"]
     assert steps[0] == "taint"
+    claimed = {row.id for _, rows in calls for row in rows}
     assert rem["id"] not in claimed  # driven from decision to the end without a claim

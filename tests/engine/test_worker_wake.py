@@ -4,6 +4,7 @@ overdue approvals at most once every APPROVAL_SWEEP_S, not on every iteration.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,16 @@ import pytest
 from remediator.engine import worker as worker_module
 from remediator.engine.worker import Worker
 from tests.engine.conftest import Cluster, MakeCluster
+
+
+async def loop_until(worker: Worker, run_once: Callable[..., Awaitable[bool]], done: asyncio.Event) -> None:
+    """Run the worker's real loop over `run_once` until `done` is set (10 s at most), then stop it."""
+    worker.run_once = run_once  # type: ignore[method-assign]
+    await worker.start()
+    try:
+        await asyncio.wait_for(done.wait(), timeout=10)
+    finally:
+        await worker.stop()
 
 
 async def test_wake_during_an_idle_iteration_runs_another_at_once(make_cluster: MakeCluster) -> None:
@@ -29,12 +40,7 @@ async def test_wake_during_an_idle_iteration_runs_another_at_once(make_cluster: 
             second.set()
         return False
 
-    worker.run_once = run_once  # type: ignore[method-assign]
-    await worker.start()
-    try:
-        await asyncio.wait_for(second.wait(), timeout=10)
-    finally:
-        await worker.stop()
+    await loop_until(worker, run_once, second)
 
 
 async def test_a_busy_loop_sweeps_approvals_once_per_interval(
@@ -52,12 +58,6 @@ async def test_a_busy_loop_sweeps_approvals_once_per_interval(
         return True  # there was work: the loop goes round again at once
 
     monkeypatch.setattr(worker_module, "APPROVAL_SWEEP_S", 3600.0)
-    worker = Worker(cluster.rt)
-    worker.run_once = busy  # type: ignore[method-assign]
-    await worker.start()
-    try:
-        await asyncio.wait_for(done.wait(), timeout=10)
-    finally:
-        await worker.stop()
+    await loop_until(Worker(cluster.rt), busy, done)
     assert sweeps[0] is True  # the first iteration sweeps
     assert sweeps[1:200].count(True) == 0  # then not again within the interval, however often the loop turns
