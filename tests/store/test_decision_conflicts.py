@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from remediator.intake.models import AlertmanagerPayload
 from remediator.store.decision_store import AlertOutcome, Started
 from remediator.store.models import AlertRow
 from remediator.store.repository import NewRemediation, Repository
+from tests.helpers import am_alert, am_payload, xid_labels
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
-from tests.store.test_intake_store import payload
 
 
 def new_on(node: str) -> NewRemediation:
@@ -29,8 +30,10 @@ def new_on(node: str) -> NewRemediation:
 
 
 async def claimed(repo: Repository, count: int) -> list[AlertRow]:
+    """`count` stored and claimed Xid 79 alerts as dcgm-exporter's series raise them, one GPU each."""
     for i in range(count):
-        await repo.store_batch(payload(fingerprint=f"f{i}"))
+        alert = am_alert(xid_labels(f"n{i + 1}", 79, uuid=f"GPU-8e6a1c2d-0000-4000-8000-00000000000{i}", gpu=str(i)))
+        await repo.store_batch(AlertmanagerPayload.model_validate(am_payload(alert)))
     rows = await repo.claim_alerts("worker-b", 10, timedelta(seconds=30))
     assert len(rows) == count
     return sorted(rows, key=lambda r: r.id)
