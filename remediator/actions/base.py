@@ -155,6 +155,14 @@ class Action(ABC, Generic[P]):
     async def apply(self, ctx: ActionContext, params: P) -> ActionResult:
         """Do the work. Raise remediator.errors.ActionError on failure."""
 
+    async def observe(self, ctx: ActionContext, params: P) -> dict[str, Any] | None:
+        """The progress `apply` would checkpoint before its first write (what was there before), read before
+        the step is begun so that a new step row is stored with it: one transaction where begin, then a
+        checkpoint, were two. Read-only; never called in a dry run. `apply` must still work without it (it is
+        skipped when it fails, and a resumed step keeps the progress it saved): it finds the observation in
+        `ctx.progress` and does not checkpoint it again. None (the default): nothing to observe."""
+        return None
+
     async def plan(self, ctx: ActionContext, params: P) -> ActionResult:
         """Say what `apply` would do, changing nothing. This default says it from the parameters alone;
         an action whose answer depends on what is there now (the node, the GPU) looks first."""

@@ -139,11 +139,15 @@ def _should_unmark(ctx: ActionContext) -> bool:
 # ---------------------------------------------------------------------------------------- cordon
 
 
+def _cordon_prior(node: Mapping[str, Any]) -> dict[str, Any]:
+    return {"was_unschedulable": bool((node.get("spec") or {}).get("unschedulable")), "marked": _needs_marks(node)}
+
+
 async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple[dict[str, Any], bool]:
     """Cordon and mark `name`; returns (output with was_unschedulable and marked, changed)."""
     node = await kube.get_node(name)
     unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-    prior = await _remember(ctx, {"was_unschedulable": unschedulable, "marked": _needs_marks(node)})
+    prior = await _remember(ctx, _cordon_prior(node))
     output = {
         "node": name,
         "was_unschedulable": bool(prior["was_unschedulable"]),
@@ -179,6 +183,10 @@ class Cordon(Action[NoParams]):
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
         what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
         return planned(what, {"node": name, "was_unschedulable": unschedulable})
+
+    async def observe(self, ctx: ActionContext, params: NoParams) -> dict[str, Any] | None:
+        """Whether the node was unschedulable and unmarked before: stored with the step row when it begins."""
+        return {"prior": _cordon_prior(await require_kube(ctx).get_node(target_node(ctx)))}
 
     async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         name = target_node(ctx)
@@ -303,20 +311,24 @@ class Taint(Action[TaintParams]):
             f"would taint node {name} with {described}", {"node": name, "key": params.key, "effect": params.effect}
         )
 
+    @staticmethod
+    def _prior(node: Mapping[str, Any], p: TaintParams) -> dict[str, Any]:
+        """The taint with this key and effect before the step (its value, or None) and whether marks were
+        missing: what the undo restores."""
+        current = _find_taint(_taints(node), p.key, p.effect)
+        return {"previous": None if current is None else {"value": _taint_value(current)}, "marked": _needs_marks(node)}
+
+    async def observe(self, ctx: ActionContext, params: TaintParams) -> dict[str, Any] | None:
+        """The taint and marks before the step: stored with the step row when it begins."""
+        return {"prior": self._prior(await require_kube(ctx).get_node(target_node(ctx)), params)}
+
     async def apply(self, ctx: ActionContext, params: TaintParams) -> ActionResult:
         p = params
         described = self._checked(p)
         name = target_node(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
-        current = _find_taint(_taints(node), p.key, p.effect)
-        prior = await _remember(
-            ctx,
-            {
-                "previous": None if current is None else {"value": _taint_value(current)},
-                "marked": _needs_marks(node),
-            },
-        )
+        prior = await _remember(ctx, self._prior(node, p))
 
         def build(fresh: KubeObject) -> dict[str, Any]:
             patch: dict[str, Any] = {}

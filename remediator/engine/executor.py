@@ -190,6 +190,7 @@ class Executor:
         next_run: timedelta | None = None
         # As the claiming, then the admitting, transaction left it: no need to read it again.
         known: Remediation | None = claimed if claimed is not None and claimed.id == rem_id else None
+        admitted = False  # the admission just passed: it read the pause flag a moment ago
         try:
             while True:
                 await self.rt.repo.intake_idle.wait()
@@ -202,8 +203,10 @@ class Executor:
                     if known is None:
                         next_run = self.rt.settings.held_recheck_interval
                         return
+                    admitted = True
                 elif rem.state == "running":
-                    later = await self._forward(rem)
+                    later = await self._forward(rem, admitted=admitted)
+                    admitted = False
                     if later is not None:  # the step asked to run again later (e.g. `wait`)
                         next_run = later
                         return
@@ -358,18 +361,19 @@ class Executor:
         read before the admission lock: other admissions do not change them."""
         settings = self.rt.settings
         now = self.rt.repo._clock()
-        flag = await self.rt.repo.get_flag_in(session, PAUSE_KEY)
         node_labels = (rem.context.get("node") or {}).get("labels") or {}
+        counts = await self.rt.repo.steady_counts(
+            session, pause_key=PAUSE_KEY, override_key=f"override:{rem.id}", fingerprint=rem.alert_fingerprint,
+            flap_since=now - settings.flap_window, node=rem.node if quarantines else None,
+            node_since=now - settings.node_repeat_window, exclude=rem.id,
+        )
         return SteadyFacts(
             now=now,
-            paused=bool(flag and flag.get("paused")),
+            paused=bool(counts.pause and counts.pause.get("paused")),
             node_excluded=excluded(node_labels),
-            flapping=await self.rt.repo.flap_count(session, rem.alert_fingerprint, now - settings.flap_window)
-            >= settings.flap_threshold > 0,
-            node_recent_remediations=await self.rt.repo.node_remediations_since(
-                session, rem.node, now - settings.node_repeat_window, rem.id
-            ) if rem.node and quarantines else 0,
-            override=await self.rt.repo.get_flag_in(session, f"override:{rem.id}") is not None,
+            flapping=counts.flaps >= settings.flap_threshold > 0,
+            node_recent_remediations=counts.node_remediations,
+            override=counts.override,
         )
 
     async def _breaker_facts(
@@ -408,7 +412,10 @@ class Executor:
 
     # -- forward steps ----------------------------------------------------------------------------
 
-    async def _forward(self, rem: Remediation) -> timedelta | None:
+    async def _forward(self, rem: Remediation, *, admitted: bool = False) -> timedelta | None:
+        """One forward step. `admitted`: the guardrails admitted the remediation just before, in this drive, with
+        the pause flag read then; the first step does not read it again (the flag can change at any moment
+        either way: the check only stops a mutating step that starts after the pause is seen)."""
         playbook = playbook_of(rem)
         idx = rem.current_step
         if idx >= len(playbook.steps):
@@ -416,12 +423,15 @@ class Executor:
             return None
         step = playbook.steps[idx]
         action = self.rt.actions.get(step.action)
-        if action is not None and action.mutating and await self._paused():
+        if action is not None and action.mutating and not admitted and await self._paused():
             await move(self.rt, rem.id, Event.HOLD, reason="controller is paused", owner=self.rt.owner,
                        data={"guardrail": "paused"})
             return None
+        # Forward steps run in order from 0 and an undo has its own phase: before the first step there is no
+        # earlier step whose output a template or condition could read, so the rows need no reading.
+        rows: list[StepRow] | None = [] if idx == 0 else None
         try:
-            end = await self._attempt(rem, step, idx, phase="forward", name=step.name, rows=None)
+            end = await self._attempt(rem, step, idx, phase="forward", name=step.name, rows=rows)
         except ResumeLater as later:
             return timedelta(seconds=later.delay)
         except CancelRemediation as cancel:
@@ -460,10 +470,11 @@ class Executor:
                 raise LookupError(f"unknown action {step.action!r}")
             params = action.parse(rendered)
             stage = "action"
-            row = await self.rt.repo.begin_step(
-                rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered
-            )
             timeout = step.timeout.total_seconds()
+            row = await self.rt.repo.begin_step(
+                rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered,
+                progress=await self._observe(action, self._context(rem, name, timeout, phase, idx, {}, None), params),
+            )
             ctx = self._context(rem, name, timeout, phase, idx, row.progress, None)
             outcome = await self._run(action, ctx, params, step.retries, timeout)
             if isinstance(outcome, StepFailure):
@@ -482,6 +493,20 @@ class Executor:
             raise
         except Exception as exc:
             return _StepEnd(f"{stage} error: {failure_reason(exc)}", None, rendered)
+
+    async def _observe(self, action: AnyAction, ctx: ActionContext, params: Any) -> dict[str, Any] | None:
+        """What the action observes before its step begins (`Action.observe`); None in a dry run or when the
+        read fails (the action then reads and checkpoints it itself, under its retries and timeout)."""
+        if ctx.dry_run:
+            return None
+        try:
+            return await action.observe(ctx, params)
+        except _PASS_THROUGH:
+            raise
+        except Exception:
+            log.debug("step %s of remediation %s: observing before it begins failed", ctx.step_name,
+                      ctx.remediation_id, exc_info=True)
+            return None
 
     async def _step_done(
         self, rem: Remediation, phase: str, idx: int, name: str, action: str, ctx: ActionContext,

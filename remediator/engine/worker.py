@@ -88,6 +88,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._handed: list[Remediation] = []  # leased when they were decided, driven at the next dispatch
+        self._full = False  # this iteration's claim of alerts or remediations took all it asked for: more may wait
+        # Whether `dispatch` must claim even though this iteration handed over what it decided: False only when
+        # `process_alerts` leased everything its batches started and resolved nothing (an undo needs a claim).
+        self._claim_due = True
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._gauges_at = 0.0
@@ -225,6 +229,7 @@ class Worker:
             sweep = self._swept_at is None or now - self._swept_at >= APPROVAL_SWEEP_S
             if sweep:
                 self._swept_at = now
+            self._full = False
             try:
                 busy = await self.run_once(sweep_approvals=sweep)
             except StoreUnavailable as exc:
@@ -233,7 +238,10 @@ class Worker:
             except Exception:
                 log.exception("worker iteration failed")
                 busy = False
-            if busy:
+            # Again at once only when a claim came back full. Otherwise what this iteration found is in hand, and
+            # an empty claim now would only run beside the drives it started (on the latency path of a new
+            # remediation): new alerts and finished drives wake the loop, timers wait for the poll.
+            if busy and self._full:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)
@@ -295,6 +303,8 @@ class Worker:
         if limit is None:
             limit = DECISION_BATCH.get(self.rt.repo.dialect, DEFAULT_DECISION_BATCH)
         rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
+        self._full |= len(rows) >= limit
+        self._claim_due = any(row.status == "resolved" for row in rows)
         firing: list[AlertRow] = []
         for row in rows:
             if row.status != "resolved":
@@ -352,16 +362,20 @@ class Worker:
         batch = [(row, decided[row.id]) for row in rows]
         if any(isinstance(verdict, Started) for _, verdict in batch):
             await persist_version(self.rt.repo, self.rt.definitions, defs)
+        lease = self._handover()
         try:
-            _, leased = await self.rt.repo.record_and_lease(batch, self._handover())
+            _, leased = await self.rt.repo.record_and_lease(batch, lease)
         except StoreUnavailable:
             raise
         except Exception:
             log.exception("a batch of %d decided alerts could not be recorded together: one at a time", len(batch))
+            self._claim_due = True
             for row, verdict in batch:
                 await self._guarded(row, partial(self._record_alone, verdict=verdict))
             return
         self._handed.extend(leased)  # `dispatch`, next in the same iteration, starts driving them
+        if lease is None or len(leased) >= lease.limit:  # what the batch started may not all be leased
+            self._claim_due = True
 
     def _handover(self) -> Lease | None:
         """An idle worker leases the remediations a batch starts in the deciding transaction, and `dispatch`
@@ -421,12 +435,20 @@ class Worker:
         handed, self._handed = self._handed, []
         for rem in handed:
             self._start_drive(rem)
+        claim_due, self._claim_due = self._claim_due, True
+        if handed and not claim_due:
+            # An idle worker was handed all its batches started; a claim now would only run beside these drives,
+            # on their latency path. Anything else runnable (a timer that fell due, another replica's expired
+            # lease) is claimed at the next wake (these drives' ends) or poll.
+            self.rt.crowded = False
+            return len(handed)
         room = self.rt.settings.worker_concurrency - len(self._running)
         if room <= 0:
             self.rt.crowded = True
             return len(handed)
         claimed = await self.rt.repo.claim_remediation_rows(self.rt.owner, room, self.rt.settings.lease_duration)
         self.rt.crowded = len(claimed) == room
+        self._full |= self.rt.crowded
         for rem in claimed:
             self._start_drive(rem)
         return len(handed) + len(claimed)

@@ -22,9 +22,13 @@ class StepStore(RepositoryBase):
     """Step executions (a mixin of `Repository`)."""
 
     async def begin_step(
-        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: dict[str, Any]
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: dict[str, Any],
+        progress: dict[str, Any] | None = None,
     ) -> StepRow:
-        """Create or resume the step row; a resumed step keeps its saved progress and counts the attempt."""
+        """Create or resume the step row; a resumed step keeps its saved progress and counts the attempt.
+
+        `progress`: what the action observed before its first write (`Action.observe`), stored only with a
+        new row: a resumed one keeps what it saved, which may predate writes of the earlier attempt."""
         async with self.transaction() as session:
             await self._get_for_update(session, rem_id, owner)
             step = await session.scalar(
@@ -35,7 +39,8 @@ class StepStore(RepositoryBase):
             if step is None:
                 step = StepRow(
                     remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status="running",
-                    attempts=1, params=jsonable(params), output={}, progress={}, error=None, started_at=now,
+                    attempts=1, params=jsonable(params), output={}, progress=jsonable(progress or {}), error=None,
+                    started_at=now,
                 )
                 session.add(step)
             else:

@@ -178,6 +178,37 @@ async def test_untaint_restores_a_pre_existing_taint_value(fake_kube: FakeKube, 
     assert taints(fake_kube) == [earlier, FOREIGN]
 
 
+async def test_taint_observed_before_its_step_began_needs_no_checkpoint_and_is_restored(
+    fake_kube: FakeKube, make_ctx: MakeCtx
+) -> None:
+    """The prior taint observed before the step row began (stored with it) is what the undo restores, and the
+    apply writes no checkpoint of its own (`Action.observe`)."""
+    earlier = {"key": "remediator.io/gpu-unhealthy", "value": "xid-31", "effect": "NoSchedule"}
+    fake_kube.add_node(NODE, taints=[earlier, FOREIGN])
+    params = Taint().parse({"value": "xid-79"})
+    observed = await Taint().observe(make_ctx(), params)
+    assert observed == {"prior": {"previous": {"value": "xid-31"}, "marked": True}}
+    assert fake_kube.writes("nodes") == []  # observing writes nothing
+    store = Checkpoints()
+    forward = await Taint().run(make_ctx(progress=observed, checkpoints=store), params)
+    assert store.saved == []
+    assert forward.output["previous"] == {"value": "xid-31"}
+    await Untaint().run(make_ctx(prior_output=forward.output), Untaint().parse({}))
+    assert taints(fake_kube) == [earlier, FOREIGN]
+
+
+async def test_cordon_observed_before_its_step_began_needs_no_checkpoint(
+    fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
+) -> None:
+    observed = await Cordon().observe(make_ctx(), Cordon().parse({}))
+    assert observed == {"prior": {"was_unschedulable": False, "marked": True}}
+    store = Checkpoints()
+    forward = await Cordon().run(make_ctx(progress=observed, checkpoints=store), Cordon().parse({}))
+    assert store.saved == [] and forward.changed
+    await Uncordon().run(make_ctx(prior_output=forward.output), Uncordon().parse({}))
+    assert not node_of(fake_kube)["spec"].get("unschedulable")
+
+
 async def test_untaint_leaves_a_taint_someone_rewrote_since(
     fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
 ) -> None:

@@ -36,6 +36,7 @@ async def test_a_claimed_remediation_is_admitted_without_being_read_again(
 ) -> None:
     cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
+    monkeypatch.setattr(cluster.worker, "_handover", lambda: None)  # as a busy worker: what it decides is claimed
     calls: list[tuple[str, Any]] = []
     record_calls(cluster, monkeypatch, calls, "get", "admit_many", "claim_remediation_rows")
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
@@ -56,7 +57,7 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
     calls: list[tuple[str, Any]] = []
-    record_calls(cluster, monkeypatch, calls, "claim_remediation_rows")
+    record_calls(cluster, monkeypatch, calls, "claim_remediation_rows", "record_and_lease", "begin_step")
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
     await cluster.settle()
 
@@ -64,5 +65,8 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     assert rem["state"] == "succeeded"
     steps = [s["name"] for s in rem["steps"] if s["phase"] == "forward"]
     assert steps[0] == "taint"
-    claimed = {row.id for _, rows in calls for row in rows}
+    claimed = {row.id for name, rows in calls if name == "claim_remediation_rows" for row in rows}
     assert rem["id"] not in claimed  # driven from decision to the end without a claim
+    names = [name for name, _ in calls]
+    # Nor does an empty claim run beside the drive it handed over, between the decision and the first step.
+    assert "claim_remediation_rows" not in names[names.index("record_and_lease") : names.index("begin_step")]

@@ -130,7 +130,7 @@ async def test_a_crashing_remediation_backs_off_and_fails_after_max_crashes(
     cluster.fake.add_node("gpu-1")
     calls = 0
 
-    async def explode(rem: Remediation) -> None:
+    async def explode(rem: Remediation, **_: object) -> None:
         nonlocal calls
         calls += 1
         raise RuntimeError(f"injected failure number {calls}")
@@ -179,7 +179,7 @@ async def test_the_crash_backoff_is_persisted_and_respected_after_a_restart(
     first: Cluster = await make_cluster(**defs, crash_backoff="1h")
     first.fake.add_node("gpu-1")
 
-    async def explode(rem: Remediation) -> None:
+    async def explode(rem: Remediation, **_: object) -> None:
         raise RuntimeError("injected")
 
     first.worker.executor._forward = explode  # type: ignore[assignment,method-assign]

@@ -49,15 +49,47 @@ async def test_a_busy_loop_sweeps_approvals_once_per_interval(
     cluster: Cluster = await make_cluster()
     sweeps: list[bool] = []
     done = asyncio.Event()
+    worker = Worker(cluster.rt)
 
     async def busy(*, sweep_approvals: bool = True) -> bool:
         sweeps.append(sweep_approvals)
         if len(sweeps) == 200:
             done.set()
         await asyncio.sleep(0)
-        return True  # there was work: the loop goes round again at once
+        worker._full = True  # a claim took all it asked for: the loop goes round again at once
+        return True
 
     monkeypatch.setattr(worker_module, "APPROVAL_SWEEP_S", 3600.0)
-    await loop_until(Worker(cluster.rt), busy, done)
+    await loop_until(worker, busy, done)
     assert sweeps[0] is True  # the first iteration sweeps
     assert sweeps[1:200].count(True) == 0  # then not again within the interval, however often the loop turns
+
+
+async def test_work_that_left_nothing_behind_waits_for_a_wake_not_another_claim(make_cluster: MakeCluster) -> None:
+    """An iteration that found work but took less than it asked for does not claim again at once (that empty
+    claim would only run beside the drives it just started); the next wake (a webhook, a finished drive) does."""
+    cluster: Cluster = await make_cluster()
+    cluster.rt.settings = cluster.settings.model_copy(update={"worker_poll_interval": timedelta(seconds=60)})
+    worker = Worker(cluster.rt)
+    iterations = 0
+    first, second = asyncio.Event(), asyncio.Event()
+
+    async def run_once(**_: object) -> bool:
+        nonlocal iterations
+        iterations += 1
+        (first if iterations == 1 else second).set()
+        await asyncio.sleep(0)
+        return True  # there was work, and no claim came back full
+
+    worker.run_once = run_once  # type: ignore[method-assign]
+    await worker.start()
+    try:
+        await asyncio.wait_for(first.wait(), timeout=10)
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        assert iterations == 1
+        assert not second.is_set()
+        worker.wake()
+        await asyncio.wait_for(second.wait(), timeout=10)
+    finally:
+        await worker.stop()
