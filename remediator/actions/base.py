@@ -112,6 +112,9 @@ class ActionContext:
     gathered: Mapping[str, Any] = field(default_factory=dict)
     # True once the remediation's alert has resolved (used by `wait`).
     alert_resolved: Callable[[], Awaitable[bool]] = _never_resolved
+    # What `Action.observe` read just before the step began (e.g. the node), for `apply` to build its first
+    # write on instead of reading it again; None when observe did not run or read nothing worth keeping.
+    observed: dict[str, Any] | None = None
 
 
 @dataclass
@@ -160,7 +163,9 @@ class Action(ABC, Generic[P]):
         the step is begun so that a new step row is stored with it: one transaction where begin, then a
         checkpoint, were two. Read-only; never called in a dry run. `apply` must still work without it (it is
         skipped when it fails, and a resumed step keeps the progress it saved): it finds the observation in
-        `ctx.progress` and does not checkpoint it again. None (the default): nothing to observe."""
+        `ctx.progress` and does not checkpoint it again. It may leave what it read in `ctx.observed` for
+        `apply`, which must then guard its write against changes since (a resourceVersion precondition).
+        None (the default): nothing to observe."""
         return None
 
     async def plan(self, ctx: ActionContext, params: P) -> ActionResult:

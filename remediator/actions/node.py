@@ -319,15 +319,17 @@ class Taint(Action[TaintParams]):
         return {"previous": None if current is None else {"value": _taint_value(current)}, "marked": _needs_marks(node)}
 
     async def observe(self, ctx: ActionContext, params: TaintParams) -> dict[str, Any] | None:
-        """The taint and marks before the step: stored with the step row when it begins."""
-        return {"prior": self._prior(await require_kube(ctx).get_node(target_node(ctx)), params)}
+        """The taint and marks before the step: stored with the step row when it begins; the node read is
+        kept for `apply` (its patch carries the node's resourceVersion, so a change since is not lost)."""
+        ctx.observed = node = await require_kube(ctx).get_node(target_node(ctx))
+        return {"prior": self._prior(node, params)}
 
     async def apply(self, ctx: ActionContext, params: TaintParams) -> ActionResult:
         p = params
         described = self._checked(p)
         name = target_node(ctx)
         kube = require_kube(ctx)
-        node = await kube.get_node(name)
+        node, ctx.observed = ctx.observed or await kube.get_node(name), None  # a retry reads afresh
         prior = await _remember(ctx, self._prior(node, p))
 
         def build(fresh: KubeObject) -> dict[str, Any]:

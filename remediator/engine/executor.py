@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
-from remediator.actions.base import ActionContext, ActionResult, AnyAction
+from remediator.actions.base import ActionContext, ActionResult, AnyAction, Target
 from remediator.actions.context import gather_context
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
@@ -38,6 +38,7 @@ from remediator.definitions.templates import render_params
 from remediator.engine.admission_queue import AdmissionQueue
 from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
+from remediator.engine.context_prefetch import ContextPrefetch
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
@@ -177,6 +178,7 @@ class Executor:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.admissions = AdmissionQueue(rt.repo)  # this replica's admissions go to the store together
+        self.contexts = ContextPrefetch()  # contexts read while their remediations' decision commits (worker)
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -267,8 +269,9 @@ class Executor:
         it is held."""
         gathered: dict[str, Any] | None = None
         if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
-            gathered = await gather_context(self.rt.kube, target_of(rem), rem.alert_labels, self.rt.settings)
-            gathered = await self._gpu_context(rem, gathered)
+            gathered = await self.contexts.take(rem.alert_id)
+            if gathered is None:
+                gathered = await self.read_context(target_of(rem), rem.alert_labels, rem.id)
             rem.context = gathered
         quarantines = self._quarantines(rem)
         steady: list[SteadyFacts] = []  # read before the admission lock, used under it
@@ -290,7 +293,13 @@ class Executor:
         await self._notify(rem, "started", verdict.reason)
         return admitted
 
-    async def _gpu_context(self, rem: Remediation, context: dict[str, Any]) -> dict[str, Any]:
+    async def read_context(self, target: Target, labels: Mapping[str, str], rem_id: str | None) -> dict[str, Any]:
+        """A remediation's context: node, pods and owners (`gather_context`), then its GPU's pods (sidecar).
+        `rem_id` names the remediation in logs (None when read ahead of the decision: ContextPrefetch)."""
+        gathered = await gather_context(self.rt.kube, target, labels, self.rt.settings)
+        return await self._gpu_context(target, gathered, rem_id)
+
+    async def _gpu_context(self, target: Target, context: dict[str, Any], rem_id: str | None) -> dict[str, Any]:
         """Pods of the affected GPU from the node's sidecar; every GPU pod of the node when it cannot answer.
 
         Only for alerts naming a GPU, with cluster access (the sidecar is found at the node's InternalIP).
@@ -300,7 +309,6 @@ class Executor:
         GPU's pods and the alert's), or "node" with `sidecar_error` saying why `pods` stays every GPU pod
         on the node. A sidecar problem never fails admission.
         """
-        target = target_of(rem)
         if (target.gpu_uuid is None and target.gpu_index is None) or self.rt.kube is None:
             return context
         context = {**context, "gpu_uuid": target.gpu_uuid}
@@ -321,7 +329,7 @@ class Executor:
             except ActionError as exc:
                 error = exc.message
             except Exception as exc:  # an unexpected answer must not block admission either
-                log.warning("sidecar context for remediation %s failed", rem.id, exc_info=True)
+                log.warning("sidecar context for remediation %s failed", rem_id or target.key, exc_info=True)
                 error = f"{type(exc).__name__}: {exc}"
         if answer is None or uuid is None:
             context.update(pod_source="node", sidecar_error=error)
@@ -471,11 +479,12 @@ class Executor:
             params = action.parse(rendered)
             stage = "action"
             timeout = step.timeout.total_seconds()
+            ctx = self._context(rem, name, timeout, phase, idx, {}, None)
             row = await self.rt.repo.begin_step(
                 rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered,
-                progress=await self._observe(action, self._context(rem, name, timeout, phase, idx, {}, None), params),
+                progress=await self._observe(action, ctx, params),
             )
-            ctx = self._context(rem, name, timeout, phase, idx, row.progress, None)
+            ctx.progress = dict(row.progress or {})  # as stored: a resumed step's own, else what was observed
             outcome = await self._run(action, ctx, params, step.retries, timeout)
             if isinstance(outcome, StepFailure):
                 return _StepEnd(outcome.error, outcome.output, rendered)
@@ -504,6 +513,7 @@ class Executor:
         except _PASS_THROUGH:
             raise
         except Exception:
+            ctx.observed = None
             log.debug("step %s of remediation %s: observing before it begins failed", ctx.step_name,
                       ctx.remediation_id, exc_info=True)
             return None

@@ -32,7 +32,7 @@ from remediator.engine.executor import Executor
 from remediator.engine.ladder import count_recurrence, new_remediation, remediation_plan
 from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
-from remediator.engine.planning import xid_variables
+from remediator.engine.planning import target_of, xid_variables
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.engine.versions import persist_version
@@ -92,6 +92,8 @@ class Worker:
         # Whether `dispatch` must claim even though this iteration handed over what it decided: False only when
         # `process_alerts` leased everything its batches started and resolved nothing (an undo needs a claim).
         self._claim_due = True
+        self._alerts_stored = False  # a webhook stored alerts since the last claim of alerts (`wake(alerts=True)`)
+        self._handed_over = False  # the last dispatch started drives it was handed (`_handover`)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._gauges_at = 0.0
@@ -103,7 +105,10 @@ class Worker:
         self._audit_broken = False
         self._watch: NodeWatch | None = None
 
-    def wake(self) -> None:
+    def wake(self, *, alerts: bool = False) -> None:
+        """Run the loop now. `alerts`: a webhook has just stored alerts, so the next claim need not look first
+        whether there are any (`IntakeStore.claim_alerts`)."""
+        self._alerts_stored |= alerts
         self._wake.set()
 
     async def start(self) -> None:
@@ -209,6 +214,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await self.rt.repo.release_lease(rem.id, self.rt.owner)
         await self.executor.admissions.close()
+        await self.executor.contexts.close()
         if self._guard is not None:
             with contextlib.suppress(Exception):
                 await self.log_audit_head(always=True)
@@ -288,6 +294,12 @@ class Worker:
         await self.rt.repo.intake_idle.wait()  # a webhook burst is stored first, processed right after
         processed = await self.process_alerts()
         dispatched = await self.dispatch()  # before the approval sweep: a new remediation starts at once
+        if self._handed_over:
+            # Drives just handed over are on their way to their first step: the sweep and the gauges (store
+            # reads, each a few milliseconds) wait for the next iteration instead of running beside them.
+            if sweep_approvals:
+                self._swept_at = None  # still due
+            return True
         if sweep_approvals:
             await self.expire_approvals()
         now = asyncio.get_running_loop().time()
@@ -302,7 +314,10 @@ class Worker:
         store/decision_store.py), a resolved alert on its own after what fired before it."""
         if limit is None:
             limit = DECISION_BATCH.get(self.rt.repo.dialect, DEFAULT_DECISION_BATCH)
-        rows = await self.rt.repo.claim_alerts(self.rt.owner, limit, self.rt.settings.lease_duration)
+        look_first, self._alerts_stored = not self._alerts_stored, False
+        rows = await self.rt.repo.claim_alerts(
+            self.rt.owner, limit, self.rt.settings.lease_duration, look_first=look_first
+        )
         self._full |= len(rows) >= limit
         self._claim_due = any(row.status == "resolved" for row in rows)
         firing: list[AlertRow] = []
@@ -363,16 +378,23 @@ class Worker:
         if any(isinstance(verdict, Started) for _, verdict in batch):
             await persist_version(self.rt.repo, self.rt.definitions, defs)
         lease = self._handover()
+        if lease is not None:  # read the contexts of what it will be handed while the decision commits
+            started = [(row, verdict.new) for row, verdict in batch if isinstance(verdict, Started)]
+            for row, new in started[: lease.limit]:
+                self.executor.contexts.start(row.id, self.executor.read_context(target_of(new), row.labels, None))
         try:
             _, leased = await self.rt.repo.record_and_lease(batch, lease)
         except StoreUnavailable:
+            self.executor.contexts.keep(())
             raise
         except Exception:
+            self.executor.contexts.keep(())
             log.exception("a batch of %d decided alerts could not be recorded together: one at a time", len(batch))
             self._claim_due = True
             for row, verdict in batch:
                 await self._guarded(row, partial(self._record_alone, verdict=verdict))
             return
+        self.executor.contexts.keep({rem.alert_id for rem in leased if rem.alert_id is not None})
         self._handed.extend(leased)  # `dispatch`, next in the same iteration, starts driving them
         if lease is None or len(leased) >= lease.limit:  # what the batch started may not all be leased
             self._claim_due = True
@@ -435,6 +457,7 @@ class Worker:
         handed, self._handed = self._handed, []
         for rem in handed:
             self._start_drive(rem)
+        self._handed_over = bool(handed)
         claim_due, self._claim_due = self._claim_due, True
         if handed and not claim_due:
             # An idle worker was handed all its batches started; a claim now would only run beside these drives,

@@ -89,15 +89,20 @@ class IntakeStore(RepositoryBase):
             )
         return extra
 
-    async def claim_alerts(self, owner: str, limit: int, lease: timedelta) -> list[AlertRow]:
-        """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again)."""
+    async def claim_alerts(
+        self, owner: str, limit: int, lease: timedelta, *, look_first: bool = True
+    ) -> list[AlertRow]:
+        """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again).
+
+        `look_first=False` when a webhook has just stored alerts: the claiming write goes ahead at once."""
         now = self._clock()
         claimable = (AlertRow.state == "new", or_(AlertRow.claim_expires.is_(None), AlertRow.claim_expires < now))
         # The worker asks every poll interval; most times there is nothing. Look beside the writer first, so an
         # idle poll does not queue other transactions (an admission, a step) behind an empty write.
-        async with self.reading() as session:
-            if await session.scalar(select(AlertRow.id).where(*claimable).limit(1)) is None:
-                return []
+        if look_first:
+            async with self.reading() as session:
+                if await session.scalar(select(AlertRow.id).where(*claimable).limit(1)) is None:
+                    return []
         async with self.transaction() as session:
             query = select(AlertRow).where(*claimable).order_by(AlertRow.id).limit(limit)
             if self.dialect == "postgresql":

@@ -197,6 +197,25 @@ async def test_taint_observed_before_its_step_began_needs_no_checkpoint_and_is_r
     assert taints(fake_kube) == [earlier, FOREIGN]
 
 
+async def test_taint_builds_on_the_node_it_observed_and_keeps_a_change_made_since(
+    fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
+) -> None:
+    """`apply` patches from the node `observe` read (no second read); the patch's resourceVersion turns a
+    change made in between into a 409, after which it reads afresh and the other writer's taint stays."""
+    params = Taint().parse({"value": "xid-79"})
+    ctx = make_ctx()
+    ctx.progress = await Taint().observe(ctx, params) or {}
+    assert ctx.observed is not None
+    fake_kube.write("nodes", None, NODE, {"spec": {"taints": [FOREIGN]}})  # another writer, after the read
+    reads_before = len(fake_kube.requests("get", "nodes"))
+    result = await Taint().run(ctx, params)
+    assert [c.status for c in fake_kube.requests("patch", "nodes")] == [409, 200]
+    assert len(fake_kube.requests("get", "nodes")) == reads_before + 1  # only the read after the conflict
+    assert result.changed and ctx.observed is None
+    assert FOREIGN in taints(fake_kube)
+    assert {"key": "remediator.io/gpu-unhealthy", "value": "xid-79", "effect": "NoSchedule"} in taints(fake_kube)
+
+
 async def test_cordon_observed_before_its_step_began_needs_no_checkpoint(
     fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
 ) -> None:

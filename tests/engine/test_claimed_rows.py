@@ -57,7 +57,8 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
     calls: list[tuple[str, Any]] = []
-    record_calls(cluster, monkeypatch, calls, "claim_remediation_rows", "record_and_lease", "begin_step")
+    record_calls(cluster, monkeypatch, calls, "claim_remediation_rows", "record_and_lease", "begin_step",
+                 "due_approvals", "count_by_state")
     await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
     await cluster.settle()
 
@@ -68,5 +69,8 @@ async def test_an_idle_worker_drives_what_it_decided_without_claiming_it(
     claimed = {row.id for name, rows in calls if name == "claim_remediation_rows" for row in rows}
     assert rem["id"] not in claimed  # driven from decision to the end without a claim
     names = [name for name, _ in calls]
-    # Nor does an empty claim run beside the drive it handed over, between the decision and the first step.
-    assert "claim_remediation_rows" not in names[names.index("record_and_lease") : names.index("begin_step")]
+    # Nor does an empty claim, the approval sweep or the gauges' count run beside the drive it handed over,
+    # between the decision and the first step; they come in a later iteration.
+    beside = names[names.index("record_and_lease") : names.index("begin_step")]
+    assert not {"claim_remediation_rows", "due_approvals", "count_by_state"} & set(beside), beside
+    assert "due_approvals" in names[names.index("begin_step"):]

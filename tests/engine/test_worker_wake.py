@@ -1,17 +1,23 @@
-"""The worker loop keeps a wake-up that arrives while an iteration is running, and a busy loop sweeps
-overdue approvals at most once every APPROVAL_SWEEP_S, not on every iteration."""
+"""The worker loop keeps a wake-up that arrives while an iteration is running, a busy loop sweeps overdue
+approvals at most once every APPROVAL_SWEEP_S, not on every iteration, and the loop claims again at once only
+when a claim came back full (otherwise at the next wake or poll); a webhook's wake claims without looking
+first."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from remediator.engine import worker as worker_module
 from remediator.engine.worker import Worker
+from remediator.store.models import AlertRow
 from tests.engine.conftest import Cluster, MakeCluster
+from tests.engine.definitions import note_alert
+from tests.helpers import am_payload
 
 
 async def loop_until(worker: Worker, run_once: Callable[..., Awaitable[bool]], done: asyncio.Event) -> None:
@@ -93,3 +99,23 @@ async def test_work_that_left_nothing_behind_waits_for_a_wake_not_another_claim(
         await asyncio.wait_for(second.wait(), timeout=10)
     finally:
         await worker.stop()
+
+
+async def test_a_webhook_wakes_the_worker_to_claim_its_alerts_without_looking_first(
+    make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim after a webhook goes straight to its write (the webhook stored alerts); other claims look
+    beside the writer first, so an idle poll never queues behind or blocks a writer."""
+    cluster: Cluster = await make_cluster()
+    looks: list[bool] = []
+    real = cluster.rt.repo.claim_alerts
+
+    async def claim(*args: Any, look_first: bool = True, **kwargs: Any) -> list[AlertRow]:
+        looks.append(look_first)
+        return await real(*args, look_first=look_first, **kwargs)
+
+    monkeypatch.setattr(cluster.rt.repo, "claim_alerts", claim)
+    await cluster.post(am_payload(note_alert("gpu-1", "hi")))
+    await cluster.settle()
+    assert looks[0] is False
+    assert looks[1:] and all(looks[1:])

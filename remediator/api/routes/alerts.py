@@ -134,7 +134,7 @@ async def _handle(rt: Runtime, worker: Worker | None, authorization: str | None,
     if stored.repeats:
         rt.metrics.alerts_repeated.inc(stored.repeats)
     if worker is not None:
-        worker.wake()
+        worker.wake(alerts=True)
     content = {"status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats}
     return 200, content, {}
 
