@@ -51,7 +51,9 @@ from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
+from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX, PAUSE_FLAG
 from remediator.store.models import Remediation, StepRow
+from remediator.store.read_store import SteadyCounts, SteadyQuery
 from remediator.store.remediation_store import AdmissionRequest
 from remediator.store.repository import LeaseLost
 
@@ -67,7 +69,7 @@ class StepFailure:
 
 
 log = logging.getLogger(__name__)
-PAUSE_KEY = "pause"
+PAUSE_KEY = PAUSE_FLAG
 REVERT_PAUSED = "controller is paused: the undo waits before its next step"
 REVERT_RESUMED = "controller resumed: the undo goes on"
 # Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
@@ -274,16 +276,20 @@ class Executor:
                 gathered = await self.read_context(target_of(rem), rem.alert_labels, rem.id)
             rem.context = gathered
         quarantines = self._quarantines(rem)
-        steady: list[SteadyFacts] = []  # read before the admission lock, used under it
+        settings = self.rt.settings
+        now = self.rt.repo._clock()
+        steady = SteadyQuery(
+            override_key=f"{OVERRIDE_FLAG_PREFIX}{rem.id}", fingerprint=rem.alert_fingerprint,
+            flap_since=now - settings.flap_window, node=rem.node if quarantines else None,
+            node_since=now - settings.node_repeat_window, exclude=rem.id,
+        )
 
-        async def before_lock(session: AsyncSession) -> None:
-            steady.append(await self._steady_facts(session, rem, quarantines))
-
-        async def facts(session: AsyncSession) -> GuardrailFacts:
-            return await self._breaker_facts(session, rem, quarantines, steady[-1])
+        async def facts(session: AsyncSession, counts: SteadyCounts | None) -> GuardrailFacts:
+            assert counts is not None  # asked for with `steady`
+            return await self._breaker_facts(session, rem, quarantines, self._steady_facts(rem, now, counts))
 
         admitted, verdict, changed = await self.admissions.admit(
-            AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, before_lock=before_lock)
+            AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, steady=steady)
         )
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
@@ -364,17 +370,12 @@ class Executor:
             getattr(self.rt.actions.get(step.action), "quarantines", False) for step in playbook.steps
         )
 
-    async def _steady_facts(self, session: AsyncSession, rem: Remediation, quarantines: bool) -> SteadyFacts:
+    def _steady_facts(self, rem: Remediation, now: datetime, counts: SteadyCounts) -> SteadyFacts:
         """The guardrail facts about this remediation alone (pause, override, flapping, the node's history),
-        read before the admission lock: other admissions do not change them."""
+        from what the admission batch read for it before the admission lock: other admissions do not change
+        them."""
         settings = self.rt.settings
-        now = self.rt.repo._clock()
         node_labels = (rem.context.get("node") or {}).get("labels") or {}
-        counts = await self.rt.repo.steady_counts(
-            session, pause_key=PAUSE_KEY, override_key=f"override:{rem.id}", fingerprint=rem.alert_fingerprint,
-            flap_since=now - settings.flap_window, node=rem.node if quarantines else None,
-            node_since=now - settings.node_repeat_window, exclude=rem.id,
-        )
         return SteadyFacts(
             now=now,
             paused=bool(counts.pause and counts.pause.get("paused")),

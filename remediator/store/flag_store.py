@@ -20,7 +20,10 @@ from remediator.store.unit_of_work import (
     _aware,
 )
 
-__all__ = ["FlagStore"]
+__all__ = ["OVERRIDE_FLAG_PREFIX", "PAUSE_FLAG", "FlagStore"]
+
+PAUSE_FLAG = "pause"  # {"paused": bool, "by": actor}: the kill switch (api/routes/guardrails.py)
+OVERRIDE_FLAG_PREFIX = "override:"  # + remediation id: a human let this one past the guardrails
 
 
 class FlagStore(RepositoryBase):

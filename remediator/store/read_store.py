@@ -25,7 +25,7 @@ from remediator.store.unit_of_work import (
     RepositoryBase,
 )
 
-__all__ = ["ReadStore", "RemediationSummary", "SteadyCounts"]
+__all__ = ["ReadStore", "RemediationSummary", "SteadyCounts", "SteadyQuery", "steady_counts"]
 
 _Q = TypeVar("_Q", bound=Select[Any])
 
@@ -51,15 +51,63 @@ class RemediationSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class SteadyQuery:
+    """What an admission asks about one remediation before the admission lock (`ReadStore.steady_counts`):
+    whether `override_key` is set, how often the alert (`fingerprint`) resolved since `flap_since` (first
+    deliveries only), and how many other remediations (not `exclude`) of `node` started acting (a forward step
+    succeeded) since `node_since`; `node` None when that does not matter (the playbook does not quarantine)."""
+
+    override_key: str
+    fingerprint: str
+    flap_since: datetime
+    node: str | None
+    node_since: datetime
+    exclude: str
+
+
+@dataclass(frozen=True, slots=True)
 class SteadyCounts:
-    """What an admission reads about one remediation before the admission lock, in one statement
-    (`ReadStore.steady_counts`): the pause flag's value, whether an override flag is set, how often the alert
-    resolved in the flap window and how many remediations of the node acted in the repeat window."""
+    """The answers to one `SteadyQuery`, with the pause flag's value (the same for every remediation)."""
 
     pause: dict[str, Any] | None
     override: bool
     flaps: int
     node_remediations: int
+
+
+def _flap_count(fingerprint: str, since: datetime) -> Select[Any]:
+    return select(func.count()).where(
+        AlertRow.fingerprint == fingerprint, AlertRow.status == "resolved", AlertRow.state != "repeat",
+        AlertRow.received_at >= since,
+    )
+
+def _node_count(node: str, since: datetime, exclude: str) -> Select[Any]:
+    return select(func.count(func.distinct(Remediation.id))).where(
+        Remediation.node == node, Remediation.created_at >= since, Remediation.id != exclude,
+        Remediation.id.in_(select(StepRow.remediation_id).where(StepRow.phase == "forward",
+                                                                 StepRow.status == "succeeded")),
+    )
+
+
+async def steady_counts(session: AsyncSession, pause_key: str, queries: Sequence[SteadyQuery]) -> list[SteadyCounts]:
+    """The flag `pause_key` and the answers to `queries`, in their order: one statement of scalar
+    subqueries for a whole admission batch (four round trips a remediation were on its path)."""
+    if not queries:
+        return []
+    columns: list[Any] = [select(ControllerState.value).where(ControllerState.key == pause_key).scalar_subquery()]
+    for q in queries:
+        columns += [
+            exists().where(ControllerState.key == q.override_key),
+            _flap_count(q.fingerprint, q.flap_since).scalar_subquery(),
+            literal(0) if q.node is None else _node_count(q.node, q.node_since, q.exclude).scalar_subquery(),
+        ]
+    row = (await session.execute(select(*columns))).one()
+    pause = dict(row[0]) if isinstance(row[0], dict) else None
+    return [
+        SteadyCounts(pause=pause, override=bool(row[1 + 3 * i]), flaps=int(row[2 + 3 * i] or 0),
+                     node_remediations=int(row[3 + 3 * i] or 0))
+        for i in range(len(queries))
+    ]
 
 
 _SUMMARY_COLUMNS = (
@@ -222,40 +270,6 @@ class ReadStore(RepositoryBase):
         if memo is not None:
             memo.starts = count
         return count
-
-    async def steady_counts(
-        self, session: AsyncSession, *, pause_key: str, override_key: str, fingerprint: str, flap_since: datetime,
-        node: str | None, node_since: datetime, exclude: str,
-    ) -> SteadyCounts:
-        """The pause flag, whether the override flag is set, how often the alert (`fingerprint`) resolved since
-        `flap_since` (first deliveries only) and how many other remediations of `node` started acting (a forward
-        step succeeded) since `node_since` (0 when `node` is None): one statement of scalar subqueries, one
-        round trip on an admission's path instead of four."""
-        node_count = literal(0) if node is None else self._node_count(node, node_since, exclude).scalar_subquery()
-        row = (await session.execute(select(
-            select(ControllerState.value).where(ControllerState.key == pause_key).scalar_subquery(),
-            exists().where(ControllerState.key == override_key),
-            self._flap_count(fingerprint, flap_since).scalar_subquery(),
-            node_count,
-        ))).one()
-        pause = row[0]
-        return SteadyCounts(pause=dict(pause) if isinstance(pause, dict) else None, override=bool(row[1]),
-                            flaps=int(row[2] or 0), node_remediations=int(row[3] or 0))
-
-    @staticmethod
-    def _flap_count(fingerprint: str, since: datetime) -> Select[Any]:
-        return select(func.count()).where(
-            AlertRow.fingerprint == fingerprint, AlertRow.status == "resolved", AlertRow.state != "repeat",
-            AlertRow.received_at >= since,
-        )
-
-    @staticmethod
-    def _node_count(node: str, since: datetime, exclude: str) -> Select[Any]:
-        return select(func.count(func.distinct(Remediation.id))).where(
-            Remediation.node == node, Remediation.created_at >= since, Remediation.id != exclude,
-            Remediation.id.in_(select(StepRow.remediation_id).where(StepRow.phase == "forward",
-                                                                     StepRow.status == "succeeded")),
-        )
 
     async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
         """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""

@@ -19,10 +19,12 @@ from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
 from remediator.plan_snapshot import stored_playbook_field
 from remediator.retrying import on_conflict
+from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import (
     AlertRow,
     Remediation,
 )
+from remediator.store.read_store import SteadyCounts, SteadyQuery, steady_counts
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
@@ -44,9 +46,11 @@ class AdmissionRequest:
     rem_id: str
     owner: str
     decide: Callable[[GuardrailFacts], Verdict]
-    facts: Callable[[AsyncSession], Awaitable[GuardrailFacts]]
+    # The facts the verdict is decided on, read under the admission lock, given the answers to `steady`
+    # (read for the whole batch before the lock; None without a `steady` query).
+    facts: Callable[[AsyncSession, SteadyCounts | None], Awaitable[GuardrailFacts]]
     context: dict[str, Any] | None = None
-    before_lock: Callable[[AsyncSession], Awaitable[None]] | None = None
+    steady: SteadyQuery | None = None
 
 
 class RemediationStore(RepositoryBase):
@@ -279,27 +283,31 @@ class RemediationStore(RepositoryBase):
         `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`.
 
         The admission lock orders admissions across replicas, so only what other admissions change is read
-        under it: each remediation's own row (locked first), its context and `before_lock(session)` (facts
-        about that remediation alone) come before it. Under the lock the requests are decided oldest first,
-        each seeing the ones before it (the quarantines they started, the remediations they left held), as if
-        admitted one after another. One lock and one commit for the batch: in a storm, admissions one at a
-        time queued on this lock across replicas (tens of transactions waiting), each paying its round trips
-        while holding it.
+        under it: the remediations' own rows (locked first, in one statement), their contexts and the `steady`
+        queries of the whole batch (facts about each remediation alone, in one statement:
+        `read_store.steady_counts`) come before it. Under the lock the requests are decided oldest first, each
+        seeing the ones before it (the quarantines they started, the remediations they left held), as if
+        admitted one after another. One lock and one commit for the batch: in a storm, admissions one at a time
+        queued on this lock across replicas (tens of transactions waiting), each paying its round trips while
+        holding it.
         """
         results: list[Admitted | BaseException | None] = [None] * len(requests)
         async with self.transaction() as session:
             rems: dict[int, Remediation] = {}
+            found = await self._rows_for_update(session, [request.rem_id for request in requests])
             for i, request in enumerate(requests):
-                try:
-                    rem = await self._get_for_update(session, request.rem_id, request.owner)
-                except (LeaseLost, KeyError) as exc:
-                    results[i] = exc
+                rem = found.get(request.rem_id)
+                if rem is None or rem.lease_owner != request.owner:
+                    results[i] = KeyError(request.rem_id) if rem is None else LeaseLost(request.rem_id)
                     continue
                 if request.context is not None:
                     await self._set_context(session, rem, request.context)
-                if request.before_lock is not None:
-                    await request.before_lock(session)
                 rems[i] = rem
+            asked = [i for i in rems if requests[i].steady is not None]
+            answers = await steady_counts(
+                session, PAUSE_FLAG, [q for i in asked if (q := requests[i].steady) is not None]
+            )
+            steady: dict[int, SteadyCounts] = dict(zip(asked, answers, strict=True))
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
             # The breaker's counts are read once under the lock and kept current here (the batch's own
@@ -308,13 +316,22 @@ class RemediationStore(RepositoryBase):
             session.info[BREAKER_MEMO] = memo
             for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
-                verdict = request.decide(await request.facts(session))
+                verdict = request.decide(await request.facts(session, steady.get(i)))
                 results[i] = await self._apply_verdict(session, rem, verdict)
                 if verdict.allow and verdict.quarantines:
                     memo.started(rem.node)
                 await session.flush()  # the next request's facts see this one's state
             session.info.pop(BREAKER_MEMO, None)
         return [r if r is not None else KeyError("not decided") for r in results]
+
+    async def _rows_for_update(self, session: AsyncSession, rem_ids: Sequence[str]) -> dict[str, Remediation]:
+        """The rows of these remediations (locked on PostgreSQL, in id order: batches on other replicas lock
+        theirs in the same order), by id; one statement for an admission batch."""
+        wanted = sorted(set(rem_ids))
+        query = select(Remediation).where(Remediation.id.in_(wanted)).order_by(Remediation.id)
+        if self.dialect == "postgresql":
+            query = query.with_for_update()
+        return {rem.id: rem for rem in (await session.scalars(query)).all()}
 
     async def _apply_verdict(self, session: AsyncSession, rem: Remediation, verdict: Verdict) -> Admitted:
         if verdict.allow:

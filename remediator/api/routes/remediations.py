@@ -12,6 +12,7 @@ from remediator.api.signin import sign_in_of
 from remediator.engine.moves import move
 from remediator.engine.states import STATES, Event
 from remediator.errors import IllegalTransition
+from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
 from remediator.store.repository import LARGE_COLUMNS
 
 __all__ = ["actor_of", "router"]
@@ -73,7 +74,9 @@ async def release(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerD
     if rem.state != "held":
         raise HTTPException(409, f"remediation is {rem.state}, not held")
     actor = actor_of(request)
-    await rt.repo.set_flag(f"override:{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor)
+    await rt.repo.set_flag(
+        f"{OVERRIDE_FLAG_PREFIX}{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor
+    )
     return await _move(rem_id, Event.RELEASE, f"released by {actor}", request, rt, worker)
 
 
