@@ -286,7 +286,9 @@ class Executor:
 
         async def facts(session: AsyncSession, counts: SteadyCounts | None) -> GuardrailFacts:
             assert counts is not None  # asked for with `steady`
-            return await self._breaker_facts(session, rem, quarantines, self._steady_facts(rem, now, counts))
+            # The time of the decision (the request may have waited for an earlier batch to commit).
+            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts)
+            return await self._breaker_facts(session, rem, quarantines, steady_facts)
 
         admitted, verdict, changed = await self.admissions.admit(
             AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, steady=steady)
