@@ -194,7 +194,7 @@ class Executor:
         next_run: timedelta | None = None
         # As the claiming, then the admitting, transaction left it: no need to read it again.
         known: Remediation | None = claimed if claimed is not None and claimed.id == rem_id else None
-        admitted = False  # the admission just passed: it read the pause flag a moment ago
+        admitted = False  # the admission just passed: it read the pause flag under its lock a moment ago
         try:
             while True:
                 await self.rt.repo.intake_idle.wait()
@@ -425,8 +425,9 @@ class Executor:
 
     async def _forward(self, rem: Remediation, *, admitted: bool = False) -> timedelta | None:
         """One forward step. `admitted`: the guardrails admitted the remediation just before, in this drive, with
-        the pause flag read then; the first step does not read it again (the flag can change at any moment
-        either way: the check only stops a mutating step that starts after the pause is seen)."""
+        the pause flag read under the admission lock in the admitting transaction; the first step does not read
+        it again (the flag can change at any moment either way: the check stops a mutating step that starts
+        after the pause is seen, and here it was seen at the commit just before)."""
         playbook = playbook_of(rem)
         idx = rem.current_step
         if idx >= len(playbook.steps):

@@ -25,7 +25,7 @@ from remediator.store.unit_of_work import (
     RepositoryBase,
 )
 
-__all__ = ["ReadStore", "RemediationSummary", "SteadyCounts", "SteadyQuery", "steady_counts"]
+__all__ = ["ReadStore", "RemediationSummary", "SteadyCounts", "SteadyQuery", "flag_value", "steady_counts"]
 
 _Q = TypeVar("_Q", bound=Select[Any])
 
@@ -67,12 +67,13 @@ class SteadyQuery:
 
 @dataclass(frozen=True, slots=True)
 class SteadyCounts:
-    """The answers to one `SteadyQuery`, with the pause flag's value (the same for every remediation)."""
+    """The answers to one `SteadyQuery`, and the pause flag's value as the admission read it under its lock
+    (`RemediationStore.admit_many` fills it: the kill switch is seen as it is when the batch decides)."""
 
-    pause: dict[str, Any] | None
     override: bool
     flaps: int
     node_remediations: int
+    pause: dict[str, Any] | None = None
 
 
 def _flap_count(fingerprint: str, since: datetime) -> Select[Any]:
@@ -89,12 +90,12 @@ def _node_count(node: str, since: datetime, exclude: str) -> Select[Any]:
     )
 
 
-async def steady_counts(session: AsyncSession, pause_key: str, queries: Sequence[SteadyQuery]) -> list[SteadyCounts]:
-    """The flag `pause_key` and the answers to `queries`, in their order: one statement of scalar
-    subqueries for a whole admission batch (four round trips a remediation were on its path)."""
+async def steady_counts(session: AsyncSession, queries: Sequence[SteadyQuery]) -> list[SteadyCounts]:
+    """The answers to `queries`, in their order: one statement of scalar subqueries for a whole admission
+    batch (three round trips a remediation were on its path)."""
     if not queries:
         return []
-    columns: list[Any] = [select(ControllerState.value).where(ControllerState.key == pause_key).scalar_subquery()]
+    columns: list[Any] = []
     for q in queries:
         columns += [
             exists().where(ControllerState.key == q.override_key),
@@ -102,12 +103,18 @@ async def steady_counts(session: AsyncSession, pause_key: str, queries: Sequence
             literal(0) if q.node is None else _node_count(q.node, q.node_since, q.exclude).scalar_subquery(),
         ]
     row = (await session.execute(select(*columns))).one()
-    pause = dict(row[0]) if isinstance(row[0], dict) else None
     return [
-        SteadyCounts(pause=pause, override=bool(row[1 + 3 * i]), flaps=int(row[2 + 3 * i] or 0),
-                     node_remediations=int(row[3 + 3 * i] or 0))
+        SteadyCounts(override=bool(row[3 * i]), flaps=int(row[1 + 3 * i] or 0),
+                     node_remediations=int(row[2 + 3 * i] or 0))
         for i in range(len(queries))
     ]
+
+
+async def flag_value(session: AsyncSession, key: str) -> dict[str, Any] | None:
+    """A flag's value read in SQL (never from the session's identity map): as committed, or as this
+    transaction wrote it."""
+    value = await session.scalar(select(ControllerState.value).where(ControllerState.key == key))
+    return dict(value) if isinstance(value, dict) else None
 
 
 _SUMMARY_COLUMNS = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,7 +24,7 @@ from remediator.store.models import (
     AlertRow,
     Remediation,
 )
-from remediator.store.read_store import SteadyCounts, SteadyQuery, steady_counts
+from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
@@ -285,11 +285,11 @@ class RemediationStore(RepositoryBase):
         The admission lock orders admissions across replicas, so only what other admissions change is read
         under it: the remediations' own rows (locked first, in one statement), their contexts and the `steady`
         queries of the whole batch (facts about each remediation alone, in one statement:
-        `read_store.steady_counts`) come before it. Under the lock the requests are decided oldest first, each
-        seeing the ones before it (the quarantines they started, the remediations they left held), as if
-        admitted one after another. One lock and one commit for the batch: in a storm, admissions one at a time
-        queued on this lock across replicas (tens of transactions waiting), each paying its round trips while
-        holding it.
+        `read_store.steady_counts`) come before it; the pause flag is read under it, once a batch. Under the
+        lock the requests are decided oldest first, each seeing the ones before it (the quarantines they
+        started, the remediations they left held), as if admitted one after another. One lock and one commit
+        for the batch: in a storm, admissions one at a time queued on this lock across replicas (tens of
+        transactions waiting), each paying its round trips while holding it.
         """
         results: list[Admitted | BaseException | None] = [None] * len(requests)
         async with self.transaction() as session:
@@ -304,12 +304,13 @@ class RemediationStore(RepositoryBase):
                     await self._set_context(session, rem, request.context)
                 rems[i] = rem
             asked = [i for i in rems if requests[i].steady is not None]
-            answers = await steady_counts(
-                session, PAUSE_FLAG, [q for i in asked if (q := requests[i].steady) is not None]
-            )
+            answers = await steady_counts(session, [q for i in asked if (q := requests[i].steady) is not None])
             steady: dict[int, SteadyCounts] = dict(zip(asked, answers, strict=True))
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
+            if steady:  # the kill switch as it is now, under the lock: what an admitted first step relies on
+                pause = await flag_value(session, PAUSE_FLAG)
+                steady = {i: replace(counts, pause=pause) for i, counts in steady.items()}
             # The breaker's counts are read once under the lock and kept current here (the batch's own
             # quarantines added), not read again for every request of the batch.
             memo = BreakerMemo()

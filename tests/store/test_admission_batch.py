@@ -1,18 +1,24 @@
-"""An admission batch reads its remediations' rows in one statement, and a request whose remediation is gone
-or leased to another replica fails alone while the rest of the batch is admitted, on SQLite and PostgreSQL."""
+"""An admission batch reads its remediations' rows in one statement, a request whose remediation is gone or
+leased to another replica fails alone while the rest of the batch is admitted, and the batch decides on the
+pause flag as it is under the admission lock; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import event
+import pytest
+from sqlalchemy import event, insert
 from sqlalchemy.engine import Engine
 
 from remediator.engine.guardrails import Verdict
+from remediator.store import remediation_store
 from remediator.store.decision_store import Lease, Started
+from remediator.store.flag_store import PAUSE_FLAG
+from remediator.store.models import ControllerState
+from remediator.store.read_store import SteadyQuery
 from remediator.store.remediation_store import AdmissionRequest
-from remediator.store.repository import LeaseLost, Repository
+from remediator.store.repository import LeaseLost, Repository, utcnow
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_decision_conflicts import claimed, new_on
 
@@ -59,3 +65,32 @@ async def test_a_batch_reads_its_rows_once_and_a_lost_lease_fails_alone(store: R
         assert (rem.id, rem.state, rem.quarantined, verdict, changed) == (rem_id, "running", True, ALLOW, True)
     states = {r.id: r.state for r in await store.remediation_summaries(limit=10)}
     assert states[unleased] == "pending"
+
+
+async def test_the_batch_decides_on_the_pause_flag_as_it_is_under_the_lock(
+    store: Repository, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    """The kill switch is read under the admission lock, after each remediation's own facts: a pause that
+    lands after those reads is what the batch decides on (an admitted first step does not read it again)."""
+    rows = await claimed(store, 1)
+    _, (rem,) = await store.record_and_lease([(rows[0], Started(new_on("n1")))], Lease("w", timedelta(minutes=1), 1))
+    real = remediation_store.steady_counts
+
+    async def then_paused(session: Any, queries: Any) -> Any:
+        answers = await real(session, queries)
+        await session.execute(insert(ControllerState).values(
+            key=PAUSE_FLAG, value={"paused": True, "by": "oncall"}, updated_at=utcnow()))
+        return answers
+
+    monkeypatch.setattr(remediation_store, "steady_counts", then_paused)
+    seen: list[Any] = []
+
+    async def facts(_session: Any, counts: Any) -> Any:
+        seen.append(counts)
+
+    now = utcnow()
+    steady = SteadyQuery(override_key="override:x", fingerprint="f", flap_since=now, node="n1", node_since=now,
+                         exclude=rem.id)
+    (result,) = await store.admit_many([AdmissionRequest(rem.id, "w", lambda _f: ALLOW, facts, steady=steady)])
+    assert not isinstance(result, BaseException)
+    assert seen[0].pause == {"paused": True, "by": "oncall"}
