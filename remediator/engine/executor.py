@@ -69,7 +69,6 @@ class StepFailure:
 
 
 log = logging.getLogger(__name__)
-PAUSE_KEY = PAUSE_FLAG
 REVERT_PAUSED = "controller is paused: the undo waits before its next step"
 REVERT_RESUMED = "controller resumed: the undo goes on"
 # Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
@@ -834,7 +833,7 @@ class Executor:
         )
 
     async def _paused(self) -> bool:
-        flag = await self.rt.repo.get_flag(PAUSE_KEY)
+        flag = await self.rt.repo.get_flag(PAUSE_FLAG)
         return bool(flag and flag.get("paused"))
 
     async def _notify(self, rem: Remediation | str, event: str, detail: str) -> None:

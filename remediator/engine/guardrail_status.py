@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from remediator.engine.executor import PAUSE_KEY
 from remediator.engine.runtime import Runtime
+from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = ["guardrail_status"]
 
 
 async def guardrail_status(rt: Runtime) -> dict[str, Any]:
     settings = rt.settings
-    flag = await rt.repo.get_flag(PAUSE_KEY) or {}
+    flag = await rt.repo.get_flag(PAUSE_FLAG) or {}
     async with rt.repo.transaction() as session:
         quarantined = sorted(await rt.repo.quarantined_nodes(session))
         recent = await rt.repo.recent_quarantine_starts(session, rt.repo._clock() - settings.quarantine_rate_window)

@@ -7,7 +7,6 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.jsondata import jsonable
 from remediator.store.definition_versions import DefinitionVersion
@@ -15,6 +14,7 @@ from remediator.store.models import (
     ControllerState,
     SlackMessage,
 )
+from remediator.store.read_store import flag_value
 from remediator.store.unit_of_work import (
     RepositoryBase,
     _aware,
@@ -31,11 +31,7 @@ class FlagStore(RepositoryBase):
 
     async def get_flag(self, key: str) -> dict[str, Any] | None:
         async with self.transaction() as session:
-            return await self.get_flag_in(session, key)
-
-    async def get_flag_in(self, session: AsyncSession, key: str) -> dict[str, Any] | None:
-        row = await session.get(ControllerState, key)
-        return dict(row.value) if row else None
+            return await flag_value(session, key)
 
     async def set_flag(self, key: str, value: dict[str, Any], *, audit_kind: str, actor: str) -> None:
         async with self.transaction() as session:

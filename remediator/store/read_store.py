@@ -52,7 +52,7 @@ class RemediationSummary:
 
 @dataclass(frozen=True, slots=True)
 class SteadyQuery:
-    """What an admission asks about one remediation before the admission lock (`ReadStore.steady_counts`):
+    """What an admission asks about one remediation before the admission lock (`steady_counts`):
     whether `override_key` is set, how often the alert (`fingerprint`) resolved since `flap_since` (first
     deliveries only), and how many other remediations (not `exclude`) of `node` started acting (a forward step
     succeeded) since `node_since`; `node` None when that does not matter (the playbook does not quarantine)."""
@@ -81,6 +81,7 @@ def _flap_count(fingerprint: str, since: datetime) -> Select[Any]:
         AlertRow.fingerprint == fingerprint, AlertRow.status == "resolved", AlertRow.state != "repeat",
         AlertRow.received_at >= since,
     )
+
 
 def _node_count(node: str, since: datetime, exclude: str) -> Select[Any]:
     return select(func.count(func.distinct(Remediation.id))).where(

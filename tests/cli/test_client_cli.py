@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from remediator.cli import app
-from remediator.engine.executor import PAUSE_KEY
+from remediator.store.flag_store import PAUSE_FLAG
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import xid_labels
 
@@ -202,9 +202,9 @@ async def test_cancel_revert_pause_and_resume(live: Live) -> None:
     assert json.loads(result.stdout)["state"] == "cancelled"
     paused = await live.cli("pause")
     assert paused.exit_code == 0 and "paused" in paused.stdout
-    assert (await live.gated.rt.repo.get_flag(PAUSE_KEY) or {}).get("paused") is True
+    assert (await live.gated.rt.repo.get_flag(PAUSE_FLAG) or {}).get("paused") is True
     assert (await live.cli("resume")).exit_code == 0
-    assert (await live.gated.rt.repo.get_flag(PAUSE_KEY) or {}).get("paused") is False
+    assert (await live.gated.rt.repo.get_flag(PAUSE_FLAG) or {}).get("paused") is False
 
 
 async def test_server_and_token_from_the_config_file(live: Live, tmp_path: Path) -> None:

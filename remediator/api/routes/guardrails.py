@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 
 from remediator.api.deps import Auth, RuntimeDep, WorkerDep
 from remediator.api.routes.remediations import actor_of
-from remediator.engine.executor import PAUSE_KEY
 from remediator.engine.guardrail_status import guardrail_status
+from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = ["router"]
 
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["guardrails"])
 @router.post("/pause")
 async def pause(request: Request, rt: RuntimeDep) -> dict[str, Any]:
     actor = actor_of(request)
-    await rt.repo.set_flag(PAUSE_KEY, {"paused": True, "by": actor}, audit_kind="controller.paused", actor=actor)
+    await rt.repo.set_flag(PAUSE_FLAG, {"paused": True, "by": actor}, audit_kind="controller.paused", actor=actor)
     rt.metrics.paused.set(1)
     return {"paused": True}
 
@@ -27,7 +27,7 @@ async def pause(request: Request, rt: RuntimeDep) -> dict[str, Any]:
 @router.post("/resume")
 async def resume(request: Request, rt: RuntimeDep, worker: WorkerDep) -> dict[str, Any]:
     actor = actor_of(request)
-    await rt.repo.set_flag(PAUSE_KEY, {"paused": False, "by": actor}, audit_kind="controller.resumed", actor=actor)
+    await rt.repo.set_flag(PAUSE_FLAG, {"paused": False, "by": actor}, audit_kind="controller.resumed", actor=actor)
     rt.metrics.paused.set(0)
     await rt.repo.wake_held()
     if worker is not None:
