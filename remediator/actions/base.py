@@ -115,6 +115,9 @@ class ActionContext:
     # What `Action.observe` read just before the step began (e.g. the node), for `apply` to build its first
     # write on instead of reading it again; None when observe did not run or read nothing worth keeping.
     observed: dict[str, Any] | None = None
+    # The target node's object as the remediation's context read it a moment before (a first step prepared
+    # with its admission: engine/first_step.py); `observe` takes it instead of reading the node again.
+    node_read: dict[str, Any] | None = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -20,7 +21,17 @@ from remediator.errors import NotFound, NotSupported, PermanentError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
 from remediator.settings import Settings
 
-__all__ = ["OwnerReads", "alert_pod", "gather_context", "gpu_request", "node_ready", "owner_chain", "uses_gpu"]
+__all__ = [
+    "Gathered",
+    "OwnerReads",
+    "alert_pod",
+    "gather",
+    "gather_context",
+    "gpu_request",
+    "node_ready",
+    "owner_chain",
+    "uses_gpu",
+]
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -256,14 +267,16 @@ def _labels_only(target: Target, named: tuple[str, str] | None) -> dict[str, Any
     return {"pods": pods, "pod_source": "alert" if pods else "none", "node": {"name": target.node}}
 
 
-async def _node_info(kube: KubeAdapter, name: str | None) -> tuple[dict[str, Any], list[KubeObject]]:
+async def _node_info(
+    kube: KubeAdapter, name: str | None
+) -> tuple[dict[str, Any], KubeObject | None, list[KubeObject]]:
     if not name:
-        return {"name": None}, []
+        return {"name": None}, None, []
     try:
         node = await kube.get_node(name)
     except NotFound:
-        return {"name": name, "missing": True}, []
-    return _node_summary(node), await kube.list_pods_on_node(name)
+        return {"name": name, "missing": True}, None, []
+    return _node_summary(node), node, await kube.list_pods_on_node(name)
 
 
 async def _alert_pod_object(
@@ -281,14 +294,30 @@ async def _alert_pod_object(
         return {"metadata": {"namespace": named[0], "name": named[1]}, "missing": True}
 
 
+@dataclass(frozen=True)
+class Gathered:
+    """A context as stored (`context`) and the node object it summarises (`node`: the whole object as the
+    API server returned it, with its resourceVersion; None without cluster access or when the node is
+    missing). The node is not stored: a first step begun with the admission observes the node from it
+    instead of reading it again (engine/first_step.py)."""
+
+    context: dict[str, Any]
+    node: KubeObject | None = None
+
+
 async def gather_context(
     kube: KubeAdapter | None, target: Target, labels: Mapping[str, str], settings: Settings
 ) -> dict[str, Any]:
     """{"pods": [...], "pod_source": "alert+node" | "alert" | "none", "node": {...}} for `target`."""
+    return (await gather(kube, target, labels, settings)).context
+
+
+async def gather(kube: KubeAdapter | None, target: Target, labels: Mapping[str, str], settings: Settings) -> Gathered:
+    """`gather_context`, with the node object it read."""
     named = alert_pod(labels, target, settings.exporter_pod_prefixes)
     if kube is None:
-        return _labels_only(target, named)
-    node, on_node = await _node_info(kube, target.node)
+        return Gathered(_labels_only(target, named))
+    node, node_object, on_node = await _node_info(kube, target.node)
     from_alert = await _alert_pod_object(kube, named, on_node)
     alert_uid = (from_alert or {}).get("metadata", {}).get("uid")
     chosen: list[tuple[Mapping[str, Any], bool]] = [] if from_alert is None else [(from_alert, True)]
@@ -301,7 +330,7 @@ async def gather_context(
     )
     cache: dict[OwnerKey, KubeObject | None] = {}
     pods = [await _summarise(kube, pod, from_alert_pod, cache, reads) for pod, from_alert_pod in chosen]
-    return {"pods": pods, "pod_source": "alert+node", "node": node}
+    return Gathered({"pods": pods, "pod_source": "alert+node", "node": node}, node_object)
 
 
 def _namespace_of(pod: Mapping[str, Any]) -> str:

@@ -109,6 +109,13 @@ async def _remember(ctx: ActionContext, observed: dict[str, Any]) -> dict[str, A
     return observed
 
 
+async def _node_for_observe(ctx: ActionContext) -> KubeObject:
+    """The target node for `observe`: as the context read it a moment ago (`ctx.node_read`), else read now."""
+    if ctx.node_read is not None:
+        return ctx.node_read
+    return await require_kube(ctx).get_node(target_node(ctx))
+
+
 def _needs_marks(node: Mapping[str, Any]) -> bool:
     return REMEDIATION_ANNOTATION not in _meta_map(node, "annotations")
 
@@ -186,7 +193,7 @@ class Cordon(Action[NoParams]):
 
     async def observe(self, ctx: ActionContext, params: NoParams) -> dict[str, Any] | None:
         """Whether the node was unschedulable and unmarked before: stored with the step row when it begins."""
-        return {"prior": _cordon_prior(await require_kube(ctx).get_node(target_node(ctx)))}
+        return {"prior": _cordon_prior(await _node_for_observe(ctx))}
 
     async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         name = target_node(ctx)
@@ -321,7 +328,7 @@ class Taint(Action[TaintParams]):
     async def observe(self, ctx: ActionContext, params: TaintParams) -> dict[str, Any] | None:
         """The taint and marks before the step: stored with the step row when it begins; the node read is
         kept for `apply` (its patch carries the node's resourceVersion, so a change since is not lost)."""
-        ctx.observed = node = await require_kube(ctx).get_node(target_node(ctx))
+        ctx.observed = node = await _node_for_observe(ctx)
         return {"prior": self._prior(node, params)}
 
     async def apply(self, ctx: ActionContext, params: TaintParams) -> ActionResult:

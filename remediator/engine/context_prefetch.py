@@ -17,6 +17,8 @@ import logging
 from collections.abc import Collection, Coroutine
 from typing import Any
 
+from remediator.actions.context import Gathered
+
 __all__ = ["ContextPrefetch"]
 
 log = logging.getLogger(__name__)
@@ -26,9 +28,9 @@ class ContextPrefetch:
     """Context reads in flight, by the id of the alert whose remediation they are for."""
 
     def __init__(self) -> None:
-        self._reads: dict[int, asyncio.Task[dict[str, Any]]] = {}
+        self._reads: dict[int, asyncio.Task[Gathered]] = {}
 
-    def start(self, alert_id: int, read: Coroutine[Any, Any, dict[str, Any]]) -> None:
+    def start(self, alert_id: int, read: Coroutine[Any, Any, Gathered]) -> None:
         """Start reading the context of the remediation alert `alert_id` may start."""
         old = self._reads.pop(alert_id, None)
         if old is not None:
@@ -40,7 +42,7 @@ class ContextPrefetch:
         for alert_id in [a for a in self._reads if a not in alert_ids]:
             self._reads.pop(alert_id).cancel()
 
-    async def take(self, alert_id: int | None) -> dict[str, Any] | None:
+    async def take(self, alert_id: int | None) -> Gathered | None:
         """The context read for `alert_id`'s remediation, or None (none started, or the read failed)."""
         read = self._reads.pop(alert_id, None) if alert_id is not None else None
         if read is None:

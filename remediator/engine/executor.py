@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from remediator.actions.base import ActionContext, ActionResult, AnyAction, Target
-from remediator.actions.context import gather_context
+from remediator.actions.context import Gathered, gather
 from remediator.actions.wait import CancelRemediation, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
@@ -39,6 +39,7 @@ from remediator.engine.admission_queue import AdmissionQueue
 from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
 from remediator.engine.context_prefetch import ContextPrefetch
+from remediator.engine.first_step import PreparedStep, prepare_first_step
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
@@ -194,6 +195,7 @@ class Executor:
         # As the claiming, then the admitting, transaction left it: no need to read it again.
         known: Remediation | None = claimed if claimed is not None and claimed.id == rem_id else None
         admitted = False  # the admission just passed: it read the pause flag under its lock a moment ago
+        begun: PreparedStep | None = None  # the first step, begun by that admission
         try:
             while True:
                 await self.rt.repo.intake_idle.wait()
@@ -202,14 +204,14 @@ class Executor:
                     return
                 log_fields.set(remediation_log_fields(rem))
                 if rem.state in ("pending", "held"):
-                    known = await self._admit(rem)
-                    if known is None:
+                    started = await self._admit(rem)
+                    if started is None:
                         next_run = self.rt.settings.held_recheck_interval
                         return
-                    admitted = True
+                    (known, begun), admitted = started, True
                 elif rem.state == "running":
-                    later = await self._forward(rem, admitted=admitted)
-                    admitted = False
+                    later = await self._forward(rem, admitted=admitted, begun=begun)
+                    admitted, begun = False, None
                     if later is not None:  # the step asked to run again later (e.g. `wait`)
                         next_run = later
                         return
@@ -265,15 +267,18 @@ class Executor:
 
     # -- admission --------------------------------------------------------------------------------
 
-    async def _admit(self, rem: Remediation) -> Remediation | None:
-        """Gather the context (first time only) and ask the guardrails; the started remediation, or None when
-        it is held."""
+    async def _admit(self, rem: Remediation) -> tuple[Remediation, PreparedStep | None] | None:
+        """Gather the context (first time only) and ask the guardrails; the started remediation with its first
+        step when the admission began it (engine/first_step.py), or None when it is held."""
         gathered: dict[str, Any] | None = None
+        node: dict[str, Any] | None = None
         if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
-            gathered = await self.contexts.take(rem.alert_id)
-            if gathered is None:
-                gathered = await self.read_context(target_of(rem), rem.alert_labels, rem.id)
-            rem.context = gathered
+            read = await self.contexts.take(rem.alert_id)
+            if read is None:
+                read = await self.read_context(target_of(rem), rem.alert_labels, rem.id)
+            rem.context = gathered = read.context
+            node = read.node
+        first = await self._prepare_first(rem, node) if rem.state == "pending" else None
         quarantines = self._quarantines(rem)
         settings = self.rt.settings
         now = self.rt.repo._clock()
@@ -290,7 +295,8 @@ class Executor:
             return await self._breaker_facts(session, rem, quarantines, steady_facts)
 
         admitted, verdict, changed = await self.admissions.admit(
-            AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, steady=steady)
+            AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, steady=steady,
+                             first_step=first.begin if first is not None else None)
         )
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
@@ -298,13 +304,25 @@ class Executor:
                 await self._notify(rem, "held", verdict.reason)
             return None
         await self._notify(rem, "started", verdict.reason)
-        return admitted
+        return admitted, first
 
-    async def read_context(self, target: Target, labels: Mapping[str, str], rem_id: str | None) -> dict[str, Any]:
+    async def _prepare_first(self, rem: Remediation, node: dict[str, Any] | None) -> PreparedStep | None:
+        """Step 0 of a new remediation, to begin with its admission (engine/first_step.py)."""
+        playbook = playbook_of(rem)
+        if rem.current_step != 0 or not playbook.steps:
+            return None
+        step = playbook.steps[0]
+        return await prepare_first_step(
+            step, self.rt.actions.get(step.action), require_approval=plan_of(rem).require_approval,
+            variables=self._variables(rem, []), node=node,
+            ctx=self._context(rem, step.name, step.timeout.total_seconds(), "forward", 0, {}, None),
+        )
+
+    async def read_context(self, target: Target, labels: Mapping[str, str], rem_id: str | None) -> Gathered:
         """A remediation's context: node, pods and owners (`gather_context`), then its GPU's pods (sidecar).
         `rem_id` names the remediation in logs (None when read ahead of the decision: ContextPrefetch)."""
-        gathered = await gather_context(self.rt.kube, target, labels, self.rt.settings)
-        return await self._gpu_context(target, gathered, rem_id)
+        gathered = await gather(self.rt.kube, target, labels, self.rt.settings)
+        return Gathered(await self._gpu_context(target, gathered.context, rem_id), gathered.node)
 
     async def _gpu_context(self, target: Target, context: dict[str, Any], rem_id: str | None) -> dict[str, Any]:
         """Pods of the affected GPU from the node's sidecar; every GPU pod of the node when it cannot answer.
@@ -422,11 +440,14 @@ class Executor:
 
     # -- forward steps ----------------------------------------------------------------------------
 
-    async def _forward(self, rem: Remediation, *, admitted: bool = False) -> timedelta | None:
+    async def _forward(
+        self, rem: Remediation, *, admitted: bool = False, begun: PreparedStep | None = None
+    ) -> timedelta | None:
         """One forward step. `admitted`: the guardrails admitted the remediation just before, in this drive, with
         the pause flag read under the admission lock in the admitting transaction; the first step does not read
         it again (the flag can change at any moment either way: the check stops a mutating step that starts
-        after the pause is seen, and here it was seen at the commit just before)."""
+        after the pause is seen, and here it was seen at the commit just before). `begun`: that admission
+        began the first step (engine/first_step.py)."""
         playbook = playbook_of(rem)
         idx = rem.current_step
         if idx >= len(playbook.steps):
@@ -442,7 +463,10 @@ class Executor:
         # earlier step whose output a template or condition could read, so the rows need no reading.
         rows: list[StepRow] | None = [] if idx == 0 else None
         try:
-            end = await self._attempt(rem, step, idx, phase="forward", name=step.name, rows=rows)
+            end = await self._attempt(
+                rem, step, idx, phase="forward", name=step.name, rows=rows,
+                begun=begun if begun is not None and begun.begin.idx == idx else None,
+            )
         except ResumeLater as later:
             return timedelta(seconds=later.delay)
         except CancelRemediation as cancel:
@@ -454,40 +478,47 @@ class Executor:
 
     async def _attempt(
         self, rem: Remediation, step: Step, idx: int, *, phase: str, name: str, rows: list[StepRow] | None,
+        begun: PreparedStep | None = None,
     ) -> _StepEnd | None:
         """One step of the playbook (`forward`) or of its return gate (`revert`): the step error boundary.
 
         Stages run in order (condition, approval for a forward step, template, parameters, action, output);
         an error in one fails the step as `<stage> error: ...`. None when the step settled (done and recorded,
         skipped, or waiting for an approval); else how it failed. ResumeLater, CancelRemediation and the
-        store's signals reach the caller. `rows`: the remediation's step rows, read here when None."""
+        store's signals reach the caller. `rows`: the remediation's step rows, read here when None. `begun`:
+        the step as its admission prepared and began it (engine/first_step.py): the action runs at once."""
         action = self.rt.actions.get(step.action)
         stage, rendered = "condition", {}
+        timeout = step.timeout.total_seconds()
         try:
             rows = await self.rt.repo.steps(rem.id) if rows is None else rows
-            variables = self._variables(rem, rows)
-            if not step_applies(step, variables):
-                await self._step_skipped(rem, phase, idx, name, step)
-                return None
-            if phase == "forward":
-                stage = "approval"
-                if await self._needs_approval(rem, step, idx):
-                    await self._request_approval(rem, step, idx)
+            if begun is not None:
+                stage, rendered, action = "action", begun.begin.params, begun.action
+                params, ctx = begun.params, begun.ctx
+                ctx.progress = dict(begun.begin.progress or {})  # as the admission stored it with the new row
+            else:
+                variables = self._variables(rem, rows)
+                if not step_applies(step, variables):
+                    await self._step_skipped(rem, phase, idx, name, step)
                     return None
-            stage = "template"
-            rendered = self._render(step.params, variables)
-            stage = "parameters"
-            if action is None:
-                raise LookupError(f"unknown action {step.action!r}")
-            params = action.parse(rendered)
-            stage = "action"
-            timeout = step.timeout.total_seconds()
-            ctx = self._context(rem, name, timeout, phase, idx, {}, None)
-            row = await self.rt.repo.begin_step(
-                rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered,
-                progress=await self._observe(action, ctx, params),
-            )
-            ctx.progress = dict(row.progress or {})  # as stored: a resumed step's own, else what was observed
+                if phase == "forward":
+                    stage = "approval"
+                    if await self._needs_approval(rem, step, idx):
+                        await self._request_approval(rem, step, idx)
+                        return None
+                stage = "template"
+                rendered = self._render(step.params, variables)
+                stage = "parameters"
+                if action is None:
+                    raise LookupError(f"unknown action {step.action!r}")
+                params = action.parse(rendered)
+                stage = "action"
+                ctx = self._context(rem, name, timeout, phase, idx, {}, None)
+                row = await self.rt.repo.begin_step(
+                    rem.id, self.rt.owner, phase=phase, idx=idx, name=name, action=step.action, params=rendered,
+                    progress=await self._observe(action, ctx, params),
+                )
+                ctx.progress = dict(row.progress or {})  # as stored: a resumed step's own, else what was observed
             outcome = await self._run(action, ctx, params, step.retries, timeout)
             if isinstance(outcome, StepFailure):
                 return _StepEnd(outcome.error, outcome.output, rendered)

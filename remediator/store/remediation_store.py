@@ -25,6 +25,7 @@ from remediator.store.models import (
     Remediation,
 )
 from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
+from remediator.store.step_store import BeginStep, begin_step_in
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
@@ -51,6 +52,9 @@ class AdmissionRequest:
     facts: Callable[[AsyncSession, SteadyCounts | None], Awaitable[GuardrailFacts]]
     context: dict[str, Any] | None = None
     steady: SteadyQuery | None = None
+    # A new remediation's first step, begun in the admitting transaction when it is admitted (only from
+    # `pending`: a remediation that was held or has run has its own rows and goes the step's usual way).
+    first_step: BeginStep | None = None
 
 
 class RemediationStore(RepositoryBase):
@@ -280,7 +284,8 @@ class RemediationStore(RepositoryBase):
         `decide(facts)` is the guardrails' verdict on them (engine/guardrails.py); each result is (the
         remediation as committed, verdict, changed), `changed` False when a held remediation is still held for
         the same reason, or the exception of that request alone (its lease lost, the remediation gone). A
-        `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`.
+        `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`,
+        and so is a `first_step` that an admitted new remediation begins (its step row and `step.started`).
 
         The admission lock orders admissions across replicas, so only what other admissions change is read
         under it: the remediations' own rows (locked first, in one statement), their contexts and the `steady`
@@ -318,7 +323,10 @@ class RemediationStore(RepositoryBase):
             for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
                 verdict = request.decide(await request.facts(session, steady.get(i)))
+                was_pending = rem.state == "pending"
                 results[i] = await self._apply_verdict(session, rem, verdict)
+                if verdict.allow and was_pending and request.first_step is not None:
+                    await begin_step_in(self, session, rem.id, request.first_step)
                 if verdict.allow and verdict.quarantines:
                     memo.started(rem.node)
                 await session.flush()  # the next request's facts see this one's state

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.jsondata import jsonable
 from remediator.store.models import (
@@ -15,7 +17,50 @@ from remediator.store.unit_of_work import (
     RepositoryBase,
 )
 
-__all__ = ["StepStore"]
+__all__ = ["BeginStep", "StepStore", "begin_step_in"]
+
+
+@dataclass(frozen=True)
+class BeginStep:
+    """A step to begin: its place in the playbook, its rendered parameters, and `progress`, what the action
+    observed before its first write (`Action.observe`), stored only with a new row."""
+
+    phase: str
+    idx: int
+    name: str
+    action: str
+    params: dict[str, Any]
+    progress: dict[str, Any] | None = None
+
+
+async def begin_step_in(store: RepositoryBase, session: AsyncSession, rem_id: str, begin: BeginStep) -> StepRow:
+    """Create or resume the step row in `session` (the caller holds the remediation's row), audited as
+    `step.started`: shared by `StepStore.begin_step` and an admission that begins the first step
+    (`RemediationStore.admit_many`)."""
+    step = await session.scalar(
+        select(StepRow).where(
+            StepRow.remediation_id == rem_id, StepRow.phase == begin.phase, StepRow.idx == begin.idx
+        )
+    )
+    resumed = step is not None
+    if step is None:
+        step = StepRow(
+            remediation_id=rem_id, phase=begin.phase, idx=begin.idx, name=begin.name, action=begin.action,
+            status="running", attempts=1, params=jsonable(begin.params), output={},
+            progress=jsonable(begin.progress or {}), error=None, started_at=store._clock(),
+        )
+        session.add(step)
+    else:
+        step.attempts += 1
+        step.status = "running"
+        step.params = jsonable(begin.params)
+    await session.flush()
+    await store.audit(
+        session, "step.started", remediation_id=rem_id,
+        data={"phase": begin.phase, "step": begin.name, "action": begin.action, "index": begin.idx,
+              "attempt": step.attempts, "resumed": resumed, "params": begin.params},
+    )
+    return step
 
 
 class StepStore(RepositoryBase):
@@ -31,29 +76,9 @@ class StepStore(RepositoryBase):
         new row: a resumed one keeps what it saved, which may predate writes of the earlier attempt."""
         async with self.transaction() as session:
             await self._get_for_update(session, rem_id, owner)
-            step = await session.scalar(
-                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            return await begin_step_in(
+                self, session, rem_id, BeginStep(phase, idx, name, action, params, progress)
             )
-            now = self._clock()
-            resumed = step is not None
-            if step is None:
-                step = StepRow(
-                    remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status="running",
-                    attempts=1, params=jsonable(params), output={}, progress=jsonable(progress or {}), error=None,
-                    started_at=now,
-                )
-                session.add(step)
-            else:
-                step.attempts += 1
-                step.status = "running"
-                step.params = jsonable(params)
-            await session.flush()
-            await self.audit(
-                session, "step.started", remediation_id=rem_id,
-                data={"phase": phase, "step": name, "action": action, "index": idx, "attempt": step.attempts,
-                      "resumed": resumed, "params": params},
-            )
-            return step
 
     async def checkpoint_step(self, rem_id: str, owner: str, *, phase: str, idx: int, progress: dict[str, Any]) -> None:
         async with self.transaction() as session:

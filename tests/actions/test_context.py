@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from remediator.actions.base import Target
-from remediator.actions.context import alert_pod, gather_context
+from remediator.actions.context import alert_pod, gather, gather_context
 from remediator.adapters.kube import KubeAdapter
 from remediator.settings import Settings
 from tests.actions.conftest import NODE
@@ -231,3 +231,16 @@ async def test_owners_read_by_one_context_serve_the_next_until_recreated(
     third = await gather_context(kube_adapter, TARGET, {}, settings)
     assert third["pods"][0]["owners"][0] == {"kind": "ReplicaSet", "name": "trainer-1"}
     assert len(fake_kube.requests("get", "replicasets")) == 2  # the new uid is read, not taken from memory
+
+
+async def test_gather_keeps_the_node_object_it_summarised_and_none_for_a_missing_node(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter, node: dict, settings: Settings
+) -> None:
+    read = await gather(kube_adapter, TARGET, {}, settings)
+    assert read.node is not None and read.node["metadata"]["name"] == NODE
+    assert read.node["metadata"]["resourceVersion"]  # what a taint guards its patch with
+    assert read.context == await gather_context(kube_adapter, TARGET, {}, settings)
+
+    gone = await gather(kube_adapter, Target(kind="node", node="no-such-node"), {}, settings)
+    assert gone.node is None and gone.context["node"] == {"name": "no-such-node", "missing": True}
+    assert (await gather(None, TARGET, {}, settings)).node is None  # plan-only: no cluster to read

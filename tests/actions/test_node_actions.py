@@ -216,6 +216,29 @@ async def test_taint_builds_on_the_node_it_observed_and_keeps_a_change_made_sinc
     assert {"key": "remediator.io/gpu-unhealthy", "value": "xid-79", "effect": "NoSchedule"} in taints(fake_kube)
 
 
+async def test_observe_takes_the_node_the_context_read_instead_of_reading_it_again(
+    fake_kube: FakeKube, make_ctx: MakeCtx
+) -> None:
+    """A first step prepared with its admission hands observe the node object its context read a moment
+    before (`ctx.node_read`, engine/first_step.py): no request; taint then patches from it, guarded."""
+    earlier = {"key": "remediator.io/gpu-unhealthy", "value": "xid-31", "effect": "NoSchedule"}
+    fake_kube.add_node(NODE, taints=[earlier])
+    ctx = make_ctx()
+    assert ctx.kube is not None
+    ctx.node_read = await ctx.kube.get_node(NODE)
+    reads_before = len(fake_kube.requests("get", "nodes"))
+    params = Taint().parse({"value": "xid-79"})
+    assert await Taint().observe(ctx, params) == {"prior": {"previous": {"value": "xid-31"}, "marked": True}}
+    assert await Cordon().observe(ctx, Cordon().parse({})) == {"prior": {"was_unschedulable": False, "marked": True}}
+    assert len(fake_kube.requests("get", "nodes")) == reads_before
+    assert ctx.observed is ctx.node_read
+    await Taint().run(ctx, params)
+    assert len(fake_kube.requests("get", "nodes")) == reads_before
+    assert [c.body["metadata"]["resourceVersion"] for c in fake_kube.requests("patch", "nodes")] == [
+        ctx.node_read["metadata"]["resourceVersion"]
+    ]
+
+
 async def test_cordon_observed_before_its_step_began_needs_no_checkpoint(
     fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
 ) -> None:
