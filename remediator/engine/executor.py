@@ -314,7 +314,7 @@ class Executor:
         step = playbook.steps[0]
         return await prepare_first_step(
             step, self.rt.actions.get(step.action), require_approval=plan_of(rem).require_approval,
-            variables=self._variables(rem, []), node=node,
+            variables=self._variables(rem, []), node=node, observe=self._observe,
             ctx=self._context(rem, step.name, step.timeout.total_seconds(), "forward", 0, {}, None),
         )
 

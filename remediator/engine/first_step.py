@@ -19,7 +19,7 @@ observed, exactly as after `begin_step`: the resumed step keeps it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +45,17 @@ class PreparedStep:
     begin: BeginStep
 
 
+Observe = Callable[[AnyAction, ActionContext, Any], Awaitable[dict[str, Any] | None]]
+
+
 async def prepare_first_step(
     step: Step, action: AnyAction | None, *, require_approval: bool, variables: Mapping[str, Any],
-    ctx: ActionContext, node: dict[str, Any] | None,
+    ctx: ActionContext, node: dict[str, Any] | None, observe: Observe,
 ) -> PreparedStep | None:
     """Step 0 prepared for `ctx` (its remediation, step name and timeout), or None when it goes the usual way.
 
-    `node`: the node object the context was read from, given to `observe` as `ctx.node_read`."""
+    `node`: the node object the context was read from, given to `observe` (the executor's error boundary
+    around `Action.observe`, which skips a dry run) as `ctx.node_read`."""
     if action is None or approval_required(step, 0, require_approval):
         return None
     if node is None and not ctx.dry_run:
@@ -64,15 +68,10 @@ async def prepare_first_step(
     except Exception:  # the usual path runs the same stages and records the failure as the step's
         log.debug("first step of remediation %s not prepared", ctx.remediation_id, exc_info=True)
         return None
-    progress: dict[str, Any] | None = None
-    if not ctx.dry_run:
-        ctx.node_read = node
-        try:
-            progress = await action.observe(ctx, params)
-        except Exception:  # as Executor._observe: the action reads and checkpoints it itself
-            ctx.observed = None
-            log.debug("first step of remediation %s: observing failed", ctx.remediation_id, exc_info=True)
-        finally:
-            ctx.node_read = None
+    ctx.node_read = node
+    try:
+        progress = await observe(action, ctx, params)
+    finally:
+        ctx.node_read = None
     begin = BeginStep("forward", 0, step.name, step.action, rendered, progress)
     return PreparedStep(step, action, params, ctx, begin)

@@ -18,13 +18,19 @@ from tests.helpers import am_alert, am_payload, xid_labels
 TAINT_KEY = "remediator.io/gpu-unhealthy"
 
 
+def tainted_gpu_node(cluster: Cluster) -> dict[str, str]:
+    """GPU node gpu-1 carrying an earlier taint with the key the playbook's taint step writes; that taint."""
+    gpu_node(cluster.fake)
+    earlier = {"key": TAINT_KEY, "value": "xid-31", "effect": "NoSchedule"}
+    cluster.fake.write("nodes", None, "gpu-1", {"spec": {"taints": [earlier]}})
+    return earlier
+
+
 async def test_the_admission_begins_the_first_step_with_the_prior_taint_and_nothing_runs_in_between(
     make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster: Cluster = await make_cluster()
-    gpu_node(cluster.fake)
-    earlier = {"key": TAINT_KEY, "value": "xid-31", "effect": "NoSchedule"}
-    cluster.fake.write("nodes", None, "gpu-1", {"spec": {"taints": [earlier]}})
+    tainted_gpu_node(cluster)
     calls: list[tuple[str, Any]] = []
     record_calls(
         cluster, monkeypatch, calls, "admit_many", "get_flag", "steps", "begin_step", "checkpoint_step", "finish_step"
@@ -88,9 +94,7 @@ async def test_a_crash_after_the_admission_resumes_the_begun_first_step_with_wha
     make_cluster: MakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster: Cluster = await make_cluster()
-    gpu_node(cluster.fake)
-    earlier = {"key": TAINT_KEY, "value": "xid-31", "effect": "NoSchedule"}
-    cluster.fake.write("nodes", None, "gpu-1", {"spec": {"taints": [earlier]}})
+    earlier = tainted_gpu_node(cluster)
     real_forward = Executor._forward
     crashes: list[str] = []
 
