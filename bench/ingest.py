@@ -18,6 +18,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as `python bench/ingest.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,6 +40,14 @@ def wrk(url: str, seconds: int, connections: int) -> dict[str, float]:
     requests, duration, errors, p50, p99 = (int(g) for g in m.groups())
     return {"rps": requests / (duration / 1e6), "p50_ms": p50 / 1000, "p99_ms": p99 / 1000, "errors": errors,
             "requests": requests}
+
+
+def alert_states(database: Path) -> dict[str, int]:
+    """Stored alerts by state once the run ends: `new` ones were acknowledged but not yet decided."""
+    import sqlite3
+
+    with sqlite3.connect(database) as conn:
+        return {str(state): int(n) for state, n in conn.execute("SELECT state, count(*) FROM alerts GROUP BY state")}
 
 
 def commit_latency(work: Path, synchronous: str, commits: int = 500) -> dict[str, float]:
@@ -86,7 +95,7 @@ def main() -> None:
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        results = {}
+        results: dict[str, dict[str, Any]] = {}
         env = {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
         for name in ("bare", "controller", *(("normal",) if args.compare_fsync else ())):
             port = free_port()
@@ -100,6 +109,8 @@ def main() -> None:
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
             finally:
                 stop(proc)
+            if name != "bare":
+                results[name]["states"] = alert_states(work / f"bench-{port}.db")
         commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
     ratio = results["controller"]["rps"] / results["bare"]["rps"]
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
@@ -113,6 +124,12 @@ def main() -> None:
             continue
         r = results[name]
         print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    for name in ("controller", "normal"):
+        if name in results:
+            states = results[name]["states"]
+            stored = sum(states.values())
+            print(f"{name}: {stored} alerts stored (warm-up included), {stored - states.get('new', 0)} decided by "
+                  f"the worker before it stopped; by state: {dict(sorted(states.items()))}")
     for mode, c in commits.items():
         print(f"one-alert commit through the intake, synchronous={mode}: p50 {c['p50_ms']:.2f} ms, "
               f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")

@@ -198,7 +198,7 @@ class Executor:
         begun: PreparedStep | None = None  # the first step, begun by that admission
         try:
             while True:
-                await self.rt.repo.intake_idle.wait()
+                await self.rt.repo.intake_first()
                 rem, known = known or await self.rt.repo.get(rem_id), None
                 if rem is None or rem.lease_owner != self.rt.owner:
                     return

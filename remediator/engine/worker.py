@@ -291,7 +291,7 @@ class Worker:
         The loop sweeps overdue approvals at most once every APPROVAL_SWEEP_S: a busy worker iterates
         back to back, and a sweep on every iteration was a query per iteration for requests that expire
         on a scale of minutes."""
-        await self.rt.repo.intake_idle.wait()  # a webhook burst is stored first, processed right after
+        await self.rt.repo.intake_first()  # a webhook burst is stored first, processed right after
         processed = await self.process_alerts()
         dispatched = await self.dispatch()  # before the approval sweep: a new remediation starts at once
         if self._handed_over:

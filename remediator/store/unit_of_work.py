@@ -4,6 +4,7 @@ concern shares. `Repository` (store/repository.py) is this base plus one mixin p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -32,7 +33,8 @@ from remediator.store.models import (
 from remediator.store.sqlite_intake import SqliteIntake
 
 __all__ = [
-    "BREAKER_MEMO", "LARGE_COLUMNS", "BreakerMemo", "LeaseLost", "NewRemediation", "RepositoryBase", "StoredBatch",
+    "BREAKER_MEMO", "INTAKE_PRIORITY_WAIT_S", "LARGE_COLUMNS", "BreakerMemo", "LeaseLost", "NewRemediation",
+    "RepositoryBase", "StoredBatch",
     "utcnow",
 ]
 
@@ -48,6 +50,9 @@ _AUDIT_QUEUE = "remediator.audit_queue"  # session.info key: the events a transa
 BREAKER_MEMO = "remediator.breaker_memo"
 # The large JSON columns of a remediation, which a list may leave out (`list_remediations(leave_out=...)`).
 LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
+# How long other work yields to queued webhook batches before going anyway (RepositoryBase.intake_first):
+# long enough for a burst's group commits to drain, short enough that a sustained flood starves nothing.
+INTAKE_PRIORITY_WAIT_S = 0.25
 
 
 def utcnow() -> datetime:
@@ -130,11 +135,11 @@ class RepositoryBase:
     async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:
         """One transaction; database failures surface as StoreUnavailable.
 
-        Webhook intake has priority: other transactions of this process wait while intake is queued, so a
-        storm is stored first (and answered fast) and processed right after.
+        Webhook intake has priority: other transactions of this process wait (briefly, see intake_first)
+        while intake is queued, so a storm is stored first (and answered fast) and processed right after.
         """
         if not intake:
-            await self.intake_idle.wait()
+            await self.intake_first()
         async with self._writer_gate():
             try:
                 async with self._sessions() as session, session.begin():
@@ -142,6 +147,17 @@ class RepositoryBase:
                     await self._append_audit(session)  # last: the chain's lock is held only to the commit
             except (OperationalError, OSError, ConnectionError) as exc:
                 raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+
+    async def intake_first(self) -> None:
+        """Let queued webhook batches go first, for at most INTAKE_PRIORITY_WAIT_S.
+
+        Bounded: under a sustained flood intake is never idle, and an unbounded wait would starve every
+        decision, step and lease renewal while alerts pile up unprocessed."""
+        if self.intake_idle.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(INTAKE_PRIORITY_WAIT_S):
+                await self.intake_idle.wait()
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:

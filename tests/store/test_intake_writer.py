@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from remediator.store.intake_writer import IntakeWriter
 from remediator.store.repository import Repository
 from tests.store.test_intake_store import payload
@@ -47,6 +49,60 @@ async def test_other_transactions_wait_while_intake_is_pending(repo: Repository)
         assert repo.intake_idle.is_set()
     finally:
         await writer.close()
+
+
+async def test_a_sustained_flood_does_not_starve_other_transactions(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Intake never idle (senders back to back): other work still gets its turn after the priority wait."""
+    import remediator.store.unit_of_work as unit_of_work
+
+    monkeypatch.setattr(unit_of_work, "INTAKE_PRIORITY_WAIT_S", 0.05)
+    writer = IntakeWriter(repo)
+    flooding = True
+    sent = 0
+
+    async def sender(n: int) -> None:
+        nonlocal sent
+        while flooding:
+            await writer.submit(payload(fingerprint=f"flood{n}x{sent}"))
+            sent += 1
+
+    senders = [asyncio.create_task(sender(n)) for n in range(4)]
+    try:
+        async with asyncio.timeout(10):
+            while repo.intake_idle.is_set():
+                assert not any(t.done() for t in senders)
+                await asyncio.sleep(0)
+            for _ in range(3):
+                await repo.ping()
+                assert not repo.intake_idle.is_set()  # still flooding: the pings went while intake was busy
+    finally:
+        flooding = False
+        await asyncio.gather(*senders)
+        await writer.close()
+    assert sent > 0
+
+
+async def test_a_burst_is_stored_before_the_next_transaction(repo: Repository) -> None:
+    writer = IntakeWriter(repo)
+    order: list[str] = []
+
+    async def send(i: int) -> None:
+        await writer.submit(payload(fingerprint=f"burst{i}"))
+        order.append("batch")
+
+    async def other() -> None:
+        await repo.ping()
+        order.append("other")
+
+    try:
+        burst = [asyncio.create_task(send(i)) for i in range(20)]
+        await asyncio.sleep(0)
+        await asyncio.gather(other(), *burst)
+    finally:
+        await writer.close()
+    assert order == ["batch"] * 20 + ["other"]
 
 
 async def test_start_times_with_an_offset_are_stored_as_utc(repo: Repository) -> None:
