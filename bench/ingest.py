@@ -128,8 +128,9 @@ def main() -> None:
         if name in results:
             states = results[name]["states"]
             stored = sum(states.values())
-            print(f"{name}: {stored} alerts stored (warm-up included), {stored - states.get('new', 0)} decided by "
-                  f"the worker before it stopped; by state: {dict(sorted(states.items()))}")
+            decided = stored - states.get("new", 0) - states.get("repeat", 0)
+            print(f"{name}: {stored} alerts stored (warm-up included), {decided} decided by the worker before it "
+                  f"stopped; by state: {dict(sorted(states.items()))}")
     for mode, c in commits.items():
         print(f"one-alert commit through the intake, synchronous={mode}: p50 {c['p50_ms']:.2f} ms, "
               f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")
