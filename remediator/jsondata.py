@@ -13,7 +13,18 @@ __all__ = ["jsonable"]
 
 
 def jsonable(value: Any) -> Any:
-    """Plain JSON-like data (tuples as lists, unknown objects as strings)."""
+    """Plain JSON-like data (tuples as lists, unknown objects as strings).
+
+    Exact types are tried first: every new remediation's plan (a playbook dump of a few KB) passes through
+    here, and the isinstance checks against the Mapping ABC made it ~4x slower than it needs to be
+    (bench/fleet_storm.py profile: 6.6% of a replica's CPU)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float or value is None:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): jsonable(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [jsonable(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
