@@ -25,7 +25,7 @@ from remediator.store.models import (
     Remediation,
 )
 from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
-from remediator.store.step_store import BeginStep, begin_step_in
+from remediator.store.step_store import BeginStep, begin_step_in, steps_begun
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
@@ -311,6 +311,13 @@ class RemediationStore(RepositoryBase):
             asked = [i for i in rems if requests[i].steady is not None]
             answers = await steady_counts(session, [q for i in asked if (q := requests[i].steady) is not None])
             steady: dict[int, SteadyCounts] = dict(zip(asked, answers, strict=True))
+            # The first steps' rows for the whole batch in one statement, before the lock: normally there are
+            # none (a step an admission begins commits with the remediation's new state), but a row that does
+            # exist is resumed, as `begin_step` would.
+            begun = await steps_begun(session, [
+                (rem.id, first.phase, first.idx) for i, rem in rems.items()
+                if rem.state == "pending" and (first := requests[i].first_step) is not None
+            ])
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
             if steady:  # the kill switch as it is now, under the lock: what an admitted first step relies on
@@ -326,7 +333,7 @@ class RemediationStore(RepositoryBase):
                 was_pending = rem.state == "pending"
                 results[i] = await self._apply_verdict(session, rem, verdict)
                 if verdict.allow and was_pending and request.first_step is not None:
-                    await begin_step_in(self, session, rem.id, request.first_step)
+                    await begin_step_in(self, session, rem.id, request.first_step, begun=begun)
                 if verdict.allow and verdict.quarantines:
                     memo.started(rem.node)
                 await session.flush()  # the next request's facts see this one's state

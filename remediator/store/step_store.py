@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from remediator.store.unit_of_work import (
     RepositoryBase,
 )
 
-__all__ = ["BeginStep", "StepStore", "begin_step_in"]
+__all__ = ["BeginStep", "StepKey", "StepStore", "begin_step_in", "steps_begun"]
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,36 @@ class BeginStep:
     progress: dict[str, Any] | None = None
 
 
-async def begin_step_in(store: RepositoryBase, session: AsyncSession, rem_id: str, begin: BeginStep) -> StepRow:
+StepKey = tuple[str, str, int]  # (remediation id, phase, index): one step row
+
+
+async def steps_begun(session: AsyncSession, keys: Sequence[StepKey]) -> dict[StepKey, StepRow]:
+    """The step rows that exist for `keys`, in one statement (an admission batch's first steps)."""
+    if not keys:
+        return {}
+    wanted = set(keys)
+    rows = await session.scalars(
+        select(StepRow).where(StepRow.remediation_id.in_(sorted({rem_id for rem_id, _, _ in wanted})))
+    )
+    return {key: row for row in rows.all() if (key := (row.remediation_id, row.phase, row.idx)) in wanted}
+
+
+async def begin_step_in(
+    store: RepositoryBase, session: AsyncSession, rem_id: str, begin: BeginStep,
+    *, begun: Mapping[StepKey, StepRow] | None = None,
+) -> StepRow:
     """Create or resume the step row in `session` (the caller holds the remediation's row), audited as
     `step.started`: shared by `StepStore.begin_step` and an admission that begins the first step
-    (`RemediationStore.admit_many`)."""
-    step = await session.scalar(
-        select(StepRow).where(
-            StepRow.remediation_id == rem_id, StepRow.phase == begin.phase, StepRow.idx == begin.idx
+    (`RemediationStore.admit_many`). `begun`: the rows `steps_begun` read for a batch, so that the step's row is
+    not looked up again (a key missing from it has no row yet)."""
+    if begun is not None:
+        step = begun.get((rem_id, begin.phase, begin.idx))
+    else:
+        step = await session.scalar(
+            select(StepRow).where(
+                StepRow.remediation_id == rem_id, StepRow.phase == begin.phase, StepRow.idx == begin.idx
+            )
         )
-    )
     resumed = step is not None
     if step is None:
         step = StepRow(

@@ -19,6 +19,7 @@ from remediator.store.models import ControllerState
 from remediator.store.read_store import SteadyQuery
 from remediator.store.remediation_store import AdmissionRequest
 from remediator.store.repository import LeaseLost, Repository, utcnow
+from remediator.store.step_store import BeginStep
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_decision_conflicts import claimed, new_on
 
@@ -94,3 +95,40 @@ async def test_the_batch_decides_on_the_pause_flag_as_it_is_under_the_lock(
     (result,) = await store.admit_many([AdmissionRequest(rem.id, "w", lambda _f: ALLOW, facts, steady=steady)])
     assert not isinstance(result, BaseException)
     assert seen[0].pause == {"paused": True, "by": "oncall"}
+
+
+async def test_a_batch_looks_up_its_first_steps_rows_once_and_resumes_a_row_that_exists(
+    store: Repository,  # noqa: F811
+) -> None:
+    rows = await claimed(store, 3)
+    _, leased = await store.record_and_lease(
+        [(row, Started(new_on(f"n{i + 1}"))) for i, row in enumerate(rows)], Lease("w", timedelta(minutes=1), 3)
+    )
+    ids = [rem.id for rem in leased]
+    first = BeginStep("forward", 0, "taint", "taint", {"key": "remediator.io/gpu-unhealthy"}, {"before": []})
+    # A row left by an earlier attempt on the first remediation: resumed, not created again.
+    await store.begin_step(ids[0], "w", phase="forward", idx=0, name="taint", action="taint",
+                           params={"key": "old"}, progress={"saved": True})
+    lookups: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().startswith("SELECT") and "FROM steps" in statement:
+            lookups.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        results = await store.admit_many([
+            AdmissionRequest(rem_id, "w", lambda _f: ALLOW, request(rem_id, "w").facts, first_step=first)
+            for rem_id in ids
+        ])
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+    assert len(lookups) == 1
+    assert all(not isinstance(r, BaseException) and r[0].state == "running" for r in results)
+    steps = await store.steps_for(ids)
+    resumed, *created = (steps[rem_id] for rem_id in ids)
+    assert [(s.attempts, s.params, s.progress) for s in resumed] == [(2, first.params, {"saved": True})]
+    assert [[(s.attempts, s.params, s.progress) for s in rows] for rows in created] == [
+        [(1, first.params, {"before": []})]
+    ] * 2
