@@ -23,6 +23,7 @@ from remediator.store.unit_of_work import (
     BREAKER_MEMO,
     BreakerMemo,
     RepositoryBase,
+    _aware,
 )
 
 __all__ = ["ReadStore", "RemediationSummary", "SteadyCounts", "SteadyQuery", "flag_value", "steady_counts"]
@@ -254,7 +255,30 @@ class ReadStore(RepositoryBase):
         self, session: AsyncSession, rem_id: str, created_at: datetime, node: str | None, reason_prefix: str
     ) -> set[str]:
         """Nodes of the held remediations whose reason starts with `reason_prefix` (the circuit breaker's) and
-        that were created before this one: the queue ahead of it for quarantine room. `node` is left out."""
+        that were created before this one: the queue ahead of it for quarantine room. `node` is left out.
+        In an admission batch the queue is read once (every held remediation with such a reason) and kept
+        current by the batch (`BreakerMemo.decided`)."""
+        memo: BreakerMemo | None = session.info.get(BREAKER_MEMO)
+        if memo is not None and (memo.held is None or memo.held_prefix != reason_prefix):
+            queue = await session.execute(
+                select(Remediation.id, Remediation.created_at, Remediation.node).where(
+                    Remediation.state == "held",
+                    Remediation.state_reason.startswith(reason_prefix, autoescape=True),
+                    Remediation.node.is_not(None),
+                )
+            )
+            memo.held_prefix = reason_prefix
+            memo.held = {
+                str(held_id): (at, str(held_node))
+                for held_id, held_at, held_node in queue.all()
+                if held_node and (at := _aware(held_at)) is not None
+            }
+        if memo is not None and memo.held is not None:
+            mine = _aware(created_at)
+            return {
+                held_node for held_id, (at, held_node) in memo.held.items()
+                if mine is not None and (at < mine or (at == mine and held_id < rem_id)) and held_node != node
+            }
         rows = await session.scalars(
             select(Remediation.node).where(
                 Remediation.state == "held",

@@ -332,6 +332,7 @@ class RemediationStore(RepositoryBase):
                 verdict = request.decide(await request.facts(session, steady.get(i)))
                 was_pending = rem.state == "pending"
                 results[i] = await self._apply_verdict(session, rem, verdict)
+                memo.decided(rem)
                 if verdict.allow and was_pending and request.first_step is not None:
                     await begin_step_in(self, session, rem.id, request.first_step, begun=begun)
                 if verdict.allow and verdict.quarantines:

@@ -91,12 +91,19 @@ class NewRemediation:
 
 @dataclass
 class BreakerMemo:
-    """The breaker's counts as an admission batch sees them (`RemediationStore.admit_many`): read once under
-    the admission lock (`ReadStore.quarantined_nodes`, `recent_quarantine_starts`), then kept current by the
-    batch as it starts quarantines. None until read."""
+    """The breaker's facts as an admission batch sees them (`RemediationStore.admit_many`): read once under
+    the admission lock (`ReadStore.quarantined_nodes`, `recent_quarantine_starts`, `held_for_room_before`),
+    then kept current by the batch as it starts quarantines and holds or admits remediations. None until
+    read. Only admissions hold a remediation and they all take the lock, so no other replica adds to the
+    queue meanwhile; one that leaves it otherwise (cancelled) is still counted ahead until the next batch,
+    which only makes a remediation wait one re-check longer."""
 
     quarantined: set[str] | None = None
     starts: int | None = None
+    # The held remediations whose reason starts with `held_prefix` (the queue for room,
+    # `ReadStore.held_for_room_before`): id -> (created_at, node).
+    held: dict[str, tuple[datetime, str]] | None = None
+    held_prefix: str = ""
 
     def started(self, node: str | None) -> None:
         """The batch started a quarantine of `node`."""
@@ -104,6 +111,17 @@ class BreakerMemo:
             self.quarantined.add(node)
         if self.starts is not None:
             self.starts += 1
+
+    def decided(self, rem: Remediation) -> None:
+        """The batch just held, or admitted, `rem`: the queue for room follows."""
+        if self.held is None:
+            return
+        reason = rem.state_reason or ""
+        created = _aware(rem.created_at)
+        if rem.state == "held" and rem.node and created is not None and reason.startswith(self.held_prefix):
+            self.held[rem.id] = (created, rem.node)
+        else:
+            self.held.pop(rem.id, None)
 
 
 def _aware(ts: datetime | None) -> datetime | None:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event, insert
 from sqlalchemy.engine import Engine
 
-from remediator.engine.guardrails import Verdict
+from remediator.engine.guardrails import BREAKER_REASON, Verdict
 from remediator.store import remediation_store
 from remediator.store.decision_store import Lease, Started
 from remediator.store.flag_store import PAUSE_FLAG
@@ -132,3 +132,48 @@ async def test_a_batch_looks_up_its_first_steps_rows_once_and_resumes_a_row_that
     assert [[(s.attempts, s.params, s.progress) for s in rows] for rows in created] == [
         [(1, first.params, {"before": []})]
     ] * 2
+
+
+async def test_a_batch_reads_the_queue_for_room_once_and_keeps_it_as_it_holds_and_admits(
+    store: Repository,  # noqa: F811
+) -> None:
+    """The queue ahead of each remediation is what the database would say after the batch's earlier
+    decisions: a held one admitted leaves it, one the batch holds for the breaker joins it."""
+    rows = await claimed(store, 4)
+    _, leased = await store.record_and_lease(
+        [(row, Started(new_on(f"n{i}"))) for i, row in enumerate(rows)], Lease("w", timedelta(minutes=1), 4)
+    )
+    rems = sorted(leased, key=lambda r: (r.created_at, r.id))
+    hold = Verdict(allow=False, name="circuit_breaker", reason=f"{BREAKER_REASON} 1 of 1 nodes", quarantines=True)
+    (first,) = await store.admit_many([AdmissionRequest(rems[0].id, "w", lambda _f: hold, request("", "w").facts)])
+    assert not isinstance(first, BaseException) and first[0].state == "held"
+
+    seen: dict[str, set[str]] = {}
+
+    def asking(rem: Any, verdict: Verdict) -> AdmissionRequest:
+        async def facts(session: Any, _counts: Any) -> Any:
+            seen[rem.id] = await store.held_for_room_before(session, rem.id, rem.created_at, rem.node,
+                                                            BREAKER_REASON)
+
+        return AdmissionRequest(rem.id, "w", lambda _f: verdict, facts)
+
+    queue_reads: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().startswith("SELECT") and "remediations.state =" in statement:
+            queue_reads.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        results = await store.admit_many([
+            asking(rems[3], ALLOW), asking(rems[1], hold), asking(rems[0], ALLOW), asking(rems[2], ALLOW),
+        ])
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+    assert all(not isinstance(r, BaseException) for r in results)
+    assert len(queue_reads) == 1
+    # Decided oldest first: rems[0] (held before) is admitted and leaves the queue; rems[1] joins it.
+    assert [seen[r.id] for r in rems] == [set(), set(), {rems[1].node}, {rems[1].node}]
+    states = {r.id: r.state for r in await store.remediation_summaries(limit=10)}
+    assert [states[r.id] for r in rems] == ["running", "held", "running", "running"]
