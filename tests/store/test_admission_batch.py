@@ -4,6 +4,8 @@ pause flag as it is under the admission lock; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +28,22 @@ from tests.store.test_decision_conflicts import claimed, new_on
 ALLOW = Verdict(allow=True, name="ok", reason="guardrails allow", quarantines=True)
 
 
+@contextmanager
+def statements(wanted: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The SQL statements run inside the block that `wanted` picks."""
+    seen: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if wanted(statement.lstrip()):
+            seen.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+
+
 def request(rem_id: str, owner: str) -> AdmissionRequest:
     async def facts(_session: Any, _counts: Any) -> Any:
         return None  # `decide` below answers without facts
@@ -42,20 +60,11 @@ async def test_a_batch_reads_its_rows_once_and_a_lost_lease_fails_alone(store: R
     first, second = (rem.id for rem in leased)
     unleased = next(r.id for r in await store.remediation_summaries(limit=10) if r.id not in (first, second))
 
-    reads: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().startswith("SELECT") and "FROM remediations" in statement and ".id IN" in statement:
-            reads.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
+    with statements(lambda sql: sql.startswith("SELECT") and "FROM remediations" in sql and ".id IN" in sql) as reads:
         results = await store.admit_many([
             request(second, "worker-a"), request("no-such-remediation", "worker-a"), request(unleased, "worker-a"),
             request(first, "worker-a"),
         ])
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
 
     assert len(reads) == 1
     admitted_second, gone, not_ours, admitted_first = results
@@ -109,20 +118,11 @@ async def test_a_batch_looks_up_its_first_steps_rows_once_and_resumes_a_row_that
     # A row left by an earlier attempt on the first remediation: resumed, not created again.
     await store.begin_step(ids[0], "w", phase="forward", idx=0, name="taint", action="taint",
                            params={"key": "old"}, progress={"saved": True})
-    lookups: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().startswith("SELECT") and "FROM steps" in statement:
-            lookups.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
+    with statements(lambda sql: sql.startswith("SELECT") and "FROM steps" in sql) as lookups:
         results = await store.admit_many([
             AdmissionRequest(rem_id, "w", lambda _f: ALLOW, request(rem_id, "w").facts, first_step=first)
             for rem_id in ids
         ])
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
 
     assert len(lookups) == 1
     assert all(not isinstance(r, BaseException) and r[0].state == "running" for r in results)
@@ -157,19 +157,10 @@ async def test_a_batch_reads_the_queue_for_room_once_and_keeps_it_as_it_holds_an
 
         return AdmissionRequest(rem.id, "w", lambda _f: verdict, facts)
 
-    queue_reads: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().startswith("SELECT") and "remediations.state =" in statement:
-            queue_reads.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
+    with statements(lambda sql: sql.startswith("SELECT") and "remediations.state =" in sql) as queue_reads:
         results = await store.admit_many([
             asking(rems[3], ALLOW), asking(rems[1], hold), asking(rems[0], ALLOW), asking(rems[2], ALLOW),
         ])
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
 
     assert all(not isinstance(r, BaseException) for r in results)
     assert len(queue_reads) == 1
