@@ -38,6 +38,11 @@ def start(args: list[str], env: Mapping[str, str], log: Path) -> subprocess.Pope
         return subprocess.Popen(args, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
 
 
+def controller_database(workdir: Path, port: int) -> Path:
+    """The SQLite file of the controller `controller(port, workdir, ...)` starts."""
+    return workdir / f"bench-{port}.db"
+
+
 def controller(
     port: int, workdir: Path, env: Mapping[str, str], *, intake_synchronous: str | None = None
 ) -> subprocess.Popen[bytes]:
@@ -50,7 +55,7 @@ def controller(
         command = [sys.executable, "-c", prelude, intake_synchronous]
     return start(
         [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
-        {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / f'bench-{port}.db'}", **env},
+        {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{controller_database(workdir, port)}", **env},
         workdir / f"controller-{port}.log",
     )
 

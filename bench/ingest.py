@@ -23,7 +23,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/ingest.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._servers import bare, controller, free_port, stop, wait_http
+from bench._servers import bare, controller, controller_database, free_port, stop, wait_http
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "bench-token"
@@ -110,7 +110,7 @@ def main() -> None:
             finally:
                 stop(proc)
             if name != "bare":
-                results[name]["states"] = alert_states(work / f"bench-{port}.db")
+                results[name]["states"] = alert_states(controller_database(work, port))
         commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
     ratio = results["controller"]["rps"] / results["bare"]["rps"]
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "

@@ -29,6 +29,6 @@ def jsonable(value: Any) -> Any:
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, bool | int | float | str):  # subclasses (enums) as they are
         return value
     return str(value)

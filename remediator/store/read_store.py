@@ -258,14 +258,15 @@ class ReadStore(RepositoryBase):
         that were created before this one: the queue ahead of it for quarantine room. `node` is left out.
         In an admission batch the queue is read once (every held remediation with such a reason) and kept
         current by the batch (`BreakerMemo.decided`)."""
+        queued = (
+            Remediation.state == "held",
+            Remediation.state_reason.startswith(reason_prefix, autoescape=True),
+            Remediation.node.is_not(None),
+        )
         memo: BreakerMemo | None = session.info.get(BREAKER_MEMO)
         if memo is not None and (memo.held is None or memo.held_prefix != reason_prefix):
             queue = await session.execute(
-                select(Remediation.id, Remediation.created_at, Remediation.node).where(
-                    Remediation.state == "held",
-                    Remediation.state_reason.startswith(reason_prefix, autoescape=True),
-                    Remediation.node.is_not(None),
-                )
+                select(Remediation.id, Remediation.created_at, Remediation.node).where(*queued)
             )
             memo.held_prefix = reason_prefix
             memo.held = {
@@ -281,9 +282,7 @@ class ReadStore(RepositoryBase):
             }
         rows = await session.scalars(
             select(Remediation.node).where(
-                Remediation.state == "held",
-                Remediation.state_reason.startswith(reason_prefix, autoescape=True),
-                Remediation.node.is_not(None),
+                *queued,
                 or_(Remediation.created_at < created_at,
                     (Remediation.created_at == created_at) & (Remediation.id < rem_id)),
             ).distinct()
