@@ -511,12 +511,15 @@ class FakeKube:
             except ValueError:
                 position = -1
             if position < self.store.compacted:
-                await send("ERROR", {
-                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": f"too old resource version: {raw_rv} ({self.store.compacted})",
-                    "reason": "Expired", "code": 410,
-                })
-                await response.write_eof()
+                # A client may hang up as soon as it has read the 410 (it relists): that ends the stream, as on
+                # a real apiserver, and is not a failure of the fake.
+                with contextlib.suppress(ConnectionResetError):
+                    await send("ERROR", {
+                        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                        "message": f"too old resource version: {raw_rv} ({self.store.compacted})",
+                        "reason": "Expired", "code": 410,
+                    })
+                    await response.write_eof()
                 return response
         self.open_watches += 1
         try:
