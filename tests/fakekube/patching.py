@@ -8,9 +8,10 @@ instead of being applied approximately.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
+
+from tests.fakekube.copies import deep_copy
 
 __all__ = ["PatchError", "UnsupportedPatch", "json_merge_patch", "json_patch", "strategic_merge_patch"]
 
@@ -38,7 +39,7 @@ class UnsupportedPatch(Exception):
 def json_merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, null deletes, everything else (lists too) replaces."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return deep_copy(patch)
     result = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
@@ -51,7 +52,7 @@ def json_merge_patch(target: Any, patch: Any) -> Any:
 def strategic_merge_patch(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
     """Strategic merge for the fields in MERGE_LISTS; elsewhere identical to a JSON merge patch."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return deep_copy(patch)
     for key in patch:
         if str(key).startswith("$"):
             raise UnsupportedPatch(
@@ -72,7 +73,7 @@ def strategic_merge_patch(target: Any, patch: Any, path: tuple[str, ...] = ()) -
 def _merge_list(current: list[Any], patch: list[Any], merge_key: str, path: tuple[str, ...]) -> list[Any]:
     if merge_key == "":
         return list(current) + [v for v in patch if v not in current]
-    merged = [copy.deepcopy(item) for item in current]
+    merged = [deep_copy(item) for item in current]
     for item in patch:
         if not isinstance(item, Mapping) or merge_key not in item:
             raise PatchError(f"{'.'.join(path)}: every element needs the merge key {merge_key!r}")
@@ -83,7 +84,7 @@ def _merge_list(current: list[Any], patch: list[Any], merge_key: str, path: tupl
                 merged[index] = strategic_merge_patch(existing, item, path)
                 break
         else:
-            merged.append(copy.deepcopy(dict(item)))
+            merged.append(deep_copy(dict(item)))
     return merged
 
 
@@ -124,7 +125,7 @@ def _apply_op(doc: Any, op: Mapping[str, Any]) -> Any:
         else:
             raise PatchError(f"unable to remove nonexistent key: {last}")
     elif kind in ("add", "replace"):
-        value = copy.deepcopy(op.get("value"))
+        value = deep_copy(op.get("value"))
         if isinstance(parent, list):
             index = len(parent) if last == "-" else int(last)
             if kind == "add":
@@ -144,7 +145,7 @@ def json_patch(target: Any, operations: Any) -> Any:
     """RFC 6902 add/remove/replace/test."""
     if not isinstance(operations, list):
         raise PatchError("a JSON patch must be a list of operations")
-    doc = copy.deepcopy(target)
+    doc = deep_copy(target)
     for op in operations:
         if not isinstance(op, Mapping):
             raise PatchError("every JSON patch operation must be an object")

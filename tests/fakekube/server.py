@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import inspect
 import json
 import secrets
@@ -31,6 +30,7 @@ from kmock._internal.rendering import Request
 
 from remediator.kube_kinds import Grant, cluster_grants
 from tests.fakekube import builders
+from tests.fakekube.copies import deep_copy
 from tests.fakekube.disruption import compute_budget, is_healthy, pdb_selects
 from tests.fakekube.patching import (
     PatchError,
@@ -375,7 +375,7 @@ class FakeKube:
             name=route.name if route else None,
             subresource=route.subresource if route else None,
             params=dict(request.params),
-            body=copy.deepcopy(request.data),
+            body=deep_copy(request.data),
             content_type=headers.get("content-type", "").split(";")[0].strip(),
             time=self.clock.now(),
         )
@@ -632,7 +632,7 @@ class FakeKube:
     ) -> dict[str, Any]:
         if not isinstance(body, Mapping):
             raise bad_request("the body of the request must be a JSON object")
-        obj = copy.deepcopy(dict(body))
+        obj = deep_copy(dict(body))
         if obj.get("kind") not in (None, rt.kind) or obj.get("apiVersion") not in (None, rt.api_version):
             raise bad_request(
                 f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
@@ -693,7 +693,7 @@ class FakeKube:
     @staticmethod
     def _check_pod_spec(rt: ResourceType, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         def frozen(spec: Mapping[str, Any]) -> dict[str, Any]:
-            kept = {k: copy.deepcopy(v) for k, v in spec.items() if k not in MUTABLE_POD_SPEC}
+            kept = {k: deep_copy(v) for k, v in spec.items() if k not in MUTABLE_POD_SPEC}
             for kind in ("containers", "initContainers"):
                 for container in kept.get(kind) or []:
                     container.pop("image", None)
@@ -718,13 +718,13 @@ class FakeKube:
     ) -> dict[str, Any]:
         """Keep what the endpoint may not change, validate, and store unless nothing changed."""
         if status_only:
-            merged = copy.deepcopy(old)
+            merged = deep_copy(old)
             merged["status"] = new.get("status", {})
             new = merged
         elif rt.has_status:
             new.pop("status", None)
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = deep_copy(old["status"])
         system = ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation")
         for key in system:
             new["metadata"].pop(key, None)
@@ -746,7 +746,7 @@ class FakeKube:
     ) -> dict[str, Any]:
         if not isinstance(body, Mapping):
             raise bad_request("the body of the request must be a JSON object")
-        new = copy.deepcopy(dict(body))
+        new = deep_copy(dict(body))
         rv = (new.get("metadata") or {}).get("resourceVersion")
         if not rv:
             raise invalid(
@@ -777,7 +777,7 @@ class FakeKube:
         if len(manager) > 128:
             raise invalid(rt, old["metadata"]["name"], [("fieldManager", "must be at most 128 characters")])
         try:
-            new = self._apply_patch(call.content_type, copy.deepcopy(old), body)
+            new = self._apply_patch(call.content_type, deep_copy(old), body)
         except PatchError as exc:
             raise _error(422, "Invalid", str(exc)) from exc
         except UnsupportedPatch as exc:
@@ -1002,7 +1002,7 @@ class FakeKube:
         return found if found is not None and found["metadata"]["uid"] == owner["uid"] else None
 
     def _replacement(self, pod: Mapping[str, Any], name: str) -> dict[str, Any]:
-        new = copy.deepcopy(dict(pod))
+        new = deep_copy(dict(pod))
         meta = new["metadata"]
         for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion"):
             meta.pop(key, None)
@@ -1090,7 +1090,7 @@ class FakeKube:
         old = self.store.get(rt, namespace, name)
         if old is None:
             raise KeyError((plural, namespace, name))
-        new = strategic_merge_patch(copy.deepcopy(old), patch)
+        new = strategic_merge_patch(deep_copy(old), patch)
         self._validate(rt, new, namespace)
         return self.store.put(rt, namespace, name, new)
 

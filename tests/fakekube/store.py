@@ -11,7 +11,6 @@ objects); it compacts, as a real cluster's history before a client arrived is go
 from __future__ import annotations
 
 import bisect
-import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import kmock
 
 from remediator.kube_kinds import KINDS
+from tests.fakekube.copies import deep_copy
 
 __all__ = ["RESOURCES", "Change", "FakeClock", "ResourceType", "Store", "resource_type"]
 
@@ -153,11 +153,11 @@ class Store:
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> dict[str, Any] | None:
         found = self._live.get(rt.plural, {}).get((namespace, name))
-        return None if found is None else copy.deepcopy(found)
+        return None if found is None else deep_copy(found)
 
     def put(self, rt: ResourceType, namespace: str | None, name: str, obj: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
-        stored = copy.deepcopy(obj)
+        stored = deep_copy(obj)
         stored.setdefault("metadata", {})["resourceVersion"] = str(self.revision)
         key = (rt.ref, namespace, name)
         event = "MODIFIED" if key in self.objects and not self.objects[key].deleted else "ADDED"
@@ -168,14 +168,14 @@ class Store:
         live = self._live.setdefault(rt.plural, {})
         self._index(rt.plural, (namespace, name), live.get((namespace, name)), stored)
         live[namespace, name] = stored
-        self.changes.append(Change(self.revision, rt.plural, namespace, name, copy.deepcopy(stored), event))
+        self.changes.append(Change(self.revision, rt.plural, namespace, name, deep_copy(stored), event))
         self._notify()
-        return copy.deepcopy(stored)
+        return deep_copy(stored)
 
     def remove(self, rt: ResourceType, namespace: str | None, name: str) -> None:
         self.revision += 1
         entry = self.objects[rt.ref, namespace, name]
-        last = copy.deepcopy(entry.raw)
+        last = deep_copy(entry.raw)
         last["metadata"]["resourceVersion"] = str(self.revision)
         entry.delete()
         self._index(rt.plural, (namespace, name), self._live.get(rt.plural, {}).pop((namespace, name), None), None)
@@ -183,7 +183,7 @@ class Store:
         self._notify()
 
     def items(self, rt: ResourceType, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [copy.deepcopy(o) for o in self.stored(rt, namespace)]
+        return [deep_copy(o) for o in self.stored(rt, namespace)]
 
     def stored(
         self,
