@@ -7,13 +7,13 @@ descending, then file order); the order is kept here so the first match is the o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from remediator.definitions.models import Rule
 
-__all__ = ["Match", "match_rules"]
+__all__ = ["Match", "RuleIndex", "match_rules"]
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,23 @@ def match_rules(labels: Mapping[str, str], rules: Iterable[Rule]) -> list[Match]
     """Enabled rules whose every matcher holds, in priority order (stable for equal priorities)."""
     found = [Match(rule, dict(rule.params)) for rule in rules if rule.enabled and rule.matches(labels)]
     return sorted(found, key=lambda m: -m.rule.priority)
+
+
+class RuleIndex:
+    """The rules an alert can match, found by its `alertname` instead of trying every rule.
+
+    A rule with an `alertname="X"` matcher matches only alerts named X (every matcher must hold), so it is
+    tried only for those; a rule without one is tried for every alert. Each list keeps the rules' order, so
+    `match_rules` over `candidates(labels)` finds what it finds over all the rules. With the shipped 23 rules
+    an alert is tried against ~4 instead of 23.
+    """
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self._any = tuple(rule for rule in rules if not rule.equality_alertnames())
+        names = {name for rule in rules for name in rule.equality_alertnames()[:1]}
+        self._by_name = {
+            name: tuple(rule for rule in rules if rule.equality_alertnames()[:1] in ([], [name])) for name in names
+        }
+
+    def candidates(self, labels: Mapping[str, str]) -> tuple[Rule, ...]:
+        return self._by_name.get(labels.get("alertname", ""), self._any)

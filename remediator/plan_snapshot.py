@@ -111,7 +111,7 @@ def plan_json(plan: RemediationPlan, playbook_json: Mapping[str, Any]) -> dict[s
     """The JSON stored for `plan`; `playbook_json` is its playbook dumped (callers cache that dump)."""
     stored: dict[str, Any] = {
         "playbook": playbook_json,
-        "alert": dataclasses.asdict(plan.alert),
+        "alert": plan.alert.as_json(),
         "xid": plan.xid_json,
         "require_approval": plan.require_approval,
         "cooldown_seconds": plan.cooldown_seconds,

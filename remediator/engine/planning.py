@@ -15,10 +15,11 @@ from typing import Any, Literal
 from remediator.actions.base import Target
 from remediator.definitions import DefinitionSet, Playbook, Step
 from remediator.definitions.conditions import compile_condition
+from remediator.definitions.memo import derived
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
 from remediator.intake.normalize import GpuAlert
-from remediator.matching import match_rules
+from remediator.matching import RuleIndex, match_rules
 
 __all__ = [
     "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "pending_step",
@@ -93,7 +94,8 @@ def target_of(rem: Any) -> Target:
 
 def propose(alert: GpuAlert, defs: DefinitionSet) -> Proposal | None:
     """The highest-priority enabled rule that matches, with its playbook; None when nothing matches."""
-    matches = match_rules(alert.labels, defs.rules)
+    index = derived(defs, "rule_index", lambda: RuleIndex(defs.rules))
+    matches = match_rules(alert.labels, index.candidates(alert.labels))
     if not matches:
         return None
     match = matches[0]

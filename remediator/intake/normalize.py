@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from remediator.names import object_name_problem
 
@@ -53,6 +53,18 @@ class GpuAlert:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_problem: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The alert as a remediation's plan stores it: what `dataclasses.asdict` gives, without its generic
+        deep copy (every field is a string, a number or None but the two label maps, copied here). A storm
+        stores one per remediation, and `asdict` was ~85 us of each alert's decision."""
+        stored = {name: getattr(self, name) for name in _ALERT_FIELDS}
+        stored["labels"] = dict(self.labels)
+        stored["annotations"] = dict(self.annotations)
+        return stored
+
+
+_ALERT_FIELDS = tuple(f.name for f in fields(GpuAlert))
 
 
 def _first(labels: Mapping[str, str], *names: str) -> str | None:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remediator.definitions import Rule
-from remediator.matching import match_rules
+from remediator.matching import RuleIndex, match_rules
 
 
 def rule(
@@ -75,3 +75,46 @@ def test_order_is_stable_by_priority(priorities: list[int]) -> None:
     names = [m.rule.name for m in match_rules(XID, rules)]
     expected = [r.name for r in sorted(rules, key=lambda r: -r.priority)]
     assert names == expected
+
+
+NAMES = ["GPUXidError", "GPUTemperatureHigh", "GPUIdle", ""]
+
+
+@st.composite
+def rule_sets(draw: st.DrawFn) -> list[Rule]:
+    rules = []
+    for i in range(draw(st.integers(min_value=0, max_value=8))):
+        match = []
+        for name in draw(st.lists(st.sampled_from(NAMES), max_size=2)):
+            match.append(f'alertname="{name}"')
+        if draw(st.booleans()):
+            match.append(draw(st.sampled_from(['alertname=~"GPU.*"', 'alertname!="GPUIdle"', 'xid="79"', 'xid!="48"'])))
+        if not match:
+            match.append('Hostname=~".+"')
+        rules.append(rule(f"r{i}", match, priority=draw(st.integers(min_value=0, max_value=2)),
+                          enabled=draw(st.booleans())))
+    return rules
+
+
+@given(rules=rule_sets(), name=st.sampled_from([*NAMES, "GPUOther", None]), xid=st.sampled_from(["79", "48"]))
+def test_the_index_finds_what_trying_every_rule_finds(rules: list[Rule], name: str | None, xid: str) -> None:
+    labels = {"xid": xid, "Hostname": "node-1"}
+    if name is not None:
+        labels["alertname"] = name
+    index = RuleIndex(rules)
+    assert match_rules(labels, index.candidates(labels)) == match_rules(labels, rules)
+
+
+def test_the_shipped_rules_are_tried_by_alert_name() -> None:
+    from remediator.actions.registry import default_registry
+    from remediator.engine.bootstrap import load_defs
+    from remediator.settings import Settings
+
+    defs = load_defs(Settings(), default_registry())
+    index = RuleIndex(defs.rules)
+    xid = {"alertname": "GPUXidError", "xid": "79", "Hostname": "gpu-node-1", "UUID": "GPU-1", "gpu": "0"}
+    assert len(index.candidates(xid)) < len(defs.rules)
+    assert match_rules(xid, index.candidates(xid)) == match_rules(xid, defs.rules)
+    for alertname in {n for r in defs.rules for n in r.equality_alertnames()}:
+        labels = {**xid, "alertname": alertname}
+        assert match_rules(labels, index.candidates(labels)) == match_rules(labels, defs.rules)
