@@ -7,7 +7,7 @@ descending, then file order); the order is kept here so the first match is the o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,21 +31,31 @@ def match_rules(labels: Mapping[str, str], rules: Iterable[Rule]) -> list[Match]
     return sorted(found, key=lambda m: -m.rule.priority)
 
 
+_Compiled = tuple[Rule, tuple[Callable[[Mapping[str, str]], bool], ...]]  # a rule and its matchers' predicates
+
+
 class RuleIndex:
-    """The rules an alert can match, found by its `alertname` instead of trying every rule.
+    """`match_rules` for one rule set, made for deciding thousands of alerts against it.
 
     A rule with an `alertname="X"` matcher matches only alerts named X (every matcher must hold), so it is
     tried only for those; a rule without one is tried for every alert. Each list keeps the rules' order, so
-    `match_rules` over `candidates(labels)` finds what it finds over all the rules. With the shipped 23 rules
-    an alert is tried against ~4 instead of 23.
+    `match` finds what `match_rules` over all the rules finds. With the shipped 23 rules an Xid alert is
+    tried against 4. Disabled rules are left out, and each matcher is tried as a plain function
+    (`Matcher.predicate`) rather than through the model's attributes.
     """
 
     def __init__(self, rules: Sequence[Rule]) -> None:
-        self._any = tuple(rule for rule in rules if not rule.equality_alertnames())
+        def compiled(subset: Iterable[Rule]) -> tuple[_Compiled, ...]:
+            return tuple((rule, tuple(m.predicate() for m in rule.match)) for rule in subset if rule.enabled)
+
+        self._any = compiled(rule for rule in rules if not rule.equality_alertnames())
         names = {name for rule in rules for name in rule.equality_alertnames()[:1]}
         self._by_name = {
-            name: tuple(rule for rule in rules if rule.equality_alertnames()[:1] in ([], [name])) for name in names
+            name: compiled(rule for rule in rules if rule.equality_alertnames()[:1] in ([], [name])) for name in names
         }
 
-    def candidates(self, labels: Mapping[str, str]) -> tuple[Rule, ...]:
-        return self._by_name.get(labels.get("alertname", ""), self._any)
+    def match(self, labels: Mapping[str, str]) -> list[Match]:
+        """What `match_rules(labels, rules)` returns."""
+        candidates = self._by_name.get(labels.get("alertname", ""), self._any)
+        found = [Match(rule, dict(rule.params)) for rule, tests in candidates if all(t(labels) for t in tests)]
+        return sorted(found, key=lambda m: -m.rule.priority)

@@ -19,7 +19,7 @@ from remediator.definitions.memo import derived
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
 from remediator.intake.normalize import GpuAlert
-from remediator.matching import RuleIndex, match_rules
+from remediator.matching import RuleIndex
 
 __all__ = [
     "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "pending_step",
@@ -95,7 +95,7 @@ def target_of(rem: Any) -> Target:
 def propose(alert: GpuAlert, defs: DefinitionSet) -> Proposal | None:
     """The highest-priority enabled rule that matches, with its playbook; None when nothing matches."""
     index = derived(defs, "rule_index", lambda: RuleIndex(defs.rules))
-    matches = match_rules(alert.labels, index.candidates(alert.labels))
+    matches = index.match(alert.labels)
     if not matches:
         return None
     match = matches[0]

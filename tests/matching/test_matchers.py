@@ -121,3 +121,14 @@ def test_missing_label_is_empty_string(name: str, value: str) -> None:
     for op in ("=", "!=", "=~", "!~"):
         m = Matcher(name=name, op=op, value=re.escape(value) if "~" in op else value)
         assert m.matches({}) == m.matches({name: ""})
+
+
+@given(
+    op=st.sampled_from(["=", "!=", "=~", "!~"]),
+    value=st.sampled_from(["79", "7", "79|48", "", ".*", "GPU.+"]),
+    label=st.one_of(st.none(), st.sampled_from(["79", "48", "", "GPUXidError", "779"])),
+)
+def test_the_plain_predicate_answers_as_the_matcher_does(op: str, value: str, label: str | None) -> None:
+    matcher = parse_matcher(f'xid{op}"{value}"')
+    labels = {} if label is None else {"xid": label}
+    assert matcher.predicate()(labels) == matcher.matches(labels)
