@@ -16,6 +16,7 @@ remediation). A batch that keeps conflicting is recorded alert by alert, each al
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -31,10 +32,11 @@ from remediator.store.models import AlertRow, Remediation
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values
 from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
 
-__all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started"]
+__all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started", "active_by_key"]
 
 _REMEDIATIONS = cast(Table, Remediation.__table__)
 _CHUNK = 500
+_YIELD_EVERY = 64  # rows built between yields to the event loop (`_prepared_starts`)
 _REPLANS = 4  # a batch recorded again after a conflict, this many times in all, before alert by alert
 
 
@@ -162,13 +164,14 @@ class DecisionStore(RemediationStore):
         that keeps conflicting is the batch recorded alert by alert (and nothing is leased)."""
         if not decided:
             return [], []
+        prepared = await self._prepared_starts(decided)
         try:
             async with self.transaction() as session:
                 for _ in range(_REPLANS):
                     queued = len(self._audit_queue(session))
                     try:
                         async with session.begin_nested():
-                            return await self._record_decisions(session, decided, lease)
+                            return await self._record_decisions(session, decided, lease, prepared)
                     except IntegrityError:
                         del self._audit_queue(session)[queued:]
                 raise _StillConflicting
@@ -184,8 +187,38 @@ class DecisionStore(RemediationStore):
             await self.audit(session, verdict.audit_kind, data=verdict.audit_data)
         return AlertOutcome(row.id, verdict.outcome, None)
 
+    async def _prepared_starts(
+        self, decided: Sequence[tuple[AlertRow, Finished | Started]]
+    ) -> dict[int, dict[str, Any]]:
+        """The rows of the remediations the batch will likely start, by alert id, built before the transaction.
+
+        Building a row (a fresh id, the plan copied as JSON) is most of the CPU of recording a batch; built
+        inside the transaction it held SQLite's one writer (and the webhooks queued behind it) that much
+        longer. Built here for the first alert of each active key no remediation holds yet (read beside the
+        writer); `_start` still decides under the transaction against the keys as they are then, and builds
+        inline the rare row not prepared here."""
+        starts = [(row, verdict.new) for row, verdict in decided if isinstance(verdict, Started)]
+        if not starts:
+            return {}
+        async with self.reading() as session:
+            taken = set(await active_by_key(session, [active_key_of(new) for _, new in starts]))
+        prepared: dict[int, dict[str, Any]] = {}
+        for i, (row, new) in enumerate(starts):
+            if i and not i % _YIELD_EVERY:
+                await asyncio.sleep(0)  # outside any transaction: webhooks go on between slices
+            key = active_key_of(new)
+            if key in taken:
+                continue
+            taken.add(key)
+            prepared[row.id] = new_values(
+                str(uuid.uuid4()), new, key, self._clock(), alert_id=row.id, fingerprint=row.fingerprint,
+                alertname=row.alertname, labels=row.labels, annotations=row.annotations,
+            )
+        return prepared
+
     async def _record_decisions(
-        self, session: AsyncSession, decided: Sequence[tuple[AlertRow, Finished | Started]], lease: Lease | None
+        self, session: AsyncSession, decided: Sequence[tuple[AlertRow, Finished | Started]], lease: Lease | None,
+        prepared: dict[int, dict[str, Any]],
     ) -> tuple[list[AlertOutcome], list[Remediation]]:
         starts = [v.new for _, v in decided if isinstance(v, Started)]
         active = await self._active_by_key(session, [active_key_of(n) for n in starts])
@@ -196,7 +229,7 @@ class DecisionStore(RemediationStore):
                 self._finish(pending, row, verdict.outcome, None, note=verdict.note)
                 pending.audits.append((verdict.audit_kind, None, verdict.audit_data))
             else:
-                self._start(pending, row, verdict.new, active, cooled, lease)
+                self._start(pending, row, verdict.new, active, cooled, lease, prepared.get(row.id))
         if pending.remediations:
             # In active-key order: two replicas inserting overlapping batches take the keys' locks in the
             # same order, so one waits for the other (and then conflicts) instead of deadlocking.
@@ -234,6 +267,7 @@ class DecisionStore(RemediationStore):
     def _start(
         self, pending: _Pending, row: AlertRow, new: NewRemediation, active: dict[str, str],
         cooled: dict[tuple[str, str], list[tuple[str, datetime]]], lease: Lease | None,
+        prepared: dict[str, Any] | None,
     ) -> None:
         key = active_key_of(new)
         now = self._clock()
@@ -253,10 +287,12 @@ class DecisionStore(RemediationStore):
                 pending.audits.append(("alert.cooldown", recent, {
                     "alert_id": row.id, "rule": new.rule, "target": new.target_key}))
                 return
-        rem_id = str(uuid.uuid4())
+        values = prepared if prepared is not None else new_values(
+            str(uuid.uuid4()), new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
+            alertname=row.alertname, labels=row.labels, annotations=row.annotations,
+        )
+        rem_id = str(values["id"])
         active[key] = rem_id
-        values = new_values(rem_id, new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
-                            alertname=row.alertname, labels=row.labels, annotations=row.annotations)
         leased = lease is not None and len(pending.leased) < lease.limit
         values["lease_owner"] = lease.owner if lease is not None and leased else None
         values["lease_expires"] = now + lease.duration if lease is not None and leased else None
@@ -269,14 +305,7 @@ class DecisionStore(RemediationStore):
             "alertname": row.alertname, "definitions_version": new.definitions_version}))
 
     async def _active_by_key(self, session: AsyncSession, keys: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        wanted = sorted(set(keys))
-        for i in range(0, len(wanted), _CHUNK):
-            rows = await session.execute(
-                select(Remediation.active_key, Remediation.id).where(Remediation.active_key.in_(wanted[i : i + _CHUNK]))
-            )
-            found.update({str(key): str(rem_id) for key, rem_id in rows.all()})
-        return found
+        return await active_by_key(session, keys)
 
     async def _recently_finished(
         self, session: AsyncSession, starts: Sequence[NewRemediation]
@@ -300,3 +329,15 @@ class DecisionStore(RemediationStore):
                 if at is not None:
                     found[(str(rule), str(target))].append((str(rem_id), at))
         return found
+
+
+async def active_by_key(session: AsyncSession, keys: Sequence[str]) -> dict[str, str]:
+    """Active key -> id of the remediation holding it, for those of `keys` one holds."""
+    found: dict[str, str] = {}
+    wanted = sorted(set(keys))
+    for i in range(0, len(wanted), _CHUNK):
+        rows = await session.execute(
+            select(Remediation.active_key, Remediation.id).where(Remediation.active_key.in_(wanted[i : i + _CHUNK]))
+        )
+        found.update({str(key): str(rem_id) for key, rem_id in rows.all()})
+    return found

@@ -96,3 +96,48 @@ async def test_a_batch_that_keeps_conflicting_is_recorded_alert_by_alert(
     assert [(o.outcome, o.remediation_id == other) for o in outcomes] == [("linked", True), ("started", False)]
     assert len(await created_events(store)) == 2
     assert {r.node for r in await store.list_remediations()} == {"n1", "n2"}
+
+
+async def test_the_rows_inserted_are_the_ones_built_before_the_transaction(
+    store: Repository, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    first, second, third = await claimed(store, 3)
+    real_prepare = store._prepared_starts
+    prepared: dict[int, dict[str, Any]] = {}
+
+    async def kept(decided: Any) -> dict[int, dict[str, Any]]:
+        prepared.update(await real_prepare(decided))
+        return prepared
+
+    monkeypatch.setattr(store, "_prepared_starts", kept)
+    outcomes = await store.record_decisions(
+        [(first, Started(new_on("n1"))), (second, Started(new_on("n1"))), (third, Started(new_on("n2")))]
+    )
+    # One row per active key: the second alert of n1 links to the first one's remediation.
+    assert sorted(prepared) == [first.id, third.id]
+    one, two = prepared[first.id]["id"], prepared[third.id]["id"]
+    assert [(o.outcome, o.remediation_id) for o in outcomes] == [("started", one), ("linked", one), ("started", two)]
+    rems = {r.id: r for r in await store.list_remediations()}
+    assert set(rems) == {prepared[first.id]["id"], prepared[third.id]["id"]}
+    assert rems[prepared[first.id]["id"]].linked_alerts == 1
+
+
+async def test_a_row_built_before_another_replica_took_its_key_is_not_inserted(
+    store: Repository, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    first, second = await claimed(store, 2)
+    real_prepare = store._prepared_starts
+    others: list[str] = []
+
+    async def prepare_then_lose_the_race(decided: Any) -> dict[int, dict[str, Any]]:
+        prepared = await real_prepare(decided)  # n1 was free: its row is built
+        _, other = await store.record_firing(first, new_on("n1"))  # another replica starts n1 before the commit
+        others.append(other)
+        return prepared
+
+    monkeypatch.setattr(store, "_prepared_starts", prepare_then_lose_the_race)
+    outcomes = await store.record_decisions([(second, Started(new_on("n1")))])
+
+    assert [(o.outcome, o.remediation_id) for o in outcomes] == [("linked", others[0])]
+    assert [r.id for r in await store.list_remediations()] == others
+    assert await created_events(store) == others
