@@ -158,10 +158,11 @@ class DecisionStore(RemediationStore):
         """Record a batch's decisions in one transaction, in alert order; with `lease`, the first `lease.limit`
         remediations it starts are leased to `lease.owner` in that transaction and returned as committed.
 
-        On PostgreSQL, a conflict (another replica committed a remediation with one of the batch's active keys
-        while this batch was being recorded) rolls back to a savepoint and the batch is recorded again against the keys
-        as they are now, so an alert on such a node is linked to the other replica's remediation. Only when
-        that keeps conflicting is the batch recorded alert by alert (and nothing is leased)."""
+        On PostgreSQL, a conflict (another replica committed a remediation with one of the batch's active
+        keys while this batch was being recorded) rolls back to a savepoint and the batch is recorded again
+        against the keys as they are now, so an alert on such a node is linked to the other replica's
+        remediation. Only when that keeps conflicting is the batch recorded alert by alert (and nothing is
+        leased)."""
         if not decided:
             return [], []
         prepared = await self._prepared_starts(decided)
