@@ -19,14 +19,13 @@ Pure: pydantic and the definition and alert models only.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from remediator.definitions.models import Playbook
-from remediator.intake.normalize import GpuAlert
+from remediator.intake.normalize import ALERT_FIELDS, GpuAlert
 
 __all__ = [
     "Escalation",
@@ -173,7 +172,7 @@ def stored_xid_code(raw: Any) -> Any:
 
 # -- tolerant parsing ---------------------------------------------------------------------------------------
 
-_ALERT_FIELDS = {f.name for f in dataclasses.fields(GpuAlert)}
+_ALERT_FIELDS = frozenset(ALERT_FIELDS)
 _ALERT_REQUIRED: dict[str, Any] = {
     "alertname": "", "status": "", "fingerprint": "", "kind": "", "node": None, "node_source": None,
 }

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from remediator.names import object_name_problem
 
-__all__ = ["EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid", "workload_pod"]
+__all__ = ["ALERT_FIELDS", "EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid", "workload_pod"]
 
 AlertKind = Literal["xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other"]
 KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other")
@@ -58,13 +58,13 @@ class GpuAlert:
         """The alert as a remediation's plan stores it: what `dataclasses.asdict` gives, without its generic
         deep copy (every field is a string, a number or None but the two label maps, copied here). A storm
         stores one per remediation, and `asdict` was ~85 us of each alert's decision."""
-        stored = {name: getattr(self, name) for name in _ALERT_FIELDS}
+        stored = {name: getattr(self, name) for name in ALERT_FIELDS}
         stored["labels"] = dict(self.labels)
         stored["annotations"] = dict(self.annotations)
         return stored
 
 
-_ALERT_FIELDS = tuple(f.name for f in fields(GpuAlert))
+ALERT_FIELDS = tuple(f.name for f in fields(GpuAlert))  # what a plan stores of an alert, in order
 
 
 def _first(labels: Mapping[str, str], *names: str) -> str | None:

@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.store.models import AlertRow, Remediation
-from remediator.store.remediation_store import RemediationStore, active_key_of, new_values
+from remediator.store.remediation_store import RemediationStore, active_key_of, new_values_for
 from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
 
 __all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started", "active_by_key"]
@@ -221,10 +221,7 @@ class DecisionStore(RemediationStore):
             if key in taken:
                 continue
             taken.add(key)
-            prepared[row.id] = new_values(
-                str(uuid.uuid4()), new, key, self._clock(), alert_id=row.id, fingerprint=row.fingerprint,
-                alertname=row.alertname, labels=row.labels, annotations=row.annotations,
-            )
+            prepared[row.id] = new_values_for(str(uuid.uuid4()), row, new, key, self._clock())
         return prepared
 
     async def _record_decisions(
@@ -298,10 +295,7 @@ class DecisionStore(RemediationStore):
                 pending.audits.append(("alert.cooldown", recent, {
                     "alert_id": row.id, "rule": new.rule, "target": new.target_key}))
                 return
-        values = prepared if prepared is not None else new_values(
-            str(uuid.uuid4()), new, key, now, alert_id=row.id, fingerprint=row.fingerprint,
-            alertname=row.alertname, labels=row.labels, annotations=row.annotations,
-        )
+        values = prepared if prepared is not None else new_values_for(str(uuid.uuid4()), row, new, key, now)
         rem_id = str(values["id"])
         active[key] = rem_id
         leased = lease is not None and len(pending.leased) < lease.limit

@@ -445,8 +445,15 @@ def active_key_of(new: NewRemediation) -> str:
 
 def new_row_for(rem_id: str, alert: AlertRow, new: NewRemediation, active_key: str, now: datetime) -> Remediation:
     """The row of a remediation started for a stored alert."""
-    return new_row(rem_id, new, active_key, now, alert_id=alert.id, fingerprint=alert.fingerprint,
-                   alertname=alert.alertname, labels=alert.labels, annotations=alert.annotations)
+    return Remediation(**new_values_for(rem_id, alert, new, active_key, now))
+
+
+def new_values_for(
+    rem_id: str, alert: AlertRow, new: NewRemediation, active_key: str, now: datetime
+) -> dict[str, Any]:
+    """The column values of a remediation started for a stored alert (`new_row_for`, or a batch insert)."""
+    return new_values(rem_id, new, active_key, now, alert_id=alert.id, fingerprint=alert.fingerprint,
+                      alertname=alert.alertname, labels=alert.labels, annotations=alert.annotations)
 
 
 def new_row(
