@@ -90,11 +90,15 @@ def test_the_exporters_own_pod_is_never_the_workload() -> None:
 def test_the_stored_form_is_what_asdict_gives_with_its_own_label_maps() -> None:
     from dataclasses import asdict
 
-    labels = {"alertname": "GPUXidError", "Hostname": "gpu-node-1", "UUID": "GPU-8e6a1c2d-0000-4000-8000-000000000001",
-              "gpu": "1", "modelName": "NVIDIA H200", "pci_bus_id": "00000000:1B:00.0", "xid": "79",
-              "DCGM_FI_DRIVER_VERSION": "580.159.04", "device": "nvidia1", "exported_pod": "trainer-1",
-              "exported_namespace": "ml", "exported_container": "main"}
-    annotations = {"summary": "Xid 79 on gpu-node-1 GPU 1", "runbook_url": "https://runbooks.example/gpu/xid-79"}
+    # Exactly the labels and annotations the shipped GPUXidError rule (deploy/monitoring) delivers.
+    labels = {"alertname": "GPUXidError", "severity": "critical", "Hostname": "gpu-node-1",
+              "UUID": "GPU-8e6a1c2d-0000-4000-8000-000000000001", "gpu": "1", "pci_bus_id": "00000000:1B:00.0",
+              "xid": "79"}
+    annotations = {
+        "summary": "GPU 1 (GPU-8e6a1c2d-0000-4000-8000-000000000001) on gpu-node-1 reported Xid 79",
+        "description": "GPU 1 (00000000:1B:00.0) of gpu-node-1 reported Xid 79; it stays lost until the node is "
+                       "rebooted",
+    }
     alert = _n(labels, annotations)
     stored = alert.as_json()  # type: ignore[attr-defined]
     assert stored == asdict(alert)  # type: ignore[call-overload]

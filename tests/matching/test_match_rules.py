@@ -112,7 +112,10 @@ def test_the_index_over_the_shipped_rules_matches_as_every_rule_would() -> None:
 
     defs = load_defs(Settings(), default_registry())
     index = RuleIndex(defs.rules)
-    xid = {"alertname": "GPUXidError", "xid": "79", "Hostname": "gpu-node-1", "UUID": "GPU-1", "gpu": "0"}
+    # Exactly the labels the shipped GPUXidError rule (deploy/monitoring) gives its alerts.
+    xid = {"alertname": "GPUXidError", "severity": "critical", "Hostname": "gpu-node-1",
+           "UUID": "GPU-8e6a1c2d-0000-4000-8000-000000000001", "gpu": "0", "pci_bus_id": "00000000:1B:00.0",
+           "xid": "79"}
     assert index.match(xid) == match_rules(xid, defs.rules)
     assert [m.rule.name for m in index.match(xid)][:1] == ["xid-reboot-node"]
     for alertname in {n for r in defs.rules for n in r.equality_alertnames()}:
