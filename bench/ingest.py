@@ -1,10 +1,12 @@
 """bench/ingest: webhook throughput with durable commit vs. a bare FastAPI endpoint that only parses.
 
-Runs both servers on 127.0.0.1 in the same run, drives each with wrk (2 threads, 32 connections, ~2 KB
-payloads with a fresh fingerprint per request) and prints requests/s, p50 and p99 side by side. With
+Runs the servers on 127.0.0.1 in the same run, drives each with wrk (2 threads, 32 connections, ~2 KB
+payloads with a fresh fingerprint per request) and prints requests/s, p50 and p99 side by side: the bare
+endpoint, the controller as one process, and the controller with REMEDIATOR_WORKER_PROCESS=true (webhooks
+in one process, decisions in another; `--no-worker-process` leaves that row out). With
 --compare-fsync it also runs the controller with the intake at SQLite `synchronous=NORMAL` (no fsync per
 commit, what "stored" meant before acknowledged batches had to survive a power cut), to show the fsync's cost.
-Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync]
+Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync] [--no-worker-process]
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--compare-fsync", action="store_true",
                         help="also run the controller with the intake at synchronous=NORMAL")
+    parser.add_argument("--no-worker-process", action="store_true",
+                        help="leave out the controller with REMEDIATOR_WORKER_PROCESS=true")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install -y wrk")
@@ -97,12 +101,16 @@ def main() -> None:
         work = Path(tmp)
         results: dict[str, dict[str, Any]] = {}
         env = {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
-        for name in ("bare", "controller", *(("normal",) if args.compare_fsync else ())):
+        names = ("bare", "controller", *(() if args.no_worker_process else ("process",)),
+                 *(("normal",) if args.compare_fsync else ()))
+        for name in names:
             port = free_port()
             if name == "bare":
                 proc = bare(port, work)
             else:
-                proc = controller(port, work, env, intake_synchronous="NORMAL" if name == "normal" else None)
+                mode = {"REMEDIATOR_WORKER_PROCESS": "true"} if name == "process" else {}
+                proc = controller(port, work, {**env, **mode},
+                                  intake_synchronous="NORMAL" if name == "normal" else None)
             try:
                 wait_http(f"http://127.0.0.1:{port}/docs")
                 wrk(f"http://127.0.0.1:{port}", 2, args.connections)  # warm-up
@@ -119,12 +127,13 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, label in (("bare", "bare FastAPI parse only (baseline)"),
                         ("controller", "POST /api/v1/alerts, durable commit (synchronous=FULL)"),
+                        ("process", "the same, worker in its own process (REMEDIATOR_WORKER_PROCESS=true)"),
                         ("normal", "POST /api/v1/alerts, intake synchronous=NORMAL (no fsync)")):
         if name not in results:
             continue
         r = results[name]
         print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
-    for name in ("controller", "normal"):
+    for name in ("controller", "process", "normal"):
         if name in results:
             states = results[name]["states"]
             stored = sum(states.values())
@@ -136,6 +145,9 @@ def main() -> None:
               f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")
     print(f"throughput ratio controller/bare: {ratio:.2f} (target >= 0.6); controller p99 "
           f"{results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
+    if "process" in results:
+        print(f"with the worker process: ratio {results['process']['rps'] / results['bare']['rps']:.2f}, p99 "
+              f"{results['process']['p99_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ import httpx
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from remediator.api.app import create_app, freeze_startup_objects
+from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
+from remediator.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings
 from remediator.store.db import make_engine, upgrade
 from remediator.store.models import AuditEvent, Remediation

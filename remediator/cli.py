@@ -79,7 +79,7 @@ def serve(
 ) -> None:
     """Run the controller: webhook receiver, API, UI and worker."""
     from remediator.engine.runtime import replica_id
-    from remediator.engine.startup import EXIT_CONFIG, EXIT_GUARD_LOST, StartupFailure, prepare
+    from remediator.engine.startup import EXIT_CONFIG, EXIT_GUARD_LOST, EXIT_WORKER_LOST, StartupFailure, prepare
 
     settings = _settings(config)
     if not settings.webhook_token and not is_loopback(host):
@@ -111,17 +111,26 @@ def serve(
 
     from remediator.api.app import create_app
 
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings, listen_host=host), host=host, port=port, loop="uvloop", http="httptools",
-        log_level="info", access_log=False, log_config=None,  # uvicorn's lines go through our handler
-        proxy_headers=False,  # the peer address is the TCP peer: REMEDIATOR_TRUSTED_PROXIES is checked against it
-    ))
+    worker_lost: list[str] = []
 
     def stop_serving() -> None:
         server.should_exit = True  # a graceful stop, checked by the server's main loop
 
+    def worker_exited(why: str) -> None:
+        worker_lost.append(why)
+        stop_serving()
+
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(settings, listen_host=host, on_worker_exit=worker_exited), host=host, port=port,
+        loop="uvloop", http="httptools", log_level="info", access_log=False,
+        log_config=None,  # uvicorn's lines go through our handler
+        proxy_headers=False,  # the peer address is the TCP peer: REMEDIATOR_TRUSTED_PROXIES is checked against it
+    ))
     guard.on_lost = stop_serving
     server.run()
+    if worker_lost:
+        typer.echo(f"error: {worker_lost[0]}: stopped", err=True)
+        raise typer.Exit(EXIT_WORKER_LOST)
     if not server.started and not guard.lost.is_set():
         raise typer.Exit(3)  # uvicorn's own start-up failure (e.g. the port is taken); it said why
     if guard.lost.is_set():

@@ -5,9 +5,14 @@ Names are part of the outside contract (the shipped Grafana dashboard and alerts
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from collections.abc import Iterator
 
-__all__ = ["LONG_BUCKETS", "Metrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+__all__ = ["LONG_BUCKETS", "Metrics", "merge_expositions"]
 
 # Seconds to a week: a GPU reset returns in a minute, a reboot in tens of minutes, an RMA in days.
 LONG_BUCKETS = (
@@ -98,3 +103,47 @@ class Metrics:
             registry=r,
         )
         self.audit_verify_ok.set(float("nan"))
+
+
+_SUMMED = {"counter", "histogram", "summary"}
+
+
+def merge_expositions(own: str, worker: str) -> bytes:
+    """One exposition of the web process's metrics and its worker process's (REMEDIATOR_WORKER_PROCESS).
+
+    Both processes create every metric; each updates its own share. Counters, histograms and summaries are
+    added up sample by sample (a `_created` sample keeps the earlier time); for gauges the worker's value
+    stands, since the worker keeps the state gauges (active remediations, audit check, pause) current.
+    """
+    merged: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], Sample]] = {}
+    for text, from_worker in ((own, False), (worker, True)):
+        for family in text_string_to_metric_families(text):
+            into = merged.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+            samples = values.setdefault(family.name, {})
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                before = samples.get(key)
+                if before is None:
+                    samples[key] = sample
+                elif sample.name.endswith("_created"):
+                    samples[key] = sample._replace(value=min(before.value, sample.value))
+                elif into.type in _SUMMED:
+                    samples[key] = sample._replace(value=before.value + sample.value)
+                elif from_worker:
+                    samples[key] = sample
+    for name, metric in merged.items():
+        metric.samples = list(values[name].values())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Fixed(list(merged.values())))
+    return generate_latest(registry)
+
+
+class _Fixed:
+    """A collector that yields metric families already gathered."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)

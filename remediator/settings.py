@@ -126,6 +126,10 @@ class Settings(BaseSettings):
     max_body_bytes: int = 1024 * 1024
     worker_poll_interval: timedelta = timedelta(milliseconds=500)
     worker_concurrency: int = 16
+    # `serve` runs the worker (decisions, remediations, inventory watch) in a second process on the same
+    # database, so webhooks and decisions each get a core (engine/worker_process.py). SQLite only: PostgreSQL
+    # scales out by replicas instead.
+    worker_process: bool = False
     lease_duration: timedelta = timedelta(seconds=30)
     held_recheck_interval: timedelta = timedelta(seconds=10)
     # Crash backoff: a remediation whose driver fails unexpectedly is claimed again only after

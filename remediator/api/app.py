@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import quote
 
@@ -38,39 +37,34 @@ from remediator.api.routes import (
 )
 from remediator.api.signin import SignIn, SignInRequired
 from remediator.api.templating import STATIC_DIR
-from remediator.engine.bootstrap import build_runtime
+from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
+from remediator.engine.worker_process import WorkerProcess
 from remediator.errors import IllegalTransition, StoreUnavailable
+from remediator.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings, is_loopback
 from remediator.validation_errors import invalid_request
 
-__all__ = ["create_app", "freeze_startup_objects"]
+__all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
 
-def freeze_startup_objects() -> None:
-    """Keep everything built so far out of the cyclic garbage collector, and collect young objects less often.
-
-    What start-up builds (imported modules, definitions, ORM mappers, routes: ~170,000 objects) lives as long
-    as the process. Left in the collector, every full collection walks all of it, a pause of 100-150 ms on a
-    2-core VM that lands on whichever request is running; frozen, a full collection walks only what was made
-    since. `remediator serve` calls this once the app has started; `bench/reads.py` calls it the same way.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
-
-
 def create_app(
-    settings: Settings, *, runtime: Runtime | None = None, run_worker: bool = True, listen_host: str = "127.0.0.1"
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    run_worker: bool = True,
+    listen_host: str = "127.0.0.1",
+    on_worker_exit: Callable[[str], None] | None = None,
 ) -> FastAPI:
     """Build the app. With `runtime` given (tests), it is used as is and not disposed of.
 
     `listen_host` is the address the server binds: beyond loopback, every web UI page needs a signed-in
-    person (`remediator serve` passes its `--host`).
+    person (`remediator serve` passes its `--host`). With REMEDIATOR_WORKER_PROCESS the worker runs in a
+    process of its own (engine/worker_process.py); `on_worker_exit` is called if it stops by itself.
     """
 
     @asynccontextmanager
@@ -80,12 +74,17 @@ def create_app(
         if rt is None:
             rt, engine = await build_runtime(settings)
         app.state.runtime = rt
-        worker = Worker(rt) if run_worker else None
+        own_process = run_worker and runtime is None and settings.worker_process
+        worker: Worker | WorkerProcess | None = None
+        if own_process:
+            worker = WorkerProcess(rt, on_exit=on_worker_exit)
+        elif run_worker:
+            worker = Worker(rt)
         app.state.worker = worker
         reloader = DefinitionsReloader(rt)
         app.state.reloader = reloader
         await reloader.start(watch=run_worker)
-        hangup = _on_sighup(reloader) if run_worker else False
+        hangup = _on_sighup(reloader, worker if isinstance(worker, WorkerProcess) else None) if run_worker else False
         if worker is not None:
             await worker.start()
         if runtime is None:
@@ -102,13 +101,7 @@ def create_app(
             if worker is not None:
                 await worker.stop()
             if engine is not None:
-                if rt.notifier is not None:
-                    await rt.notifier.aclose()
-                if rt.sidecar is not None:
-                    await rt.sidecar.aclose()
-                if rt.kube is not None:
-                    await rt.kube.close()
-                await engine.dispose()
+                await close_runtime(rt, engine)
 
     app = FastAPI(
         title="gpu-remediator",
@@ -146,10 +139,17 @@ def create_app(
     return app
 
 
-def _on_sighup(reloader: DefinitionsReloader) -> bool:
-    """SIGHUP reloads the definitions (where the platform has it and this is the main thread)."""
+def _on_sighup(reloader: DefinitionsReloader, worker_process: WorkerProcess | None = None) -> bool:
+    """SIGHUP reloads the definitions (where the platform has it and this is the main thread), in the worker
+    process too."""
+
+    def hangup() -> None:
+        reloader.request("sighup")
+        if worker_process is not None:
+            worker_process.reload()
+
     try:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.request, "sighup")
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, hangup)
     except (AttributeError, NotImplementedError, RuntimeError, ValueError):
         return False
     return True

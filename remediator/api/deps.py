@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 
 from remediator.engine.runtime import Runtime
-from remediator.engine.worker import Worker
+from remediator.engine.worker import Wakes
 from remediator.store.repository import Repository
 
 __all__ = ["Auth", "RepoDep", "RuntimeDep", "WorkerDep", "check_bearer", "runtime_of"]
@@ -29,8 +29,8 @@ async def get_repo(request: Request) -> Repository:
     return runtime_of(request).repo
 
 
-async def get_worker(request: Request) -> Worker | None:
-    worker: Worker | None = request.app.state.worker
+async def get_worker(request: Request) -> Wakes | None:
+    worker: Wakes | None = request.app.state.worker
     return worker
 
 
@@ -57,5 +57,5 @@ async def require_token(request: Request) -> None:
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 RepoDep = Annotated[Repository, Depends(get_repo)]
-WorkerDep = Annotated[Worker | None, Depends(get_worker)]
+WorkerDep = Annotated[Wakes | None, Depends(get_worker)]
 Auth = Depends(require_token)

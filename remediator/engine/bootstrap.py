@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from remediator.adapters.kube import KubeAdapter
 
-__all__ = ["action_params", "build_runtime", "load_defs"]
+__all__ = ["action_params", "build_runtime", "close_runtime", "load_defs"]
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +94,14 @@ async def build_runtime(
             "no cluster credentials found" if kube is None else "REMEDIATOR_DRY_RUN is set",
         )
     return rt, engine
+
+
+async def close_runtime(rt: Runtime, engine: AsyncEngine) -> None:
+    """Close what `build_runtime` opened: notification channels, sidecar and cluster clients, the engine."""
+    if rt.notifier is not None:
+        await rt.notifier.aclose()
+    if rt.sidecar is not None:
+        await rt.sidecar.aclose()
+    if rt.kube is not None:
+        await rt.kube.close()
+    await engine.dispose()

@@ -8,6 +8,7 @@ second controller is reported as one line on stderr with its own exit code inste
     5  the schema migrations failed
     6  another controller holds this database's single-replica guard
     7  the guard was lost while running (its PostgreSQL connection died); the controller stopped
+    8  the worker process (REMEDIATOR_WORKER_PROCESS) exited on its own; the controller stopped
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from remediator.store import replica_guard
 from remediator.store.db import upgrade_sync
 
 __all__ = [
-    "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "StartupFailure", "prepare",
+    "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "EXIT_WORKER_LOST",
+    "StartupFailure", "prepare",
 ]
 
 EXIT_CONFIG = 2
@@ -34,6 +36,7 @@ EXIT_DATABASE = 4
 EXIT_MIGRATIONS = 5
 EXIT_REPLICA = 6
 EXIT_GUARD_LOST = 7
+EXIT_WORKER_LOST = 8
 
 
 @dataclass
@@ -83,6 +86,11 @@ def _migrate(url: str) -> None:
         raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
 
 
+def _file_sqlite(url: str) -> bool:
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
+
+
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     """Check the audit key, take the replica guard, migrate. Raises StartupFailure with one line.
 
@@ -93,6 +101,11 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
         settings.audit_key_bytes()
     except ConfigError as exc:
         raise StartupFailure(str(exc), EXIT_CONFIG) from exc
+    if settings.worker_process and not _file_sqlite(settings.database_url):
+        raise StartupFailure(
+            "REMEDIATOR_WORKER_PROCESS needs a SQLite database file (both processes open it); with PostgreSQL "
+            "run more replicas instead (REMEDIATOR_ALLOW_MULTIPLE_REPLICAS)", EXIT_CONFIG,
+        )
     exclusive = settings.is_sqlite or not settings.allow_multiple_replicas
     try:
         guard, _ = replica_guard.hold(settings.database_url, owner, exclusive=exclusive)

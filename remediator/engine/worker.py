@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from remediator.adapters.node_watch import NodeWatch
 from remediator.definitions import DefinitionSet
@@ -47,7 +47,7 @@ from remediator.store.repository import utcnow
 from remediator.store.retention import PruneReport, prune
 from remediator.store.takeover import free_dead_claims
 
-__all__ = ["Worker", "normalize_row"]
+__all__ = ["Wakes", "Worker", "normalize_row"]
 
 log = logging.getLogger(__name__)
 # Deciding a batch of up to 1,000 alerts is CPU work on the event loop; it yields this often, so that the
@@ -76,6 +76,13 @@ def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
         starts_at=row.starts_at.isoformat() if row.starts_at else "",
         exporter_pod_prefixes=rt.settings.exporter_pod_prefixes,
     )
+
+
+class Wakes(Protocol):
+    """What the API needs of the worker: a wake once it has stored alerts or a decision (the `Worker` itself,
+    or the web process's end of a worker process, `engine.worker_process.WorkerProcess`)."""
+
+    def wake(self, *, alerts: bool = False) -> None: ...
 
 
 class Worker:

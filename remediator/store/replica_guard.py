@@ -32,7 +32,10 @@ from sqlalchemy.engine import make_url
 
 from remediator.errors import ReplicaGuardError, StoreUnavailable
 
-__all__ = ["NoGuard", "PostgresGuard", "ReplicaGuard", "SqliteFileGuard", "drop", "guard_for", "held", "hold"]
+__all__ = [
+    "InheritedGuard", "NoGuard", "PostgresGuard", "ReplicaGuard", "SqliteFileGuard", "adopt", "drop", "guard_for",
+    "held", "hold",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,11 @@ class ReplicaGuard:
 
     def release(self) -> None:
         """Let go (the process exiting does the same)."""
+
+    @property
+    def inheritable_fd(self) -> int | None:
+        """A descriptor that keeps the guard held in a child process it is passed to (SQLite's flock)."""
+        return None
 
     def _lose(self, why: str) -> None:
         if self.lost.is_set():
@@ -96,11 +104,36 @@ class SqliteFileGuard(ReplicaGuard):
         os.write(fd, f"{self.owner}, pid {os.getpid()}\n".encode())
         self._fd = fd
 
+    @property
+    def inheritable_fd(self) -> int | None:
+        # flock belongs to the open file description: a child given this descriptor holds the same lock, so
+        # the guard stays held until the parent and the child have both exited.
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
+            self._fd = None
+
+
+class InheritedGuard(ReplicaGuard):
+    """The guard of a worker process: the parent's flock descriptor, passed to it at start.
+
+    Held for as long as this process keeps the descriptor open, whatever the parent does meanwhile; the parent
+    stays the one that acquired it.
+    """
+
+    def __init__(self, fd: int, description: str) -> None:
+        super().__init__()
+        self._fd: int | None = fd
+        self.description = f"{description}, shared with the parent process"
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
             self._fd = None
 
 
@@ -251,6 +284,12 @@ def hold(database_url: str, owner: str, *, exclusive: bool) -> tuple[ReplicaGuar
         guard.acquire()
         _HELD[database_url] = guard
         return guard, True
+
+
+def adopt(database_url: str, guard: ReplicaGuard) -> None:
+    """Make `guard` this process's guard for the database (a worker process's inherited one)."""
+    with _HELD_LOCK:
+        _HELD[database_url] = guard
 
 
 def drop(database_url: str, guard: ReplicaGuard) -> None:

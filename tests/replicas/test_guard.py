@@ -9,6 +9,8 @@ whose guard connection dies stops, and ALLOW_MULTIPLE_REPLICAS still admits seve
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -83,12 +85,16 @@ def _protected_node(fake: FakeKube, name: str) -> None:
     fake.add_pdb(f"hold-{name}", "ml", match_labels={"protected": name}, min_available=1)
 
 
-async def _kill_9_then_restart(tmp_path: Path, url: str, processes: list[ControllerProcess]) -> None:
+async def _kill_9_then_restart(
+    tmp_path: Path, url: str, processes: list[ControllerProcess], *, also_kill: Callable[[int], None] | None = None,
+    **extra: str,
+) -> None:
+    """`also_kill(pid)`: kill -9 what else the controller started, as a pod's end takes every process in it."""
     async with FakeKube() as fake:
         fake.add_namespace("ml")
         _protected_node(fake, "gpu-1")
         _protected_node(fake, "gpu-2")
-        env = _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+        env = _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url), **extra)
         first = ControllerProcess(tmp_path, env, name="first")
         processes.append(first)
         await first.start()
@@ -104,6 +110,9 @@ async def _kill_9_then_restart(tmp_path: Path, url: str, processes: list[Control
             r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(
                 am_alert(xid_labels("gpu-2", 79, uuid="GPU-8e6a1c2d-0000-4000-8000-000000000002"))))
             assert r.status_code == 200
+            if also_kill is not None:
+                assert first.proc is not None
+                also_kill(first.proc.pid)
             first.kill()
         fake.remove("poddisruptionbudgets", "ml", "hold-gpu-1")
         fake.remove("poddisruptionbudgets", "ml", "hold-gpu-2")
@@ -126,6 +135,21 @@ async def test_sqlite_kill_9_then_immediate_restart_resumes_at_once(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
     await _kill_9_then_restart(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", processes)
+
+
+async def test_sqlite_kill_9_with_a_worker_process_then_immediate_restart_resumes_at_once(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    from tests.replicas.test_worker_process import children
+
+    def kill_worker(pid: int) -> None:
+        (worker,) = children(pid)
+        os.kill(worker, signal.SIGKILL)
+
+    await _kill_9_then_restart(
+        tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", processes, also_kill=kill_worker,
+        REMEDIATOR_WORKER_PROCESS="true",
+    )
 
 
 @pytest.mark.postgres

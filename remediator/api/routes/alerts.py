@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import check_bearer
 from remediator.engine.runtime import Runtime
-from remediator.engine.worker import Worker
+from remediator.engine.worker import Wakes
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 
@@ -103,7 +103,7 @@ async def receive_alerts(request: Request) -> Response:
     return JSONResponse(content, status_code=status, headers=headers)
 
 
-async def answer(rt: Runtime, worker: Worker | None, authorization: str | None, read: BodyReader) -> Answer:
+async def answer(rt: Runtime, worker: Wakes | None, authorization: str | None, read: BodyReader) -> Answer:
     """Status, JSON body and extra headers for one webhook delivery, with its duration observed."""
     started = time.perf_counter()
     status, content, headers = await _handle(rt, worker, authorization, read)
@@ -111,7 +111,7 @@ async def answer(rt: Runtime, worker: Worker | None, authorization: str | None, 
     return status, content, headers
 
 
-async def _handle(rt: Runtime, worker: Worker | None, authorization: str | None, read: BodyReader) -> Answer:
+async def _handle(rt: Runtime, worker: Wakes | None, authorization: str | None, read: BodyReader) -> Answer:
     if not check_bearer(authorization, rt.settings.webhook_token):
         return 401, {"error": "missing or invalid bearer token"}, {"WWW-Authenticate": "Bearer"}
     try:

@@ -23,7 +23,7 @@ from remediator.api.templating import page
 from remediator.api.ui_facts import remediation_facts
 from remediator.engine.approvals import Approvals, ApprovalView, Decision, Outcome, hash_token
 from remediator.engine.runtime import Runtime
-from remediator.engine.worker import Worker
+from remediator.engine.worker import Wakes
 from remediator.errors import ApprovalError
 
 __all__ = [
@@ -198,7 +198,7 @@ async def _api_decide(
     decision: Decision,
     request: Request,
     rt: Runtime,
-    worker: Worker | None,
+    worker: Wakes | None,
     body: DecisionIn | None,
 ) -> RemediationOut:
     approvals = Approvals(rt)

@@ -1,4 +1,4 @@
-"""Liveness, readiness (the store answers) and Prometheus metrics."""
+"""Liveness, readiness (the store answers, the worker process runs) and Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from remediator.api.deps import RuntimeDep
+from remediator.api.deps import RuntimeDep, WorkerDep
+from remediator.engine.worker_process import WorkerProcess
 from remediator.errors import StoreUnavailable
+from remediator.observability import merge_expositions
 
 __all__ = ["router"]
 
@@ -26,14 +28,22 @@ async def healthz(rt: RuntimeDep) -> dict[str, object]:
 
 
 @router.get("/readyz", responses={503: {}})
-async def readyz(rt: RuntimeDep) -> Response:
+async def readyz(rt: RuntimeDep, worker: WorkerDep) -> Response:
     try:
         await rt.repo.ping()
     except StoreUnavailable as exc:
         return JSONResponse({"status": "store unavailable", "error": str(exc)}, status_code=503)
+    if isinstance(worker, WorkerProcess) and not worker.running:
+        return JSONResponse({"status": "worker process not running"}, status_code=503)
     return JSONResponse({"status": "ready"})
 
 
 @router.get("/metrics")
-async def metrics(rt: RuntimeDep) -> Response:
-    return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(rt: RuntimeDep, worker: WorkerDep) -> Response:
+    """This process's metrics; with a worker process, merged with the worker's (one controller, one scrape)."""
+    text = generate_latest(rt.metrics.registry)
+    if isinstance(worker, WorkerProcess):
+        theirs = await worker.metrics_text()
+        if theirs is not None:
+            text = merge_expositions(text.decode(), theirs)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

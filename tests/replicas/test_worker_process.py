@@ -1,0 +1,144 @@
+"""`remediator serve` with REMEDIATOR_WORKER_PROCESS: the worker in a second process on the same SQLite file.
+
+The web process stores webhooks and serves the API; the worker process decides and remediates. One scrape
+shows both processes' metrics; the controller stops (exit 8) when its worker process dies; a worker process
+that outlives its web process keeps the single-replica guard until it has exited too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.test_cli import run
+from tests.controller_process import ControllerProcess, free_port
+from tests.fakekube.kubeconfig import write_kubeconfig
+from tests.fakekube.server import FakeKube
+from tests.helpers import am_alert, am_payload, xid_labels
+from tests.replicas.test_guard import TOKEN, _env, _rems, wait_until
+
+pytestmark = pytest.mark.timeout(240)
+WORKER = {"REMEDIATOR_WORKER_PROCESS": "true"}
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[ControllerProcess]]:
+    started: list[ControllerProcess] = []
+    yield started
+    for p in started:
+        await p.stop()
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # a child belongs to the thread that started it
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def worker_pid(ctl: ControllerProcess) -> int:
+    assert ctl.proc is not None
+    found = [c for c in children(ctl.proc.pid)
+             if b"remediator.engine.worker_process" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def test_alerts_are_decided_and_remediated_in_the_worker_process(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    async with FakeKube() as fake:
+        fake.add_namespace("ml")
+        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
+        ctl = ControllerProcess(tmp_path, {**_env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url)), **WORKER})
+        processes.append(ctl)
+        await ctl.start()
+        worker = worker_pid(ctl)
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as client:
+            r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(am_alert(xid_labels("gpu-1", 79))))
+            assert r.status_code == 200
+
+            async def done() -> bool:
+                rems = await _rems(url)
+                return len(rems) == 1 and rems[0].state == "succeeded"
+
+            await wait_until(done, 90, "the remediation to finish")
+            assert fake.evicted_uids() and len(fake.evicted_uids()) == len(set(fake.evicted_uids()))
+            assert (await client.get(f"{ctl.url}/readyz")).json() == {"status": "ready"}
+            metrics = (await client.get(f"{ctl.url}/metrics")).text
+        assert worker_pid(ctl) == worker  # the same worker process did all of it
+        # One exposition: the web process's webhook counter and the worker's remediation counter, each
+        # family declared once.
+        assert 'remediator_alerts_received_total{status="firing"} 1.0' in metrics
+        assert 'remediator_remediations_total{outcome="succeeded",playbook="reboot-node"} 1.0' in metrics
+        assert "remediator_audit_verify_ok 1.0" in metrics
+        assert metrics.count("# TYPE remediator_alerts_received_total counter") == 1
+        assert metrics.count("# TYPE remediator_remediations_total counter") == 1
+
+
+async def test_the_controller_stops_when_its_worker_process_dies(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER})
+    processes.append(ctl)
+    await ctl.start()
+    os.kill(worker_pid(ctl), signal.SIGKILL)
+    assert ctl.proc is not None
+    code = await asyncio.wait_for(asyncio.to_thread(ctl.proc.wait), 60)
+    assert code == 8
+    assert "error: the worker process exited with code -9: stopped" in ctl.log.read_text()
+
+
+async def test_a_worker_process_outliving_its_web_process_holds_the_guard(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    env = {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER}
+    first = ControllerProcess(tmp_path, env, name="first")
+    processes.append(first)
+    await first.start()
+    worker = worker_pid(first)
+    os.kill(worker, signal.SIGSTOP)  # so that it cannot exit before the second controller tries
+    try:
+        first.kill()
+        second = await asyncio.to_thread(run, "serve", "--port", str(free_port()), env=env)
+        assert second.returncode == 6, second.stderr
+        assert "another controller replica (first, pid" in second.stderr
+    finally:
+        os.kill(worker, signal.SIGCONT)
+
+    async def gone() -> bool:
+        return not alive(worker)
+
+    await wait_until(gone, 60, "the orphaned worker process to see its web process gone and exit")
+    third = ControllerProcess(tmp_path, env, name="third")
+    processes.append(third)
+    await third.start()
+    worker_pid(third)
+
+
+async def test_settings_for_postgres_or_memory_are_refused() -> None:
+    for url in ("postgresql+asyncpg://remediator@127.0.0.1:5432/test", "sqlite+aiosqlite:///:memory:"):
+        result = await asyncio.to_thread(
+            run, "serve", "--port", str(free_port()), env={"REMEDIATOR_DATABASE_URL": url, **WORKER})
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error: REMEDIATOR_WORKER_PROCESS needs a SQLite database file")
+        assert "Traceback" not in result.stderr
