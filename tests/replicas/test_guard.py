@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +41,6 @@ async def wait_until(predicate: Callable[[], Any], timeout: float, what: str) ->
                 await asyncio.sleep(0.2)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[ControllerProcess]]:
-    started: list[ControllerProcess] = []
-    yield started
-    for p in started:
-        await p.stop()
 
 
 async def _rems(url: str) -> list[Remediation]:

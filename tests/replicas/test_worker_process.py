@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -25,14 +24,6 @@ from tests.replicas.test_guard import TOKEN, _env, _rems, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 WORKER = {"REMEDIATOR_WORKER_PROCESS": "true"}
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[ControllerProcess]]:
-    started: list[ControllerProcess] = []
-    yield started
-    for p in started:
-        await p.stop()
 
 
 def children(pid: int) -> list[int]:
