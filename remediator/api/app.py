@@ -41,7 +41,7 @@ from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
-from remediator.engine.worker_process import WorkerProcess
+from remediator.engine.worker_process import WorkerProcess, WorkerProcessFailed
 from remediator.errors import IllegalTransition, StoreUnavailable
 from remediator.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings, is_loopback
@@ -85,7 +85,14 @@ def create_app(
         app.state.reloader = reloader
         await reloader.start(watch=run_worker)
         hangup = _on_sighup(reloader, worker if isinstance(worker, WorkerProcess) else None) if run_worker else False
-        if worker is not None:
+        if isinstance(worker, WorkerProcess):
+            try:
+                await worker.start()
+            except WorkerProcessFailed as exc:  # its own lines say why; serve stops with one line and exit 8
+                if on_worker_exit is None:
+                    raise
+                on_worker_exit(str(exc))
+        elif worker is not None:
             await worker.start()
         if runtime is None:
             freeze_startup_objects()

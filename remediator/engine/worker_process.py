@@ -17,8 +17,9 @@ The two talk over a socket pair, one JSON object a line:
 Ownership: the web process takes the single-replica guard (a flock) before it starts this process and
 passes the locked descriptor on, so the guard is held until both have exited; a controller started after
 a crash cannot run beside a worker that outlived its web process. This process stops when the socket closes
-(its web process is gone) or on SIGTERM/SIGINT; the web process stops serving when this process exits
-(`on_exit`), so Kubernetes restarts the pod instead of leaving a controller that stores and never decides.
+(its web process is gone), when told to, or on SIGTERM (SIGINT is left to the web process). The web process
+stops serving when this process exits (`on_exit`), so Kubernetes restarts the pod instead of leaving a
+controller that stores and never decides.
 """
 
 from __future__ import annotations
@@ -232,8 +233,10 @@ async def _serve_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     reloader = DefinitionsReloader(rt)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    # Ctrl-C in a terminal reaches both processes: the web process stops this one (its "stop"), so that a
+    # stop it asked for is not taken for a worker that died.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     loop.add_signal_handler(signal.SIGHUP, reloader.request, "sighup")
     try:
         await reloader.start(watch=True)

@@ -2,7 +2,7 @@
 
 The web process stores webhooks and serves the API; the worker process decides and remediates. One scrape
 shows both processes' metrics; the controller stops (exit 8) when its worker process dies; a worker process
-that outlives its web process keeps the single-replica guard until it has exited too.
+that outlives its web process keeps the single-replica guard until it has exited too; SIGHUP reaches both.
 """
 
 from __future__ import annotations
@@ -86,6 +86,30 @@ async def test_alerts_are_decided_and_remediated_in_the_worker_process(
         assert metrics.count("# TYPE remediator_remediations_total counter") == 1
 
 
+def _gauge(metrics: str, name: str) -> float:
+    (line,) = [line for line in metrics.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+async def test_sighup_reloads_the_definitions_in_the_worker_process_too(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER})
+    processes.append(ctl)
+    await ctl.start()
+    name = "remediator_definitions_last_reload_timestamp_seconds"
+    async with httpx.AsyncClient(timeout=30) as client:
+        before = _gauge((await client.get(f"{ctl.url}/metrics")).text, name)  # a gauge: the worker's value
+        assert ctl.proc is not None
+        ctl.proc.send_signal(signal.SIGHUP)
+
+        async def reloaded() -> bool:
+            return _gauge((await client.get(f"{ctl.url}/metrics")).text, name) > before
+
+        await wait_until(reloaded, 30, "the worker process to reload on the web process's SIGHUP")
+    assert ctl.proc.poll() is None
+
+
 async def test_the_controller_stops_when_its_worker_process_dies(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
@@ -124,6 +148,23 @@ async def test_a_worker_process_outliving_its_web_process_holds_the_guard(
     processes.append(third)
     await third.start()
     worker_pid(third)
+
+
+async def test_a_worker_process_that_cannot_start_stops_serve_with_one_line(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    # Runs at the start of every Python process given this path; only the worker process has the link.
+    (hook / "sitecustomize.py").write_text(
+        "import os\nif os.environ.get('REMEDIATOR_WORKER_LINK_FD'):\n    os._exit(3)\n"
+    )
+    env = {
+        "REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER,
+        "PYTHONPATH": f"{hook}{os.pathsep}{Path(__file__).resolve().parents[2]}",
+    }
+    result = await asyncio.to_thread(run, "serve", "--port", str(free_port()), env=env)
+    assert result.returncode == 8, result.stderr[-3000:]
+    assert result.stderr.endswith("error: the worker process exited with code 3 before it started: stopped\n")
+    assert "Traceback" not in result.stderr
 
 
 async def test_settings_for_postgres_or_memory_are_refused() -> None:
