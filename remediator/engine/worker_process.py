@@ -187,8 +187,12 @@ class WorkerProcess:
                     answer = self._answers.get(int(message["metrics"]))
                     if answer is not None and not answer.done():
                         answer.set_result(str(message["text"]))
-        except (ConnectionError, ValueError) as exc:
-            log.error("the worker process's link failed: %s", exc)
+        except ConnectionError:
+            pass  # the process is gone: its exit code below says more
+        except ValueError as exc:
+            log.error("the worker process sent what is not a JSON line (%s): it is stopped", exc)
+            if self.proc is not None:
+                self.proc.kill()
         code = await asyncio.to_thread(self.proc.wait) if self.proc is not None else None
         why = f"the worker process exited with code {code}"
         if self._ready is not None and not self._ready.done():
