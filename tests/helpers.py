@@ -45,6 +45,23 @@ def am_payload(*alerts: dict[str, Any], status: str | None = None) -> dict[str, 
     }
 
 
+def shipped_xid_alert(
+    node: str, xid: int, *, uuid: str = "GPU-8e6a1c2d-0000-4000-8000-000000000001", gpu: str = "0",
+    pci_bus_id: str = "00000000:1B:00.0",
+) -> dict[str, Any]:
+    """A firing GPUXidError exactly as the shipped rule (deploy/monitoring/prometheus-rules.yaml) delivers it:
+    labels Hostname, UUID, gpu, pci_bus_id, xid, alertname, severity, and its three annotations."""
+    lasting = xid in (79, 167)
+    labels = {"alertname": "GPUXidError", "severity": "critical", "Hostname": node, "UUID": uuid, "gpu": gpu,
+              "pci_bus_id": pci_bus_id, "xid": str(xid)}
+    return am_alert(labels, annotations={
+        "summary": f"GPU {gpu} ({uuid}) on {node} reported Xid {xid}",
+        "description": f"GPU {gpu} ({pci_bus_id}) of {node} reported Xid {xid}; "
+                       + ("it stays lost until the node is rebooted." if lasting else "the alert lasts 10 minutes."),
+        "xid_persistence": "until-reboot" if lasting else "10m",
+    })
+
+
 def xid_labels(node: str, xid: int, uuid: str = "GPU-8e6a1c2d-0000-4000-8000-000000000001", gpu: str = "0",
                **extra: str) -> dict[str, str]:
     return {"alertname": "GPUXidError", "Hostname": node, "UUID": uuid, "gpu": gpu, "modelName": "NVIDIA H200",

@@ -26,7 +26,7 @@ from tests.cli.test_cli import run
 from tests.controller_process import ControllerProcess, free_port
 from tests.fakekube.kubeconfig import write_kubeconfig
 from tests.fakekube.server import FakeKube
-from tests.helpers import am_alert, am_payload, xid_labels
+from tests.helpers import am_payload, shipped_xid_alert
 from tests.pgfixtures import PG_HOST, PG_PORT, PG_USER
 
 TOKEN = "guard-token"
@@ -91,7 +91,7 @@ async def _kill_9_then_restart(
         processes.append(first)
         await first.start()
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as client:
-            r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(am_alert(xid_labels("gpu-1", 79))))
+            r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
             assert r.status_code == 200
 
             async def blocked() -> bool:
@@ -100,7 +100,7 @@ async def _kill_9_then_restart(
             await wait_until(blocked, 60, "the first drain to be blocked by its PodDisruptionBudget")
             # Acknowledged, then the controller dies before (or while) working on it.
             r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(
-                am_alert(xid_labels("gpu-2", 79, uuid="GPU-8e6a1c2d-0000-4000-8000-000000000002"))))
+                shipped_xid_alert("gpu-2", 79, uuid="GPU-8e6a1c2d-0000-4000-8000-000000000002")))
             assert r.status_code == 200
             if also_kill is not None:
                 assert first.proc is not None

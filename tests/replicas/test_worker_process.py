@@ -19,11 +19,23 @@ from tests.cli.test_cli import run
 from tests.controller_process import ControllerProcess, free_port
 from tests.fakekube.kubeconfig import write_kubeconfig
 from tests.fakekube.server import FakeKube
-from tests.helpers import am_alert, am_payload, xid_labels
+from tests.helpers import am_payload, shipped_xid_alert
 from tests.replicas.test_guard import TOKEN, _env, _rems, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 WORKER = {"REMEDIATOR_WORKER_PROCESS": "true"}
+
+
+def worker_env(tmp_path: Path) -> dict[str, str]:
+    """A controller on its own SQLite file, with the worker in its own process."""
+    return {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER}
+
+
+async def started(tmp_path: Path, processes: list[ControllerProcess], name: str = "controller") -> ControllerProcess:
+    ctl = ControllerProcess(tmp_path, worker_env(tmp_path), name=name)
+    processes.append(ctl)
+    await ctl.start()
+    return ctl
 
 
 def children(pid: int) -> list[int]:
@@ -55,7 +67,7 @@ def alive(pid: int) -> bool:
 async def test_alerts_are_decided_and_remediated_in_the_worker_process(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
     async with FakeKube() as fake:
         fake.add_namespace("ml")
         fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
@@ -65,7 +77,7 @@ async def test_alerts_are_decided_and_remediated_in_the_worker_process(
         await ctl.start()
         worker = worker_pid(ctl)
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as client:
-            r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(am_alert(xid_labels("gpu-1", 79))))
+            r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
             assert r.status_code == 200
 
             async def done() -> bool:
@@ -94,9 +106,7 @@ def _gauge(metrics: str, name: str) -> float:
 async def test_sighup_reloads_the_definitions_in_the_worker_process_too(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
-    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER})
-    processes.append(ctl)
-    await ctl.start()
+    ctl = await started(tmp_path, processes)
     name = "remediator_definitions_last_reload_timestamp_seconds"
     async with httpx.AsyncClient(timeout=30) as client:
         before = _gauge((await client.get(f"{ctl.url}/metrics")).text, name)  # a gauge: the worker's value
@@ -113,9 +123,7 @@ async def test_sighup_reloads_the_definitions_in_the_worker_process_too(
 async def test_the_controller_stops_when_its_worker_process_dies(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
-    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER})
-    processes.append(ctl)
-    await ctl.start()
+    ctl = await started(tmp_path, processes)
     os.kill(worker_pid(ctl), signal.SIGKILL)
     assert ctl.proc is not None
     code = await asyncio.wait_for(asyncio.to_thread(ctl.proc.wait), 60)
@@ -126,10 +134,8 @@ async def test_the_controller_stops_when_its_worker_process_dies(
 async def test_a_worker_process_outliving_its_web_process_holds_the_guard(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
-    env = {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER}
-    first = ControllerProcess(tmp_path, env, name="first")
-    processes.append(first)
-    await first.start()
+    env = worker_env(tmp_path)
+    first = await started(tmp_path, processes, "first")
     worker = worker_pid(first)
     os.kill(worker, signal.SIGSTOP)  # so that it cannot exit before the second controller tries
     try:
@@ -144,9 +150,7 @@ async def test_a_worker_process_outliving_its_web_process_holds_the_guard(
         return not alive(worker)
 
     await wait_until(gone, 60, "the orphaned worker process to see its web process gone and exit")
-    third = ControllerProcess(tmp_path, env, name="third")
-    processes.append(third)
-    await third.start()
+    third = await started(tmp_path, processes, "third")
     worker_pid(third)
 
 
@@ -157,10 +161,7 @@ async def test_a_worker_process_that_cannot_start_stops_serve_with_one_line(tmp_
     (hook / "sitecustomize.py").write_text(
         "import os\nif os.environ.get('REMEDIATOR_WORKER_LINK_FD'):\n    os._exit(3)\n"
     )
-    env = {
-        "REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", **WORKER,
-        "PYTHONPATH": f"{hook}{os.pathsep}{Path(__file__).resolve().parents[2]}",
-    }
+    env = {**worker_env(tmp_path), "PYTHONPATH": f"{hook}{os.pathsep}{Path(__file__).resolve().parents[2]}"}
     result = await asyncio.to_thread(run, "serve", "--port", str(free_port()), env=env)
     assert result.returncode == 8, result.stderr[-3000:]
     assert result.stderr.endswith("error: the worker process exited with code 3 before it started: stopped\n")
