@@ -86,11 +86,6 @@ def _migrate(url: str) -> None:
         raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
 
 
-def _file_sqlite(url: str) -> bool:
-    parsed = make_url(url)
-    return parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:")
-
-
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     """Check the audit key, take the replica guard, migrate. Raises StartupFailure with one line.
 
@@ -101,7 +96,7 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
         settings.audit_key_bytes()
     except ConfigError as exc:
         raise StartupFailure(str(exc), EXIT_CONFIG) from exc
-    if settings.worker_process and not _file_sqlite(settings.database_url):
+    if settings.worker_process and replica_guard.sqlite_file(settings.database_url) is None:
         raise StartupFailure(
             "REMEDIATOR_WORKER_PROCESS needs a SQLite database file (both processes open it); with PostgreSQL "
             "run more replicas instead (REMEDIATOR_ALLOW_MULTIPLE_REPLICAS)", EXIT_CONFIG,

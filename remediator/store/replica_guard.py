@@ -34,7 +34,7 @@ from remediator.errors import ReplicaGuardError, StoreUnavailable
 
 __all__ = [
     "InheritedGuard", "NoGuard", "PostgresGuard", "ReplicaGuard", "SqliteFileGuard", "adopt", "drop", "guard_for",
-    "held", "hold",
+    "held", "hold", "sqlite_file",
 ]
 
 log = logging.getLogger(__name__)
@@ -252,12 +252,18 @@ class PostgresGuard(ReplicaGuard):
         return ", ".join(names) or "unknown"
 
 
-def guard_for(database_url: str, owner: str, *, exclusive: bool) -> ReplicaGuard:
+def sqlite_file(database_url: str) -> Path | None:
+    """The file of a SQLite database (None for PostgreSQL or an in-memory database)."""
     url = make_url(database_url)
-    if url.get_backend_name() == "sqlite":
-        if not url.database or url.database == ":memory:":
-            return NoGuard()
-        return SqliteFileGuard(Path(url.database).resolve(), owner)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database).resolve()
+
+
+def guard_for(database_url: str, owner: str, *, exclusive: bool) -> ReplicaGuard:
+    if make_url(database_url).get_backend_name() == "sqlite":
+        database = sqlite_file(database_url)
+        return NoGuard() if database is None else SqliteFileGuard(database, owner)
     return PostgresGuard(database_url, owner, exclusive=exclusive)
 
 
