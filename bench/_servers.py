@@ -74,3 +74,18 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process, in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def tree_rss_mb(pid: int) -> list[float]:
+    """Resident memory of a process and of each of its children (a worker process), in MB."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").glob("*")
+                for c in (task / "children").read_text().split()]
+    return [rss_mb(pid), *(rss_mb(c) for c in children)]

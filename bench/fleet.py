@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as `python bench/fleet.py`: make the reposi
 
 import httpx
 
+from bench._servers import rss_mb
 from tests.controller_process import ControllerProcess
 from tests.fakekube import builders
 from tests.fakekube.kubeconfig import write_kubeconfig
@@ -205,13 +206,6 @@ async def kubelet(fake: FakeKube, nodes: int, period: float) -> None:
 
 
 # ------------------------------------------------------------------ measuring
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
 
 class Sampler:
     def __init__(self, pid: int) -> None:

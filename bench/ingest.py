@@ -25,7 +25,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/ingest.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._servers import bare, controller, controller_database, free_port, stop, wait_http
+from bench._servers import bare, controller, controller_database, free_port, stop, tree_rss_mb, wait_http
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "bench-token"
@@ -45,11 +45,19 @@ def wrk(url: str, seconds: int, connections: int) -> dict[str, float]:
 
 
 def alert_states(database: Path) -> dict[str, int]:
-    """Stored alerts by state once the run ends: `new` ones were acknowledged but not yet decided."""
+    """Stored alerts by state once the run ends: `new` ones were acknowledged but not yet decided, `spooled`
+    ones acknowledged into the intake spool (store/intake_spool.py) and not yet moved into the database."""
     import sqlite3
 
+    from remediator.store.intake_spool import spool_path
+
     with sqlite3.connect(database) as conn:
-        return {str(state): int(n) for state, n in conn.execute("SELECT state, count(*) FROM alerts GROUP BY state")}
+        states = {str(state): int(n) for state, n in conn.execute("SELECT state, count(*) FROM alerts GROUP BY state")}
+    spool = spool_path(database)
+    if spool.exists():
+        with sqlite3.connect(spool) as conn:
+            states["spooled"] = int(conn.execute("SELECT coalesce(sum(alert_count), 0) FROM spooled").fetchone()[0])
+    return states
 
 
 def commit_latency(work: Path, synchronous: str, commits: int = 500) -> dict[str, float]:
@@ -115,6 +123,7 @@ def main() -> None:
                 wait_http(f"http://127.0.0.1:{port}/docs")
                 wrk(f"http://127.0.0.1:{port}", 2, args.connections)  # warm-up
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
+                results[name]["rss"] = tree_rss_mb(proc.pid)  # at the end of the flood, before the stop
             finally:
                 stop(proc)
             if name != "bare":
@@ -133,11 +142,14 @@ def main() -> None:
             continue
         r = results[name]
         print(f"| {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['errors']} |")
+    for name, r in results.items():
+        print(f"{name}: resident memory at the end of the flood {' + '.join(f'{mb:.0f}' for mb in r['rss'])} MB"
+              + (" (web process + worker process)" if len(r["rss"]) > 1 else ""))
     for name in ("controller", "process", "normal"):
         if name in results:
             states = results[name]["states"]
             stored = sum(states.values())
-            decided = stored - states.get("new", 0) - states.get("repeat", 0)
+            decided = stored - states.get("new", 0) - states.get("repeat", 0) - states.get("spooled", 0)
             print(f"{name}: {stored} alerts stored (warm-up included), {decided} decided by the worker before it "
                   f"stopped; by state: {dict(sorted(states.items()))}")
     for mode, c in commits.items():

@@ -96,6 +96,12 @@ class Metrics:
             "Age of the oldest remediation in each active state, 0 when none (refreshed by the worker)",
             ["state"], registry=r,
         )
+        self.alerts_undecided = Gauge(
+            "remediator_alerts_undecided",
+            "Alerts acknowledged but not yet decided: `spooled` in the intake spool (worker process mode), "
+            "`stored` in the database (refreshed by the worker)",
+            ["where"], registry=r,
+        )
         self.audit_verify_ok = Gauge(
             "remediator_audit_verify_ok",
             "1 while the periodic check of the audit hash chain passes, 0 once it found a problem "

@@ -77,6 +77,7 @@ def create_app(
         own_process = run_worker and runtime is None and settings.worker_process
         worker: Worker | WorkerProcess | None = None
         if own_process:
+            await rt.repo.spool_webhooks()  # webhooks never wait for the worker process's transactions
             worker = WorkerProcess(rt, on_exit=on_worker_exit)
         elif run_worker:
             worker = Worker(rt)

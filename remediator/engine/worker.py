@@ -322,6 +322,10 @@ class Worker:
         if limit is None:
             limit = DECISION_BATCH.get(self.rt.repo.dialect, DEFAULT_DECISION_BATCH)
         look_first, self._alerts_stored = not self._alerts_stored, False
+        # Webhooks spooled by the web process (store/intake_spool.py) go into the database first.
+        moved = await self.rt.repo.move_spooled(limit)
+        self._full |= moved >= limit
+        look_first = look_first and not moved
         rows = await self.rt.repo.claim_alerts(
             self.rt.owner, limit, self.rt.settings.lease_duration, look_first=look_first
         )
@@ -508,6 +512,8 @@ class Worker:
                     return
 
     async def _refresh_gauges(self) -> None:
+        self.rt.metrics.alerts_undecided.labels(where="spooled").set(await self.rt.repo.spooled_alert_count())
+        self.rt.metrics.alerts_undecided.labels(where="stored").set(await self.rt.repo.pending_alert_count())
         counts = await self.rt.repo.count_by_state()
         for state in STATES:  # a state that emptied reads 0, not its last count
             self.rt.metrics.remediations_active.labels(state=state).set(counts.get(state, 0))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import func, insert, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -14,7 +17,9 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.intake_repeats import as_repeats
+from remediator.store.intake_spool import Spooled
 from remediator.store.models import (
+    AlertBatch,
     AlertRow,
 )
 from remediator.store.unit_of_work import (
@@ -28,6 +33,8 @@ from remediator.store.unit_of_work import (
 
 __all__ = ["IntakeStore"]
 
+log = logging.getLogger(__name__)
+
 _CLAIM_CHUNK = 500  # ids per claiming UPDATE (well under SQLite's bound-parameter limit)
 
 
@@ -38,14 +45,26 @@ class IntakeStore(RepositoryBase):
         """Commit the batch and each alert in one transaction. Repeats are stored but never processed."""
         return (await self.store_batches([payload]))[0]
 
-    async def store_batches(self, payloads: Sequence[AlertmanagerPayload]) -> list[StoredBatch]:
+    async def store_batches(
+        self, payloads: Sequence[AlertmanagerPayload], bodies: Sequence[bytes | None] | None = None
+    ) -> list[StoredBatch]:
         """Commit several webhook batches in ONE transaction (group commit); all or none are stored.
 
         An alert is a repeat when its (fingerprint, startsAt, status) was stored before or earlier in this
-        call; repeats are stored with state `repeat` and never processed.
+        call; repeats are stored with state `repeat` and never processed. `bodies` are the webhooks' raw
+        bodies, which the intake spool keeps (see `spool_webhooks`).
         """
         now = self._clock()
-        keyed = [[f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in p.alerts] for p in payloads]
+        keyed = [_dedup_keys(p) for p in payloads]
+        if self._spooling and self._spool is not None:
+            raw = bodies or [None] * len(payloads)
+            batches = [
+                (uuid.uuid4().hex, body if body is not None else p.model_dump_json(by_alias=True).encode(),
+                 len(p.alerts))
+                for p, body in zip(payloads, raw, strict=True)
+            ]
+            repeats = await self._spool.append(batches, keyed, now)
+            return [StoredBatch(batch_id, count, n) for (batch_id, _, count), n in zip(batches, repeats, strict=True)]
         all_keys = sorted({k for keys in keyed for k in keys})
 
         def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
@@ -66,6 +85,65 @@ class IntakeStore(RepositoryBase):
             await session.execute(insert(_BATCHES), batch_rows)
             extra = await self._insert_alert_rows(session, alert_rows)
         return _with_repeats(stored, extra)
+
+    async def spool_webhooks(self) -> None:
+        """From now on webhook batches go to the intake spool (store/intake_spool.py), not the database.
+
+        For the web process when the worker runs in a process of its own (SQLite only): the webhook then never
+        waits for the worker's write transactions. Creates the spool file before the first webhook."""
+        if self._spool is None:
+            raise RuntimeError("the intake spool needs a SQLite database file")
+        await self._spool.open()
+        self._spooling = True
+
+    async def move_spooled(self, max_alerts: int) -> int:
+        """Move the oldest spooled webhook batches (up to `max_alerts` alerts) into the database; the alerts
+        moved. Repeats are marked again against the database; a batch already there (a move interrupted by a
+        crash after its commit) is not inserted twice."""
+        if self._spool is None or self._sqlite_intake is None:
+            return 0
+        spooled = await self._spool.pending(max_alerts)
+        if not spooled:
+            return 0
+        payloads: list[AlertmanagerPayload] = []
+        moving: list[Spooled] = []
+        rejected: list[tuple[Spooled, str]] = []
+        present = await self._present_batches([s.batch_id for s in spooled])
+        for entry in spooled:
+            if entry.batch_id in present:
+                continue
+            try:
+                payloads.append(AlertmanagerPayload.model_validate_json(entry.body))
+            except ValidationError as exc:
+                log.error("spooled webhook batch %s (received %s) cannot be read back, kept in %s's `rejected` "
+                          "table: %s", entry.batch_id, entry.received_at, self._spool.path.name, exc)
+                rejected.append((entry, str(exc)))
+                continue
+            moving.append(entry)
+        if moving:
+            keyed = [_dedup_keys(p) for p in payloads]
+            ids = [s.batch_id for s in moving]
+            received = [datetime.fromisoformat(s.received_at) for s in moving]
+
+            def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], None]:
+                batch_rows, alert_rows, _ = _intake_rows(
+                    payloads, keyed, existing, received[0], ids=ids, received=received
+                )
+                return batch_rows, alert_rows, None
+
+            async with self._writer_gate():
+                await self._sqlite_intake.existing_and_insert(sorted({k for keys in keyed for k in keys}), build)
+        await self._spool.forget(spooled[-1].seq, rejected)
+        return sum(s.alert_count for s in moving)
+
+    async def spooled_alert_count(self) -> int:
+        """Alerts acknowledged into the intake spool and not yet moved into the database."""
+        return 0 if self._spool is None else await self._spool.alert_count()
+
+    async def _present_batches(self, batch_ids: Sequence[str]) -> set[str]:
+        async with self.reading() as session:
+            found = await session.scalars(select(AlertBatch.id).where(AlertBatch.id.in_(batch_ids)))
+            return set(found.all())
 
     async def _insert_alert_rows(self, session: AsyncSession, alert_rows: list[dict[str, Any]]) -> dict[str, int]:
         """Insert-or-ignore the first deliveries; those another writer stored meanwhile become repeats of its
@@ -137,3 +215,8 @@ class IntakeStore(RepositoryBase):
             await self._finish_alert(session, alert_id, outcome, note=note, remediation_id=remediation_id)
             if audit_kind:
                 await self.audit(session, audit_kind, remediation_id=remediation_id, data=audit_data)
+
+
+def _dedup_keys(payload: AlertmanagerPayload) -> list[str]:
+    """Each alert's dedup key: a delivery of the same (fingerprint, startsAt, status) again is a repeat."""
+    return [f"{a.fingerprint}|{a.starts_at.isoformat()}|{a.status}" for a in payload.alerts]

@@ -19,7 +19,7 @@ from remediator.store.repository import Repository, StoredBatch
 
 __all__ = ["IntakeWriter"]
 
-_Item = tuple[AlertmanagerPayload, "asyncio.Future[StoredBatch]"]
+_Item = tuple[AlertmanagerPayload, bytes | None, "asyncio.Future[StoredBatch]"]
 
 
 class IntakeWriter:
@@ -32,7 +32,8 @@ class IntakeWriter:
         self._task: asyncio.Task[None] | None = None
         self._pending = 0
 
-    async def submit(self, payload: AlertmanagerPayload) -> StoredBatch:
+    async def submit(self, payload: AlertmanagerPayload, body: bytes | None = None) -> StoredBatch:
+        """Store `payload` (its raw `body`, when the intake spools it: store/intake_spool.py); once committed."""
         if self._queue is None or self._task is None or self._task.done():
             self._queue = asyncio.Queue()
             self._task = asyncio.create_task(self._run(self._queue), name="remediator-intake-writer")
@@ -40,7 +41,7 @@ class IntakeWriter:
         self._pending += 1
         self._repo.intake_idle.clear()
         try:
-            await self._queue.put((payload, future))
+            await self._queue.put((payload, body, future))
             return await future
         finally:
             self._pending -= 1
@@ -60,26 +61,26 @@ class IntakeWriter:
             group = [await queue.get()]
             while len(group) < self._max_group and not queue.empty():
                 group.append(queue.get_nowait())
-            live = [(p, f) for p, f in group if not f.done()]
+            live = [(p, b, f) for p, b, f in group if not f.done()]
             if live:
                 await self._commit(live)
 
     async def _commit(self, group: list[_Item]) -> None:
         try:
-            stored = await self._repo.store_batches([p for p, _ in group])
+            stored = await self._repo.store_batches([p for p, _, _ in group], [b for _, b, _ in group])
         except StoreUnavailable as exc:
             if len(group) == 1:
-                settle(group[0][1], exc)
+                settle(group[0][2], exc)
                 return
-            for payload, future in group:  # isolate the batch that failed the group
+            for payload, body, future in group:  # isolate the batch that failed the group
                 try:
-                    settle(future, (await self._repo.store_batches([payload]))[0])
+                    settle(future, (await self._repo.store_batches([payload], [body]))[0])
                 except StoreUnavailable as single:
                     settle(future, single)
             return
         except Exception as exc:
-            for _, future in group:
+            for _, _, future in group:
                 settle(future, StoreUnavailable(f"{type(exc).__name__}: {exc}"))
             return
-        for (_, future), result in zip(group, stored, strict=True):
+        for (_, _, future), result in zip(group, stored, strict=True):
             settle(future, result)

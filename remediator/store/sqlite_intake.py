@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from remediator.errors import StoreUnavailable
 from remediator.store.intake_repeats import as_repeats
 
-__all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "sqlite_time"]
+__all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "begin_immediate", "sqlite_time"]
 
 # The intake's durability: FULL fsyncs every commit. (bench/ingest.py sets NORMAL to measure the difference.)
 INTAKE_SYNCHRONOUS = "FULL"
@@ -82,7 +82,7 @@ class SqliteIntake:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=0")  # `_begin_immediate` waits for the lock itself
+            conn.execute("PRAGMA busy_timeout=0")  # `begin_immediate` waits for the lock itself
             self._conn = conn
         return self._conn
 
@@ -128,7 +128,7 @@ class SqliteIntake:
 
     def _begin_and_lookup(self, keys: Sequence[str]) -> dict[str, int]:
         def run(conn: sqlite3.Connection) -> dict[str, int]:
-            _begin_immediate(conn)
+            begin_immediate(conn)
             existing: dict[str, int] = {}
             for i in range(0, len(keys), 500):
                 chunk = list(keys[i : i + 500])
@@ -192,7 +192,7 @@ class SqliteIntake:
         self._thread.shutdown(wait=False)
 
 
-def _begin_immediate(conn: sqlite3.Connection) -> None:
+def begin_immediate(conn: sqlite3.Connection) -> None:
     """BEGIN IMMEDIATE, retried every LOCK_RETRY_S while another connection writes (up to LOCK_TIMEOUT_S).
 
     Within one process the writers take turns before they reach SQLite (`RepositoryBase`'s gate); a worker

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select, text, update
@@ -23,6 +24,7 @@ from remediator.jsondata import jsonable
 from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.db import READ_ONLY
+from remediator.store.intake_spool import IntakeSpool, spool_path
 from remediator.store.models import (
     AlertBatch,
     AlertRow,
@@ -148,6 +150,13 @@ class RepositoryBase:
         self._sqlite_intake = (
             SqliteIntake(database) if self.dialect == "sqlite" and database and database != ":memory:" else None
         )
+        # The webhook intake's spool (store/intake_spool.py): where this process's webhooks go when the worker
+        # runs in a process of its own (`spool_webhooks`), and where any worker looks for batches to move.
+        self._spool = (
+            IntakeSpool(spool_path(Path(database).resolve()), Path(database).resolve())
+            if self._sqlite_intake is not None and database else None
+        )
+        self._spooling = False
 
     @asynccontextmanager
     async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:
@@ -277,6 +286,8 @@ class RepositoryBase:
     async def close(self) -> None:
         if self._sqlite_intake is not None:
             await self._sqlite_intake.close()
+        if self._spool is not None:
+            await self._spool.close()
 
     async def _finish_alert(
         self, session: AsyncSession, alert_id: int, outcome: str, *, note: str | None, remediation_id: str | None
@@ -358,9 +369,13 @@ def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[Stor
 
 
 def _intake_rows(
-    payloads: Sequence[AlertmanagerPayload], keyed: list[list[str]], existing: dict[str, int], now: datetime
+    payloads: Sequence[AlertmanagerPayload], keyed: list[list[str]], existing: dict[str, int], now: datetime,
+    *, ids: Sequence[str] | None = None, received: Sequence[datetime] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
-    """Rows for alert_batches and alerts, marking repeats (seen before, or earlier in this group)."""
+    """Rows for alert_batches and alerts, marking repeats (seen before, or earlier in this group).
+
+    `ids` and `received` (batch ids and arrival times) are given for batches moved from the intake spool;
+    otherwise new ids are made and every batch arrived `now`."""
     seen: set[str] = set()
     repeats: list[list[bool]] = []
     for keys in keyed:
@@ -369,24 +384,27 @@ def _intake_rows(
             flags.append(key in existing or key in seen)
             seen.add(key)
         repeats.append(flags)
-    ids = [uuid.uuid4().hex for _ in payloads]
+    if ids is None:
+        ids = [uuid.uuid4().hex for _ in payloads]
+    if received is None:
+        received = [now] * len(payloads)
     batch_rows = [
         {
-            "id": batch_id, "received_at": now, "receiver": p.receiver, "status": p.status,
+            "id": batch_id, "received_at": at, "receiver": p.receiver, "status": p.status,
             "group_key": p.group_key, "external_url": p.external_url,
             "truncated_alerts": p.truncated_alerts, "alert_count": len(p.alerts), "repeat_count": sum(flags),
         }
-        for p, flags, batch_id in zip(payloads, repeats, ids, strict=True)
+        for p, flags, batch_id, at in zip(payloads, repeats, ids, received, strict=True)
     ]
     alert_rows = [
         {
             "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
             "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),
-            "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": now,
+            "annotations": dict(a.annotations), "generator_url": a.generator_url, "received_at": at,
             "dedup_key": None if repeat else key, "repeat_of": existing.get(key),
             "state": "repeat" if repeat else "new",
         }
-        for p, keys, flags, batch_id in zip(payloads, keyed, repeats, ids, strict=True)
+        for p, keys, flags, batch_id, at in zip(payloads, keyed, repeats, ids, received, strict=True)
         for a, key, repeat in zip(p.alerts, keys, flags, strict=True)
     ]
     stored = [

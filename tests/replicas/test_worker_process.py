@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 from pathlib import Path
 
 import httpx
 import pytest
 
+from remediator.store.intake_spool import spool_path
 from tests.cli.test_cli import run
 from tests.controller_process import ControllerProcess, free_port
 from tests.fakekube.kubeconfig import write_kubeconfig
@@ -96,6 +98,82 @@ async def test_alerts_are_decided_and_remediated_in_the_worker_process(
         assert "remediator_audit_verify_ok 1.0" in metrics
         assert metrics.count("# TYPE remediator_alerts_received_total counter") == 1
         assert metrics.count("# TYPE remediator_remediations_total counter") == 1
+
+
+async def test_webhooks_are_answered_while_the_database_s_writer_is_held(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    """The web process stores webhooks in the intake spool: a write transaction on the database (here the
+    test's, in production the worker process's decision batches) does not hold a webhook up; the worker
+    process moves the batch in and decides it once the writer is free."""
+    database = tmp_path / "c.db"
+    url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
+    async with FakeKube() as fake:
+        fake.add_namespace("ml")
+        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
+        ctl = ControllerProcess(tmp_path, {**_env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url)), **WORKER})
+        processes.append(ctl)
+        await ctl.start()
+        writer = sqlite3.connect(database, isolation_level=None, timeout=30)
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as client:
+                r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
+            assert r.status_code == 200, r.text
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+
+        async def decided() -> bool:
+            with sqlite3.connect(database) as conn:
+                return conn.execute("SELECT state FROM alerts").fetchall() == [("done",)]
+
+        await wait_until(decided, 60, "the worker process to move the spooled alert in and decide it")
+        with sqlite3.connect(spool_path(database)) as conn:
+            assert conn.execute("SELECT count(*) FROM spooled").fetchone() == (0,)
+
+
+async def test_webhooks_spooled_before_a_crash_are_decided_after_a_restart_without_a_worker_process(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    """kill -9 of both processes while an acknowledged webhook is still in the spool (the worker process
+    stopped, so it never moved it); the next start, one process this time, moves it in and decides it."""
+    database = tmp_path / "c.db"
+    url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
+    async with FakeKube() as fake:
+        fake.add_namespace("ml")
+        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
+        env = _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+        first = ControllerProcess(tmp_path, {**env, **WORKER}, name="first")
+        processes.append(first)
+        await first.start()
+        worker = worker_pid(first)
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as client:
+                r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
+            assert r.status_code == 200, r.text
+        finally:
+            os.kill(worker, signal.SIGKILL)
+            first.kill()
+        with sqlite3.connect(spool_path(database)) as conn:
+            assert conn.execute("SELECT sum(alert_count) FROM spooled").fetchone() == (1,)
+        with sqlite3.connect(database) as conn:
+            assert conn.execute("SELECT count(*) FROM alerts").fetchone() == (0,)
+
+        second = ControllerProcess(tmp_path, env, name="second")
+        processes.append(second)
+        await second.start()
+
+        async def done() -> bool:
+            rems = await _rems(url)
+            return len(rems) == 1 and rems[0].state == "succeeded"
+
+        await wait_until(done, 90, "the one-process controller to decide and remediate the spooled alert")
+        with sqlite3.connect(database) as conn:
+            assert conn.execute("SELECT state FROM alerts").fetchall() == [("done",)]
 
 
 def _gauge(metrics: str, name: str) -> float:

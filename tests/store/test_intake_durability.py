@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from remediator.store.repository import Repository
-from remediator.store.sqlite_intake import _begin_immediate
+from remediator.store.sqlite_intake import begin_immediate
 from tests.store.test_intake_store import payload
 
 _FULL = 2  # PRAGMA synchronous: 0 OFF, 1 NORMAL, 2 FULL, 3 EXTRA
@@ -51,5 +51,5 @@ async def test_an_error_other_than_a_held_lock_is_not_retried(tmp_path: Path) ->
     conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
     conn.execute("BEGIN")
     with pytest.raises(sqlite3.OperationalError, match="within a transaction"):
-        _begin_immediate(conn)  # a bug (a transaction left open) fails at once instead of spinning 30 s
+        begin_immediate(conn)  # a bug (a transaction left open) fails at once instead of spinning 30 s
     conn.close()

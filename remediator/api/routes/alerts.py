@@ -123,7 +123,7 @@ async def _handle(rt: Runtime, worker: Wakes | None, authorization: str | None, 
     except ValidationError as exc:
         return _invalid(exc)
     try:
-        stored = await rt.intake.submit(payload)
+        stored = await rt.intake.submit(payload, body)
     except StoreUnavailable as exc:
         reason = unavailable_reason(exc)
         log.warning("webhook answered 503 (%s): store unavailable: %s", reason, exc)

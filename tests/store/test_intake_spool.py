@@ -1,0 +1,155 @@
+"""The intake spool: with the worker in its own process, webhooks are stored in a file of their own (fsynced
+before the 200, repeats counted at once) and the worker moves them into the database, once each."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from remediator.errors import StoreUnavailable
+from remediator.store.db import make_engine, make_sessionmaker
+from remediator.store.intake_spool import IntakeSpool, spool_path
+from remediator.store.repository import Repository
+from tests.store.test_intake_store import payload
+
+_FULL = 2  # PRAGMA synchronous
+
+
+@pytest.fixture
+async def web(repo: Repository, tmp_path: Path) -> AsyncIterator[Repository]:
+    """The web process's store on the same database file: its webhooks go to the spool."""
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    store = Repository(make_sessionmaker(engine))
+    await store.spool_webhooks()
+    yield store
+    await store.close()
+    await engine.dispose()
+
+
+def spooled_alerts(tmp_path: Path) -> int:
+    with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
+        return int(conn.execute("SELECT coalesce(sum(alert_count), 0) FROM spooled").fetchone()[0])
+
+
+def database_rows(tmp_path: Path, query: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(tmp_path / "store.db") as conn:
+        return list(conn.execute(query))
+
+
+def test_the_spool_lies_beside_the_database() -> None:
+    assert spool_path(Path("/data/remediator.db")) == Path("/data/remediator.intake.db")
+    assert spool_path(Path("/data/state")) == Path("/data/state.intake")
+
+
+async def test_a_spooled_batch_is_acknowledged_fsynced_and_moved_once(
+    web: Repository, repo: Repository, tmp_path: Path
+) -> None:
+    stored = await web.store_batch(payload(fingerprint="a1"))
+    assert (stored.alerts, stored.repeats) == (1, 0)
+    assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(0,)]  # acknowledged into the spool only
+    assert spooled_alerts(tmp_path) == 1
+    spool = web._spool
+    assert spool is not None and spool._conn is not None
+    assert spool._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert spool._conn.execute("PRAGMA synchronous").fetchone()[0] == _FULL
+
+    assert await repo.move_spooled(1000) == 1
+    assert await repo.move_spooled(1000) == 0
+    assert spooled_alerts(tmp_path) == 0
+    claimed = await repo.claim_alerts("w1", 10, timedelta(seconds=30))
+    assert [(a.fingerprint, a.batch_id, a.state) for a in claimed] == [("a1", stored.batch_id, "new")]
+    received = database_rows(tmp_path, f"SELECT received_at FROM alert_batches WHERE id = '{stored.batch_id}'")
+    assert len(received) == 1 and str(received[0][0]).startswith("20")
+
+
+async def test_repeats_are_counted_against_the_spool_and_the_database(
+    web: Repository, repo: Repository, tmp_path: Path
+) -> None:
+    first = await web.store_batch(payload(fingerprint="b1"))
+    still_spooled = await web.store_batch(payload(fingerprint="b1"))
+    assert (first.repeats, still_spooled.repeats) == (0, 1)
+    assert await repo.move_spooled(1000) == 2
+    after_move = await web.store_batch(payload(fingerprint="b1"))
+    in_one_group = await web.store_batches([payload(fingerprint="b2"), payload(fingerprint="b2")])
+    assert after_move.repeats == 1
+    assert [s.repeats for s in in_one_group] == [0, 1]
+    await repo.move_spooled(1000)
+    rows = database_rows(tmp_path, "SELECT fingerprint, state FROM alerts ORDER BY fingerprint, state")
+    assert rows == [("b1", "new"), ("b1", "repeat"), ("b1", "repeat"), ("b2", "new"), ("b2", "repeat")]
+    assert len(await repo.claim_alerts("w1", 10, timedelta(seconds=30))) == 2  # repeats are never claimable
+
+
+async def test_a_move_interrupted_after_its_commit_is_not_repeated(
+    web: Repository, repo: Repository, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash between the move's commit into the database and its removal from the spool: the next move finds
+    the batch in the database and only removes it."""
+    await web.store_batch(payload(fingerprint="c1"))
+
+    async def crash(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(IntakeSpool, "forget", crash)
+        with pytest.raises(StoreUnavailable):
+            await repo.move_spooled(1000)
+    assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(1,)]
+    assert spooled_alerts(tmp_path) == 1
+    assert await repo.move_spooled(1000) == 0
+    assert spooled_alerts(tmp_path) == 0
+    assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(1,)]
+
+
+async def test_moves_take_the_oldest_batches_up_to_the_limit(web: Repository, repo: Repository) -> None:
+    for i in range(5):
+        await web.store_batch(payload(fingerprint=f"d{i}"))
+    assert await repo.move_spooled(2) == 2
+    assert await repo.move_spooled(2) == 2
+    assert await repo.move_spooled(2) == 1
+    claimed = await repo.claim_alerts("w1", 10, timedelta(seconds=30))
+    assert [a.fingerprint for a in claimed] == [f"d{i}" for i in range(5)]
+
+
+async def test_a_body_that_cannot_be_read_back_is_kept_apart_not_lost(
+    web: Repository, repo: Repository, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await web.store_batch(payload(fingerprint="e1"))
+    with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
+        conn.execute("UPDATE spooled SET body = CAST('{\"version\": \"3\"}' AS BLOB)")
+    await web.store_batch(payload(fingerprint="e2"))
+    with caplog.at_level(logging.ERROR):
+        assert await repo.move_spooled(1000) == 1
+    assert "cannot be read back" in caplog.text
+    assert [a.fingerprint for a in await repo.claim_alerts("w1", 10, timedelta(seconds=30))] == ["e2"]
+    with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
+        kept = conn.execute("SELECT body, error FROM rejected").fetchall()
+    assert len(kept) == 1 and b'"version": "3"' in kept[0][0] and "version" in kept[0][1]
+    assert spooled_alerts(tmp_path) == 0
+
+
+async def test_a_webhook_is_stored_while_another_process_holds_the_database_s_write_lock(
+    web: Repository, tmp_path: Path
+) -> None:
+    """The point of the spool: the worker process's write transactions never hold a webhook up."""
+    await web.store_batch(payload(fingerprint="f0"))
+    worker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    worker.execute("BEGIN IMMEDIATE")
+    try:
+        stored = await asyncio.wait_for(web.store_batch(payload(fingerprint="f1")), 20)
+    finally:
+        worker.execute("ROLLBACK")
+        worker.close()
+    assert stored.alerts == 1
+    assert spooled_alerts(tmp_path) == 2
+
+
+async def test_without_a_spool_file_there_is_nothing_to_move(repo: Repository, tmp_path: Path) -> None:
+    await repo.store_batch(payload(fingerprint="g1"))  # straight into the database
+    assert await repo.move_spooled(1000) == 0
+    assert not spool_path(tmp_path / "store.db").exists()
