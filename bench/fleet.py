@@ -8,7 +8,8 @@ watch has the changes a real fleet has. Then, in the same run, one `remediator s
 
 - `list`: the baseline, the inventory as it was before the watch: every node listed every --list-interval
   seconds (60 s), whole (the prelude in `use_polling_inventory` patches the worker);
-- `watch`: as shipped (remediator/adapters/node_watch.py): one paged list, then a watch with bookmarks.
+- `watch`: as shipped (remediator/adapters/node_watch.py): one paged list, then a watch with bookmarks;
+- `process` (with --modes): `watch` with REMEDIATOR_WORKER_PROCESS=true; RSS is then both processes'.
 
 Each mode is measured for --seconds at rest (no alerts) and --seconds under load (one webhook of 10 Xid 79
 alerts on random nodes every second, MAX_QUARANTINED_NODES=1%): the controller's RSS (end of phase and
@@ -39,7 +40,7 @@ if __package__ in (None, ""):  # run as `python bench/fleet.py`: make the reposi
 
 import httpx
 
-from bench._servers import rss_mb
+from bench._servers import tree_rss_mb
 from tests.controller_process import ControllerProcess
 from tests.fakekube import builders
 from tests.fakekube.kubeconfig import write_kubeconfig
@@ -208,15 +209,19 @@ async def kubelet(fake: FakeKube, nodes: int, period: float) -> None:
 # ------------------------------------------------------------------ measuring
 
 class Sampler:
+    """Resident memory of the controller: its process and, with the worker process, that one too."""
+
     def __init__(self, pid: int) -> None:
         self.pid, self.peak, self.last = pid, 0.0, 0.0
+        self.parts: list[float] = []
 
     async def run(self) -> None:
         while True:
             try:
-                self.last = rss_mb(self.pid)
+                self.parts = tree_rss_mb(self.pid)
             except OSError:
                 return
+            self.last = sum(self.parts)
             self.peak = max(self.peak, self.last)
             await asyncio.sleep(0.25)
 
@@ -253,6 +258,7 @@ async def measure(mode: str, args: argparse.Namespace, objects_for: Any, work: P
             "REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING",
             "REMEDIATOR_KUBECONFIG": str(write_kubeconfig(work / f"kubeconfig-{mode}", fake.url)),
             "REMEDIATOR_MAX_QUARANTINED_NODES": "1%", "BENCH_LIST_INTERVAL": str(args.list_interval),
+            **({"REMEDIATOR_WORKER_PROCESS": "true"} if mode == "process" else {}),
         }
         proc = ControllerProcess(work, env, name=f"fleet-{mode}",
                                  python_args=("-c", PRELUDE) if mode == "list" else ("-m", "remediator.cli"))
@@ -277,7 +283,7 @@ async def measure(mode: str, args: argparse.Namespace, objects_for: Any, work: P
                 if sender is not None:
                     sender.cancel()
                 result[phase] = {**traffic(fake, mark, bytes_before, args.seconds),
-                                 "rss_end": sampler.last, "rss_peak": sampler.peak}
+                                 "rss_end": sampler.last, "rss_peak": sampler.peak, "rss_parts": sampler.parts}
         finally:
             for task in (beats, sampling):
                 task.cancel()
@@ -295,12 +301,14 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|")
     for r in results:
         up = r["startup"]
-        label = f"list every {args.list_interval:g}s (baseline)" if r["mode"] == "list" else "watch"
+        label = {"list": f"list every {args.list_interval:g}s (baseline)", "watch": "watch",
+                 "process": "watch, worker in its own process"}[r["mode"]]
         for phase in ("rest", "load"):
             p = r[phase]
             verbs = ", ".join(f"{k} {v:.1f}" for k, v in p["requests"].items()) or "none"
+            parts = f" ({' + '.join(f'{mb:.0f}' for mb in p['rss_parts'])})" if len(p["rss_parts"]) > 1 else ""
             print(f"| {label} | {r['ready_s']:.1f} / {up['mb_per_min']:.1f} / {r['startup_rss_peak']:.0f} | {phase} "
-                  f"| {p['rss_end']:.0f} / {p['rss_peak']:.0f} | {verbs} | {p['mb_per_min']:.2f} |")
+                  f"| {p['rss_end']:.0f}{parts} / {p['rss_peak']:.0f} | {verbs} | {p['mb_per_min']:.2f} |")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -320,7 +328,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=120.0, help="length of each phase (rest, load)")
     parser.add_argument("--status-period", type=float, default=300.0, help="seconds between a node's status writes")
     parser.add_argument("--list-interval", type=float, default=60.0, help="the baseline's list period")
-    parser.add_argument("--modes", default="list,watch")
+    parser.add_argument("--modes", default="list,watch",
+                        help="list (baseline), watch (shipped), process (watch, REMEDIATOR_WORKER_PROCESS=true)")
     parser.add_argument("--workdir", help="keep the controllers' logs and databases here")
     parser.add_argument("--smoke", action="store_true", help="200 nodes, 800 pods, 3 s phases, 1 s list period")
     parsed = parser.parse_args()

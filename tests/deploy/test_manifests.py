@@ -306,6 +306,10 @@ def test_single_overlay_keeps_sqlite_on_a_volume() -> None:
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert env_of(main)["REMEDIATOR_DATABASE_URL"]["value"] == "sqlite+aiosqlite:////data/remediator.db"
     assert "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS" not in env_of(main)
+    # Webhooks and decisions in two processes: the container may use two cores and holds two Pythons.
+    assert env_of(main)["REMEDIATOR_WORKER_PROCESS"]["value"] == "true"
+    assert main["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
+    assert main["resources"]["requests"] == {"cpu": "1", "memory": "512Mi"}
     for container in spec["initContainers"] + spec["containers"]:
         (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/data"]
         (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
