@@ -19,6 +19,7 @@ ALERTS = {
     "RemediatorWebhookErrors",
     "RemediatorWebhookUnavailable",
     "RemediatorRemediationStuck",
+    "RemediatorAlertsUndecided",
     "RemediatorApprovalWaiting",
     "RemediatorCircuitBreakerTripped",
     "RemediatorPaused",
