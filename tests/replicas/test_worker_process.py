@@ -40,6 +40,23 @@ async def started(tmp_path: Path, processes: list[ControllerProcess], name: str 
     return ctl
 
 
+def one_gpu_node(fake: FakeKube) -> None:
+    fake.add_namespace("ml")
+    fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
+    fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
+
+
+def cluster_env(tmp_path: Path, fake: FakeKube) -> dict[str, str]:
+    """A controller on its own SQLite file, talking to `fake` (add WORKER for the worker process)."""
+    return _env(worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"], write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+
+
+async def post_xid_79(ctl: ControllerProcess) -> httpx.Response:
+    """GPUXidError 79 on gpu-1, as the shipped rule delivers it."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as client:
+        return await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
+
+
 def children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").glob("*"):  # a child belongs to the thread that started it
@@ -71,10 +88,8 @@ async def test_alerts_are_decided_and_remediated_in_the_worker_process(
 ) -> None:
     url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
     async with FakeKube() as fake:
-        fake.add_namespace("ml")
-        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
-        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
-        ctl = ControllerProcess(tmp_path, {**_env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url)), **WORKER})
+        one_gpu_node(fake)
+        ctl = ControllerProcess(tmp_path, {**cluster_env(tmp_path, fake), **WORKER})
         processes.append(ctl)
         await ctl.start()
         worker = worker_pid(ctl)
@@ -107,20 +122,15 @@ async def test_webhooks_are_answered_while_the_database_s_writer_is_held(
     test's, in production the worker process's decision batches) does not hold a webhook up; the worker
     process moves the batch in and decides it once the writer is free."""
     database = tmp_path / "c.db"
-    url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
     async with FakeKube() as fake:
-        fake.add_namespace("ml")
-        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
-        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
-        ctl = ControllerProcess(tmp_path, {**_env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url)), **WORKER})
+        one_gpu_node(fake)
+        ctl = ControllerProcess(tmp_path, {**cluster_env(tmp_path, fake), **WORKER})
         processes.append(ctl)
         await ctl.start()
         writer = sqlite3.connect(database, isolation_level=None, timeout=30)
         writer.execute("BEGIN IMMEDIATE")
         try:
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as client:
-                r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
-            assert r.status_code == 200, r.text
+            assert (await post_xid_79(ctl)).status_code == 200
         finally:
             writer.execute("ROLLBACK")
             writer.close()
@@ -142,19 +152,15 @@ async def test_webhooks_spooled_before_a_crash_are_decided_after_a_restart_witho
     database = tmp_path / "c.db"
     url = worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"]
     async with FakeKube() as fake:
-        fake.add_namespace("ml")
-        fake.add_node("gpu-1", labels={"nvidia.com/gpu.present": "true"})
-        fake.add_pod("gpu-1-a", "ml", node="gpu-1", gpus=4, labels={"app": "t"})
-        env = _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url))
+        one_gpu_node(fake)
+        env = cluster_env(tmp_path, fake)
         first = ControllerProcess(tmp_path, {**env, **WORKER}, name="first")
         processes.append(first)
         await first.start()
         worker = worker_pid(first)
         os.kill(worker, signal.SIGSTOP)
         try:
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=20) as client:
-                r = await client.post(f"{first.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
-            assert r.status_code == 200, r.text
+            assert (await post_xid_79(first)).status_code == 200
         finally:
             os.kill(worker, signal.SIGKILL)
             first.kill()
