@@ -25,6 +25,7 @@ from remediator.errors import ConfigError, ReplicaGuardError, StoreUnavailable
 from remediator.settings import Settings
 from remediator.store import replica_guard
 from remediator.store.db import upgrade_sync
+from remediator.store.intake_spool import prepare_spool, spool_path
 
 __all__ = [
     "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "EXIT_WORKER_LOST",
@@ -109,4 +110,13 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     except (StoreUnavailable, OSError, ValueError) as exc:
         raise StartupFailure(f"cannot open {_where(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
     _migrate(settings.database_url)
+    database = replica_guard.sqlite_file(settings.database_url)
+    if settings.worker_process and database is not None:
+        try:
+            prepare_spool(database)
+        except (sqlite3.Error, OSError) as exc:
+            raise StartupFailure(
+                f"cannot open the intake spool {spool_path(database)}: {exc} (it lies beside the database; "
+                "REMEDIATOR_WORKER_PROCESS stores webhooks there)", EXIT_DATABASE,
+            ) from exc
     return guard

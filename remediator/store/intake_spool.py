@@ -29,7 +29,7 @@ from remediator.errors import StoreUnavailable
 from remediator.store import sqlite_intake
 from remediator.store.sqlite_intake import begin_immediate, sqlite_time
 
-__all__ = ["IntakeSpool", "Spooled", "spool_path"]
+__all__ = ["IntakeSpool", "Spooled", "prepare_spool", "spool_path"]
 
 T = TypeVar("T")
 
@@ -49,6 +49,29 @@ _LOOKUP_CHUNK = 500
 def spool_path(database: Path) -> Path:
     """The spool file beside a SQLite database file: `remediator.db` -> `remediator.intake.db`."""
     return database.with_name(f"{database.stem}.intake{database.suffix}")
+
+
+def prepare_spool(database: Path) -> Path:
+    """Create (or open) the spool file beside `database` and its tables, now: a spool that cannot be written
+    stops the controller at start rather than failing every webhook. Raises sqlite3.Error or OSError."""
+    path = spool_path(database)
+    conn = _connect(path)
+    conn.close()
+    return path
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=" + ("NORMAL" if sqlite_intake.INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute("PRAGMA busy_timeout=0")  # `begin_immediate` waits for the lock itself
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 @dataclass(frozen=True)
@@ -121,18 +144,7 @@ class IntakeSpool:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=" + ("NORMAL" if sqlite_intake.INTAKE_SYNCHRONOUS == "NORMAL"
-                                                      else "FULL"))
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.execute("PRAGMA busy_timeout=0")  # `begin_immediate` waits for the lock itself
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
+            self._conn = _connect(self.path)
         return self._conn
 
     def _known(self, keys: Sequence[str]) -> set[str]:

@@ -71,3 +71,13 @@ def test_public_bind_needs_an_audit_key(tmp_path: Path) -> None:
     key_file = tmp_path / "missing-key"
     line = _one_line(_serve({**env, "REMEDIATOR_AUDIT_KEY_FILE": str(key_file)}, "--host", "0.0.0.0"), 2)
     assert str(key_file) in line
+
+
+def test_an_intake_spool_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:
+    """With the worker process, webhooks are spooled beside the database: a spool that cannot be written (here
+    a directory where its file belongs) is one line and exit 4 at start, not a 503 for every webhook."""
+    db = tmp_path / "remediator.db"
+    (tmp_path / "remediator.intake.db").mkdir()
+    env = {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{db}", "REMEDIATOR_WORKER_PROCESS": "true"}
+    line = _one_line(_serve(env), 4)
+    assert f"cannot open the intake spool {tmp_path / 'remediator.intake.db'}" in line
