@@ -15,7 +15,12 @@ SIDECAR_IP = "127.0.0.2"
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
     """The whole chain, started once for the module; fails (never skips) when a binary is missing."""
-    stack = Stack(tmp_path_factory.mktemp("e2e"), sidecar_ip=SIDECAR_IP)
+    async for running in started(Stack(tmp_path_factory.mktemp("e2e"), sidecar_ip=SIDECAR_IP)):
+        yield running
+
+
+async def started(stack: Stack) -> AsyncIterator[Stack]:
+    """`stack` started, then stopped once the module is done with it."""
     missing = None
     try:
         await stack.start()
