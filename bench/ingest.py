@@ -6,7 +6,7 @@ endpoint, the controller as one process, and the controller with REMEDIATOR_WORK
 in one process, decisions in another; `--no-worker-process` leaves that row out). With
 --compare-fsync it also runs the controller with the intake at SQLite `synchronous=NORMAL` (no fsync per
 commit, what "stored" meant before acknowledged batches had to survive a power cut), to show the fsync's cost.
-Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync] [--no-worker-process]
+Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync] [--no-worker-process] [--smoke]
 """
 
 from __future__ import annotations
@@ -102,7 +102,11 @@ def main() -> None:
                         help="also run the controller with the intake at synchronous=NORMAL")
     parser.add_argument("--no-worker-process", action="store_true",
                         help="leave out the controller with REMEDIATOR_WORKER_PROCESS=true")
+    parser.add_argument("--smoke", action="store_true", help="1 s a row, 8 connections, a 1 s warm-up: seconds")
     args = parser.parse_args()
+    warm_up = 2
+    if args.smoke:
+        args.seconds, args.connections, warm_up = 1, 8, 1
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is needed: apt-get install -y wrk")
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,7 +125,7 @@ def main() -> None:
                                   intake_synchronous="NORMAL" if name == "normal" else None)
             try:
                 wait_http(f"http://127.0.0.1:{port}/docs")
-                wrk(f"http://127.0.0.1:{port}", 2, args.connections)  # warm-up
+                wrk(f"http://127.0.0.1:{port}", warm_up, args.connections)
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
                 results[name]["rss"] = tree_rss_mb(proc.pid)  # at the end of the flood, before the stop
             finally:

@@ -9,6 +9,7 @@ command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # bench/ingest.py's smoke form
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq

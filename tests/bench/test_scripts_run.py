@@ -79,3 +79,33 @@ def test_kube_client_smoke_measures_both_sessions() -> None:
     rows = [line.split("|") for line in smoke("kube_client.py").splitlines() if line.startswith("| 1 |")]
     assert [r[2].strip() for r in rows] == ["trust_env (client default)", "as the controller builds it"]
     assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in rows)
+
+
+def test_ingest_smoke_measures_the_three_rows() -> None:
+    """The baseline, one process and the worker process (webhooks spooled, then moved and decided)."""
+    stdout = smoke("ingest.py")
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:6]]
+            for line in stdout.splitlines() if line.startswith("| ") and "req/s" not in line}
+    assert set(rows) == {
+        "bare FastAPI parse only (baseline)", "POST /api/v1/alerts, durable commit (synchronous=FULL)",
+        "the same, worker in its own process (REMEDIATOR_WORKER_PROCESS=true)",
+    }
+    for cells in rows.values():
+        assert float(cells[0]) > 0 and cells[3] == "0", cells  # requests served, none refused
+    assert "(web process + worker process)" in stdout
+    assert "with the worker process: ratio" in stdout
+
+
+def test_decide_smoke_decides_every_alert() -> None:
+    stdout = smoke("decide.py")
+    assert "| decided (none left `new`) |" in stdout
+    outcomes = dict(part.rsplit(" ", 1) for part in stdout.split("outcomes: ", 1)[1].strip().split(", "))
+    assert sum(int(n) for n in outcomes.values()) == 500
+
+
+def test_reads_smoke_measures_the_list_and_the_index() -> None:
+    rows = [line.split("|") for line in smoke("reads.py").splitlines() if line.startswith("| list") or
+            line.startswith("| UI index")]
+    assert len(rows) == 8
+    for cells in rows:  # p50 / p99 ms on the empty store and the filled one
+        assert all(float(ms) > 0 for cell in cells[2:4] for ms in cell.split(" / ")), cells
