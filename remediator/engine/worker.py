@@ -323,9 +323,9 @@ class Worker:
             limit = DECISION_BATCH.get(self.rt.repo.dialect, DEFAULT_DECISION_BATCH)
         look_first, self._alerts_stored = not self._alerts_stored, False
         # Webhooks spooled by the web process (store/intake_spool.py) go into the database first.
-        moved = await self.rt.repo.move_spooled(limit)
-        self._full |= moved >= limit
-        look_first = look_first and not moved
+        taken = await self.rt.repo.move_spooled(limit)
+        self._full |= taken >= limit
+        look_first = look_first and not taken
         rows = await self.rt.repo.claim_alerts(
             self.rt.owner, limit, self.rt.settings.lease_duration, look_first=look_first
         )

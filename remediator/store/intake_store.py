@@ -97,9 +97,10 @@ class IntakeStore(RepositoryBase):
         self._spooling = True
 
     async def move_spooled(self, max_alerts: int) -> int:
-        """Move the oldest spooled webhook batches (up to `max_alerts` alerts) into the database; the alerts
-        moved. Repeats are marked again against the database; a batch already there (a move interrupted by a
-        crash after its commit) is not inserted twice."""
+        """Move the oldest spooled webhook batches (up to `max_alerts` alerts) into the database; returns the
+        alerts taken from the spool. Repeats are marked again against the database; a batch already there (a
+        move interrupted by a crash after its commit) is not inserted twice, one that cannot be read back is
+        kept apart in the spool's `rejected` table."""
         if self._spool is None or self._sqlite_intake is None:
             return 0
         spooled = await self._spool.pending(max_alerts)
@@ -134,7 +135,7 @@ class IntakeStore(RepositoryBase):
             async with self._writer_gate():
                 await self._sqlite_intake.existing_and_insert(sorted({k for keys in keyed for k in keys}), build)
         await self._spool.forget(spooled[-1].seq, rejected)
-        return sum(s.alert_count for s in moving)
+        return sum(s.alert_count for s in spooled)
 
     async def spooled_alert_count(self) -> int:
         """Alerts acknowledged into the intake spool and not yet moved into the database."""

@@ -101,7 +101,7 @@ async def test_a_move_interrupted_after_its_commit_is_not_repeated(
             await repo.move_spooled(1000)
     assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(1,)]
     assert spooled_alerts(tmp_path) == 1
-    assert await repo.move_spooled(1000) == 0
+    assert await repo.move_spooled(1000) == 1  # taken from the spool, not inserted again
     assert spooled_alerts(tmp_path) == 0
     assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(1,)]
 
@@ -124,7 +124,7 @@ async def test_a_body_that_cannot_be_read_back_is_kept_apart_not_lost(
         conn.execute("UPDATE spooled SET body = CAST('{\"version\": \"3\"}' AS BLOB)")
     await web.store_batch(payload(fingerprint="e2"))
     with caplog.at_level(logging.ERROR):
-        assert await repo.move_spooled(1000) == 1
+        assert await repo.move_spooled(1000) == 2  # both taken from the spool: one moved, one kept apart
     assert "cannot be read back" in caplog.text
     assert [a.fingerprint for a in await repo.claim_alerts("w1", 10, timedelta(seconds=30))] == ["e2"]
     with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
