@@ -97,7 +97,8 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
         settings.audit_key_bytes()
     except ConfigError as exc:
         raise StartupFailure(str(exc), EXIT_CONFIG) from exc
-    if settings.worker_process and replica_guard.sqlite_file(settings.database_url) is None:
+    database = replica_guard.sqlite_file(settings.database_url)
+    if settings.worker_process and database is None:
         raise StartupFailure(
             "REMEDIATOR_WORKER_PROCESS needs a SQLite database file (both processes open it); with PostgreSQL "
             "run more replicas instead (REMEDIATOR_ALLOW_MULTIPLE_REPLICAS)", EXIT_CONFIG,
@@ -110,7 +111,6 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     except (StoreUnavailable, OSError, ValueError) as exc:
         raise StartupFailure(f"cannot open {_where(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
     _migrate(settings.database_url)
-    database = replica_guard.sqlite_file(settings.database_url)
     if settings.worker_process and database is not None:
         try:
             prepare_spool(database)

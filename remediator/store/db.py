@@ -22,6 +22,7 @@ __all__ = ["MIGRATIONS_DIR", "READ_ONLY", "make_engine", "make_sessionmaker", "u
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 READ_ONLY = "remediator_read_only"  # execution option of the engine that read-only transactions use
+BUSY_TIMEOUT_S = 30  # how long a SQLite writer waits for another connection's write lock before it fails
 PING_AFTER_IDLE_S = 5.0  # a PostgreSQL connection idle this long in the pool is pinged before it is used
 _IDLE_SINCE = "remediator_idle_since"  # pool record info key: when the connection was checked in
 
@@ -29,7 +30,7 @@ _IDLE_SINCE = "remediator_idle_since"  # pool record info key: when the connecti
 def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     """An async engine with the per-dialect settings this project relies on."""
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": 30})
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": BUSY_TIMEOUT_S})
         sync = engine.sync_engine
 
         @event.listens_for(sync, "connect")
@@ -39,7 +40,7 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             cursor.close()
 
         @event.listens_for(sync, "invalidate")

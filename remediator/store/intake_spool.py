@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from remediator.errors import StoreUnavailable
-from remediator.store import sqlite_intake
-from remediator.store.sqlite_intake import begin_immediate, sqlite_time
+from remediator.store.db import BUSY_TIMEOUT_S
+from remediator.store.sqlite_intake import begin_immediate, durable_connection, rows_for_keys, sqlite_time
 
 __all__ = ["IntakeSpool", "Spooled", "prepare_spool", "spool_path"]
 
@@ -43,7 +43,6 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rejected (seq INTEGER PRIMARY KEY, batch_id TEXT NOT NULL, received_at TEXT NOT "
     "NULL, body BLOB NOT NULL, error TEXT NOT NULL)",
 )
-_LOOKUP_CHUNK = 500
 
 
 def spool_path(database: Path) -> Path:
@@ -61,13 +60,11 @@ def prepare_spool(database: Path) -> Path:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    """The intake's kind of connection (fsynced commits), the spool's tables created if missing."""
+    conn = durable_connection(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=" + ("NORMAL" if sqlite_intake.INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
         for statement in _SCHEMA:
             conn.execute(statement)
-        conn.execute("PRAGMA busy_timeout=0")  # `begin_immediate` waits for the lock itself
     except BaseException:
         conn.close()
         raise
@@ -152,14 +149,11 @@ class IntakeSpool:
         if self._database is None or not keys:
             return set()
         if self._read is None:
-            self._read = sqlite3.connect(self._database, timeout=30, isolation_level=None, check_same_thread=False)
-        found: set[str] = set()
-        for i in range(0, len(keys), _LOOKUP_CHUNK):
-            chunk = list(keys[i : i + _LOOKUP_CHUNK])
-            marks = ", ".join("?" for _ in chunk)
-            query = f"SELECT dedup_key FROM alerts WHERE dedup_key IN ({marks})"  # noqa: S608
-            found.update(str(k) for (k,) in self._read.execute(query, chunk))
-        return found
+            self._read = sqlite3.connect(
+                self._database, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+        found = rows_for_keys(self._read, "SELECT dedup_key FROM alerts WHERE dedup_key IN ({marks})", keys)
+        return {str(k) for (k,) in found}
 
     def _guarded(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -178,11 +172,8 @@ class IntakeSpool:
                 # The spool's lock first, then the database: a move commits into the database before it takes
                 # the spool's lock to forget, so a key is always found in one of the two.
                 known = self._known(keys)
-                for i in range(0, len(keys), _LOOKUP_CHUNK):
-                    chunk = list(keys[i : i + _LOOKUP_CHUNK])
-                    marks = ", ".join("?" for _ in chunk)
-                    query = f"SELECT dedup_key FROM spooled_keys WHERE dedup_key IN ({marks})"  # noqa: S608
-                    known.update(str(k) for (k,) in conn.execute(query, chunk))
+                spooled = rows_for_keys(conn, "SELECT dedup_key FROM spooled_keys WHERE dedup_key IN ({marks})", keys)
+                known.update(str(k) for (k,) in spooled)
                 repeats: list[int] = []
                 for (batch_id, body, count), batch_keys in zip(batches, keyed, strict=True):
                     seq = conn.execute(

@@ -19,19 +19,22 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from remediator.errors import StoreUnavailable
+from remediator.store.db import BUSY_TIMEOUT_S
 from remediator.store.intake_repeats import as_repeats
 
-__all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "begin_immediate", "sqlite_time"]
+__all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "begin_immediate", "durable_connection", "rows_for_keys",
+           "sqlite_time"]
 
 # The intake's durability: FULL fsyncs every commit. (bench/ingest.py sets NORMAL to measure the difference.)
 INTAKE_SYNCHRONOUS = "FULL"
 # How the intake waits for SQLite's write lock while another process holds it (the worker process): short
 # retries, not SQLite's busy handler, whose sleeps grow to 100 ms (a webhook would wait out the last one).
 LOCK_RETRY_S = 0.0005
-LOCK_TIMEOUT_S = 30.0
+_KEYS_PER_QUERY = 500  # bound parameters per IN (...), well under SQLite's limit
 
 T = TypeVar("T")
 # build(existing dedup keys) -> (batch rows, alert rows, result to return)
@@ -78,12 +81,8 @@ class SqliteIntake:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=0")  # `begin_immediate` waits for the lock itself
-            self._conn = conn
+            self._conn = durable_connection(self._path)
+            self._conn.execute("PRAGMA foreign_keys=ON")
         return self._conn
 
     async def existing_and_insert(self, keys: Sequence[str], build: Build) -> tuple[Any, dict[str, int]]:
@@ -129,13 +128,8 @@ class SqliteIntake:
     def _begin_and_lookup(self, keys: Sequence[str]) -> dict[str, int]:
         def run(conn: sqlite3.Connection) -> dict[str, int]:
             begin_immediate(conn)
-            existing: dict[str, int] = {}
-            for i in range(0, len(keys), 500):
-                chunk = list(keys[i : i + 500])
-                marks = ", ".join("?" for _ in chunk)
-                query = f"SELECT dedup_key, id FROM alerts WHERE dedup_key IN ({marks})"  # noqa: S608
-                existing.update({str(k): int(v) for k, v in conn.execute(query, chunk)})
-            return existing
+            found = rows_for_keys(conn, "SELECT dedup_key, id FROM alerts WHERE dedup_key IN ({marks})", keys)
+            return {str(k): int(v) for k, v in found}
 
         return self._guarded(run)
 
@@ -192,14 +186,38 @@ class SqliteIntake:
         self._thread.shutdown(wait=False)
 
 
+def durable_connection(path: str | Path) -> sqlite3.Connection:
+    """A connection for the intake's own thread: WAL, fsynced commits (INTAKE_SYNCHRONOUS), autocommit mode,
+    and no busy handler (`begin_immediate` waits for the write lock itself)."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
+        conn.execute("PRAGMA busy_timeout=0")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def rows_for_keys(conn: sqlite3.Connection, query: str, keys: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The rows of `query` (its `{marks}` the placeholders of an `IN (...)`) for `keys`, a chunk at a time."""
+    rows: list[tuple[Any, ...]] = []
+    for i in range(0, len(keys), _KEYS_PER_QUERY):
+        chunk = list(keys[i : i + _KEYS_PER_QUERY])
+        # The query is one of the store's constants; the keys are always bound parameters.
+        rows.extend(conn.execute(query.format(marks=", ".join("?" for _ in chunk)), chunk))
+    return rows
+
+
 def begin_immediate(conn: sqlite3.Connection) -> None:
-    """BEGIN IMMEDIATE, retried every LOCK_RETRY_S while another connection writes (up to LOCK_TIMEOUT_S).
+    """BEGIN IMMEDIATE, retried every LOCK_RETRY_S while another connection writes (up to BUSY_TIMEOUT_S).
 
     Within one process the writers take turns before they reach SQLite (`RepositoryBase`'s gate); a worker
     in its own process meets the intake only here. Retrying this often, the intake takes the lock within
     about half a millisecond of its release, and so goes first whenever it waits.
     """
-    deadline = time.monotonic() + LOCK_TIMEOUT_S
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
             conn.execute("BEGIN IMMEDIATE")

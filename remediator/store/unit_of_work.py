@@ -152,10 +152,8 @@ class RepositoryBase:
         )
         # The webhook intake's spool (store/intake_spool.py): where this process's webhooks go when the worker
         # runs in a process of its own (`spool_webhooks`), and where any worker looks for batches to move.
-        self._spool = (
-            IntakeSpool(spool_path(Path(database).resolve()), Path(database).resolve())
-            if self._sqlite_intake is not None and database else None
-        )
+        file = Path(database).resolve() if self._sqlite_intake is not None and database else None
+        self._spool = IntakeSpool(spool_path(file), file) if file is not None else None
         self._spooling = False
 
     @asynccontextmanager

@@ -8,7 +8,7 @@ from sqlalchemy import update
 from remediator.store.models import AuditEvent
 from remediator.store.repository import Repository
 from tests.engine.conftest import Cluster, MakeCluster
-from tests.store.test_intake_store import payload
+from tests.store.test_intake_spool import xid_79
 
 
 def sample(cluster: Cluster, name: str, **labels: str) -> float | None:
@@ -46,9 +46,9 @@ async def test_undecided_alerts_are_counted_where_they_wait(make_cluster: MakeCl
     web = Repository(cluster.rt.repo._sessions)  # the web process's store on the same database file
     await web.spool_webhooks()
     try:
-        await web.store_batch(payload(fingerprint="u1"))
-        await web.store_batch(payload(fingerprint="u2"))
-        await cluster.rt.repo.store_batch(payload(fingerprint="u3"))
+        await web.store_batch(xid_79("u1"))
+        await web.store_batch(xid_79("u2"))
+        await cluster.rt.repo.store_batch(xid_79("u3"))
         await cluster.worker._refresh_gauges()
         assert sample(cluster, "remediator_alerts_undecided", where="spooled") == 2
         assert sample(cluster, "remediator_alerts_undecided", where="stored") == 1

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from remediator.errors import StoreUnavailable
+from remediator.intake.models import AlertmanagerPayload
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.intake_spool import IntakeSpool, spool_path
 from remediator.store.repository import Repository
-from tests.store.test_intake_store import payload
+from tests.helpers import am_payload, shipped_xid_alert
 
 _FULL = 2  # PRAGMA synchronous
 
@@ -30,6 +31,11 @@ async def web(repo: Repository, tmp_path: Path) -> AsyncIterator[Repository]:
     yield store
     await store.close()
     await engine.dispose()
+
+
+def xid_79(node: str) -> AlertmanagerPayload:
+    """GPUXidError 79 on `node`, exactly as the shipped rule delivers it (its fingerprint follows the node)."""
+    return AlertmanagerPayload.model_validate(am_payload(shipped_xid_alert(node, 79)))
 
 
 def spooled_alerts(tmp_path: Path) -> int:
@@ -50,7 +56,7 @@ def test_the_spool_lies_beside_the_database() -> None:
 async def test_a_spooled_batch_is_acknowledged_fsynced_and_moved_once(
     web: Repository, repo: Repository, tmp_path: Path
 ) -> None:
-    stored = await web.store_batch(payload(fingerprint="a1"))
+    stored = await web.store_batch(xid_79("a1"))
     assert (stored.alerts, stored.repeats) == (1, 0)
     assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(0,)]  # acknowledged into the spool only
     assert spooled_alerts(tmp_path) == 1
@@ -63,7 +69,7 @@ async def test_a_spooled_batch_is_acknowledged_fsynced_and_moved_once(
     assert await repo.move_spooled(1000) == 0
     assert spooled_alerts(tmp_path) == 0
     claimed = await repo.claim_alerts("w1", 10, timedelta(seconds=30))
-    assert [(a.fingerprint, a.batch_id, a.state) for a in claimed] == [("a1", stored.batch_id, "new")]
+    assert [(a.labels["Hostname"], a.batch_id, a.state) for a in claimed] == [("a1", stored.batch_id, "new")]
     received = database_rows(tmp_path, f"SELECT received_at FROM alert_batches WHERE id = '{stored.batch_id}'")
     assert len(received) == 1 and str(received[0][0]).startswith("20")
 
@@ -71,16 +77,17 @@ async def test_a_spooled_batch_is_acknowledged_fsynced_and_moved_once(
 async def test_repeats_are_counted_against_the_spool_and_the_database(
     web: Repository, repo: Repository, tmp_path: Path
 ) -> None:
-    first = await web.store_batch(payload(fingerprint="b1"))
-    still_spooled = await web.store_batch(payload(fingerprint="b1"))
+    first = await web.store_batch(xid_79("b1"))
+    still_spooled = await web.store_batch(xid_79("b1"))
     assert (first.repeats, still_spooled.repeats) == (0, 1)
     assert await repo.move_spooled(1000) == 2
-    after_move = await web.store_batch(payload(fingerprint="b1"))
-    in_one_group = await web.store_batches([payload(fingerprint="b2"), payload(fingerprint="b2")])
+    after_move = await web.store_batch(xid_79("b1"))
+    in_one_group = await web.store_batches([xid_79("b2"), xid_79("b2")])
     assert after_move.repeats == 1
     assert [s.repeats for s in in_one_group] == [0, 1]
     await repo.move_spooled(1000)
-    rows = database_rows(tmp_path, "SELECT fingerprint, state FROM alerts ORDER BY fingerprint, state")
+    by_node = "SELECT json_extract(labels, '$.Hostname') AS node, state FROM alerts ORDER BY node, state"
+    rows = database_rows(tmp_path, by_node)
     assert rows == [("b1", "new"), ("b1", "repeat"), ("b1", "repeat"), ("b2", "new"), ("b2", "repeat")]
     assert len(await repo.claim_alerts("w1", 10, timedelta(seconds=30))) == 2  # repeats are never claimable
 
@@ -90,7 +97,7 @@ async def test_a_move_interrupted_after_its_commit_is_not_repeated(
 ) -> None:
     """A crash between the move's commit into the database and its removal from the spool: the next move finds
     the batch in the database and only removes it."""
-    await web.store_batch(payload(fingerprint="c1"))
+    await web.store_batch(xid_79("c1"))
 
     async def crash(*args: object, **kwargs: object) -> None:
         raise StoreUnavailable("killed")
@@ -108,25 +115,25 @@ async def test_a_move_interrupted_after_its_commit_is_not_repeated(
 
 async def test_moves_take_the_oldest_batches_up_to_the_limit(web: Repository, repo: Repository) -> None:
     for i in range(5):
-        await web.store_batch(payload(fingerprint=f"d{i}"))
+        await web.store_batch(xid_79(f"d{i}"))
     assert await repo.move_spooled(2) == 2
     assert await repo.move_spooled(2) == 2
     assert await repo.move_spooled(2) == 1
     claimed = await repo.claim_alerts("w1", 10, timedelta(seconds=30))
-    assert [a.fingerprint for a in claimed] == [f"d{i}" for i in range(5)]
+    assert [a.labels["Hostname"] for a in claimed] == [f"d{i}" for i in range(5)]
 
 
 async def test_a_body_that_cannot_be_read_back_is_kept_apart_not_lost(
     web: Repository, repo: Repository, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await web.store_batch(payload(fingerprint="e1"))
+    await web.store_batch(xid_79("e1"))
     with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
         conn.execute("UPDATE spooled SET body = CAST('{\"version\": \"3\"}' AS BLOB)")
-    await web.store_batch(payload(fingerprint="e2"))
+    await web.store_batch(xid_79("e2"))
     with caplog.at_level(logging.ERROR):
         assert await repo.move_spooled(1000) == 2  # both taken from the spool: one moved, one kept apart
     assert "cannot be read back" in caplog.text
-    assert [a.fingerprint for a in await repo.claim_alerts("w1", 10, timedelta(seconds=30))] == ["e2"]
+    assert [a.labels["Hostname"] for a in await repo.claim_alerts("w1", 10, timedelta(seconds=30))] == ["e2"]
     with sqlite3.connect(spool_path(tmp_path / "store.db")) as conn:
         kept = conn.execute("SELECT body, error FROM rejected").fetchall()
     assert len(kept) == 1 and b'"version": "3"' in kept[0][0] and "version" in kept[0][1]
@@ -137,11 +144,11 @@ async def test_a_webhook_is_stored_while_another_process_holds_the_database_s_wr
     web: Repository, tmp_path: Path
 ) -> None:
     """The point of the spool: the worker process's write transactions never hold a webhook up."""
-    await web.store_batch(payload(fingerprint="f0"))
+    await web.store_batch(xid_79("f0"))
     worker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
     worker.execute("BEGIN IMMEDIATE")
     try:
-        stored = await asyncio.wait_for(web.store_batch(payload(fingerprint="f1")), 20)
+        stored = await asyncio.wait_for(web.store_batch(xid_79("f1")), 20)
     finally:
         worker.execute("ROLLBACK")
         worker.close()
@@ -150,6 +157,6 @@ async def test_a_webhook_is_stored_while_another_process_holds_the_database_s_wr
 
 
 async def test_without_a_spool_file_there_is_nothing_to_move(repo: Repository, tmp_path: Path) -> None:
-    await repo.store_batch(payload(fingerprint="g1"))  # straight into the database
+    await repo.store_batch(xid_79("g1"))  # straight into the database
     assert await repo.move_spooled(1000) == 0
     assert not spool_path(tmp_path / "store.db").exists()
