@@ -1,17 +1,17 @@
-"""Shared helpers of the deploy tests: paths, the rendered overlays (rendered once), tool lookup."""
+"""Shared helpers of the deploy tests: paths, the overlays as `kubectl kustomize` renders them (once), tools."""
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-from tests.deploy.render import build
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -33,7 +33,11 @@ def load_script(path: Path) -> ModuleType:
 
 @cache
 def rendered(directory: Path) -> tuple[dict[str, Any], ...]:
-    return tuple(build(directory))
+    """The objects `kubectl kustomize directory` prints: what `kubectl apply -k` would send."""
+    kubectl = require_binary("kubectl", "kubernetes-client")
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kubectl kustomize {directory} failed: {done.stderr}"
+    return tuple(obj for obj in yaml.safe_load_all(done.stdout) if obj)
 
 
 def only(objects: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """A small kustomize build for the features deploy/ uses, so tests need no kustomize binary.
 
-Supported: resources (files and kustomization directories), namespace, images, patches (strategic
-merge, by path, targeted by the patch's own kind and name) and configMapGenerator (files, literals,
-options.labels, disableNameSuffixHash: true). Any other kustomization field is an error, so a
-kustomization that outgrows this renderer fails loudly instead of rendering wrong.
+Supported: resources and bases (files and kustomization directories), namespace, images, patches and
+patchesStrategicMerge (strategic merge, by path, targeted by the patch's own kind and name) and
+configMapGenerator (files, literals, labels and disableNameSuffixHash: true, per generator or in
+generatorOptions). tests/deploy/test_kustomize.py checks that it prints what `kubectl kustomize` prints.
+Any other kustomization field is an error, so a kustomization that outgrows this renderer fails loudly
+instead of rendering wrong.
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ import yaml
 Obj = dict[str, Any]
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-SUPPORTED_FIELDS = {"apiVersion", "kind", "namespace", "resources", "images", "patches", "configMapGenerator"}
+SUPPORTED_FIELDS = {
+    "apiVersion",
+    "kind",
+    "namespace",
+    "bases",
+    "resources",
+    "images",
+    "patches",
+    "patchesStrategicMerge",
+    "configMapGenerator",
+    "generatorOptions",
+}
 CLUSTER_SCOPED = {
     "Namespace",
     "ClusterRole",
@@ -143,10 +156,10 @@ def _set_namespace(objects: list[Obj], namespace: str) -> None:
                     subject["namespace"] = namespace
 
 
-def _config_maps(directory: Path, generators: list[Obj]) -> list[Obj]:
+def _config_maps(directory: Path, generators: list[Obj], defaults: Obj) -> list[Obj]:
     made = []
     for gen in generators:
-        options = gen.get("options", {})
+        options = {**defaults, **gen.get("options", {})}
         if not options.get("disableNameSuffixHash"):
             raise RenderError(
                 f"{directory}: configMapGenerator {gen['name']}: name hashing is not supported here"
@@ -174,11 +187,12 @@ def build(directory: Path) -> list[Obj]:
     if unknown:
         raise RenderError(f"{path}: fields this renderer does not implement: {sorted(unknown)}")
     objects: list[Obj] = []
-    for entry in spec.get("resources", []):
+    for entry in [*spec.get("bases", []), *spec.get("resources", [])]:
         target = (directory / entry).resolve()
         objects.extend(build(target) if target.is_dir() else _load_docs(target))
-    objects.extend(_config_maps(directory, spec.get("configMapGenerator", [])))
-    for patch_entry in spec.get("patches", []):
+    objects.extend(_config_maps(directory, spec.get("configMapGenerator", []), spec.get("generatorOptions", {})))
+    patch_entries = [*spec.get("patches", []), *({"path": p} for p in spec.get("patchesStrategicMerge", []))]
+    for patch_entry in patch_entries:
         if set(patch_entry) != {"path"}:
             raise RenderError(f"{path}: only `patches: - path: FILE` (strategic merge) is supported")
         patch_file = directory / patch_entry["path"]

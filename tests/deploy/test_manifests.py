@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from remediator import kube_kinds
+from remediator import __version__, kube_kinds
 from remediator.settings import Settings
 from remediator.sidecar.settings import SidecarSettings
 from tests.deploy.helpers import (
@@ -28,7 +28,7 @@ from tests.deploy.helpers import (
 render_definitions = load_script(DEPLOY / "render_definitions.py")
 
 Objects = tuple[dict[str, Any], ...]
-IMAGE = "ghcr.io/gpu-remediator/gpu-remediator:0.1.0"
+IMAGE = f"gpu-remediator:{__version__}"  # what the Dockerfile builds as docs/deploy.md says; overlays rename it
 CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "PodMonitor", "AlertmanagerConfig"}
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
 K8S_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
@@ -175,7 +175,7 @@ def test_lease_role_is_namespaced_and_minimal(overlay: tuple[str, Objects]) -> N
     role = only(objects, "Role", "gpu-remediator-leases")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert grants(role) == EXPECTED_NAMESPACE_GRANTS
-    assert [o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "ClusterRole")] == [
+    assert sorted(o["metadata"]["name"] for o in objects if o["kind"] in ("Role", "ClusterRole")) == [
         "gpu-remediator",
         "gpu-remediator-leases",
     ]
