@@ -132,9 +132,11 @@ class ActionError(RemediatorError):
 
 
 class TemporaryError(ActionError):
-    """Worth retrying; `retry_after` seconds when the peer said so."""
+    """Worth retrying; `retry_after` seconds when the peer said so. `dependency` names the peer that failed
+    ("kubernetes API", "node agent", "Slack"), set by the adapter that classified the failure."""
 
     retryable = True
+    dependency: str | None = None
 
     def __init__(
         self,

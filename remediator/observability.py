@@ -102,6 +102,12 @@ class Metrics:
             "`stored` in the database (refreshed by the worker)",
             ["where"], registry=r,
         )
+        self.remediations_waiting = Gauge(
+            "remediator_remediations_waiting",
+            "Active remediations waiting for a dependency that keeps failing transiently (kubernetes API, "
+            "node agent), by dependency (refreshed by the worker)",
+            ["dependency"], registry=r,
+        )
         self.audit_verify_ok = Gauge(
             "remediator_audit_verify_ok",
             "1 while the periodic check of the audit hash chain passes, 0 once it found a problem "

@@ -139,6 +139,13 @@ class Settings(BaseSettings):
     crash_backoff_max: timedelta = timedelta(minutes=5)
     eviction_qps: float = 20.0
     kube_qps: float = 50.0
+    # Transient failures of a dependency (Kubernetes API, node agent: connection errors, timeouts, 429, 5xx)
+    # are retried for this many seconds per step (remediator/retrying.py: backoff with full jitter up to
+    # transient_backoff_max_s, never sooner than Retry-After); then the remediation waits for the dependency
+    # (state reason `waiting: ...`) and runs the step again after dependency_recheck_s. Never failed for it.
+    transient_budget_s: float = Field(default=300.0, ge=0, le=86400)
+    transient_backoff_max_s: float = Field(default=5.0, ge=0.5, le=300)
+    dependency_recheck_s: float = Field(default=15.0, gt=0, le=3600)
     replica_id: str | None = None
     allow_multiple_replicas: bool = False
     log_level: str = "INFO"

@@ -24,6 +24,7 @@ from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
 from remediator.durations import Duration, parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
 from remediator.kube_names import EXCLUDE_LABEL
+from remediator.retrying import Backoff
 
 __all__ = ["Drain", "DrainParams", "DrainPlan", "PodRef", "plan_drain"]
 
@@ -186,12 +187,24 @@ class _Evictor:
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
-    def _wait(self, state: RetryCallState) -> float:
-        """The server's Retry-After (a PDB's 429), else exponential backoff; never past the deadline."""
-        exc = state.outcome.exception() if state.outcome is not None else None
-        backoff = min(self.drain.backoff_initial * 2 ** (state.attempt_number - 1), self.drain.backoff_max)
-        wait = exc.retry_after if isinstance(exc, TemporaryError) and exc.retry_after else backoff
-        return max(0.0, min(wait, self._left()))
+    def _waits(self) -> Callable[[RetryCallState], float]:
+        """One pod's waits: the server's Retry-After (a PDB's 429), else exponential backoff counted over the
+        failures of one kind in a row (remediator.retrying.Backoff), so the first PDB 429 after an API outage
+        waits its usual second, not the outage's grown backoff; while the API cannot be reached the wait stays
+        under TRANSIENT_BACKOFF_MAX_S, so its return is noticed within seconds. Never past the deadline."""
+        backoff = Backoff(self.drain.backoff_initial, self.drain.backoff_max, jitter=False)
+        unreachable_cap = self.ctx.settings.transient_backoff_max_s
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if exc is None:
+                return 0.0
+            seconds = backoff.next(exc)
+            if getattr(exc, "status", None) is None and not getattr(exc, "retry_after", None):
+                seconds = min(seconds, unreachable_cap)
+            return max(0.0, min(seconds, self._left()))
+
+        return wait
 
     def _blocked(self, ref: PodRef) -> Callable[[RetryCallState], None]:
         def note(state: RetryCallState) -> None:
@@ -204,7 +217,7 @@ class _Evictor:
         """Evict one pod, retrying what may pass later (a PDB's 429, 5xx) until the drain's deadline."""
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, TemporaryError) and not isinstance(e, Conflict)),
-            wait=self._wait, stop=lambda _state: self._left() <= 0, after=self._blocked(ref), reraise=True,
+            wait=self._waits(), stop=lambda _state: self._left() <= 0, after=self._blocked(ref), reraise=True,
         )
         try:
             async for attempt in retrying:

@@ -42,6 +42,7 @@ FIELD_MANAGER = "remediator"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 LIST_PAGE = 500
+DEPENDENCY = "kubernetes API"  # how waiting remediations name this peer (remediator.retrying)
 
 KubeObject = dict[str, Any]
 
@@ -88,9 +89,24 @@ def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> Actio
     if not isinstance(document, dict):
         document = {}
     message = str(document.get("message") or body[:200].decode(errors="replace") or f"HTTP {status}")
-    error = error_for_status(status, message, details=document or None)
+    error = _classified(error_for_status(status, message, details=document or None))
     if isinstance(error, TemporaryError):
         error.retry_after = _retry_after(headers, document)
+    return error
+
+
+def _classified(error: ActionError) -> ActionError:
+    """The one place this adapter classifies a failure: a transient one (connection, timeout, 429, 5xx; a
+    409 for the conflict retries) names the Kubernetes API as the dependency it waits for (remediator.retrying);
+    any other status is permanent, raised as its class with the API's message."""
+    if isinstance(error, TemporaryError):
+        error.dependency = DEPENDENCY
+    return error
+
+
+def _unreachable(what: str, exc: BaseException) -> ServiceUnavailable:
+    error = ServiceUnavailable(f"{what}: {exc!r}")
+    error.dependency = DEPENDENCY
     return error
 
 
@@ -198,9 +214,9 @@ class KubeAdapter:
             )
             sent = await self.api_client.call_api(*request, _request_timeout=timeout, _preload_content=False)
         except ApiException as exc:  # raised by the client itself, before or without an HTTP answer
-            raise error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}") from exc
+            raise _classified(error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}")) from exc
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+            raise _unreachable("cannot reach the Kubernetes API", exc) from exc
         response: aiohttp.ClientResponse = sent.response
         return response
 
@@ -211,7 +227,7 @@ class KubeAdapter:
             body = await response.read()
             status, headers = int(response.status), dict(response.headers)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ServiceUnavailable(f"cannot reach the Kubernetes API: {exc!r}") from exc
+            raise _unreachable("cannot reach the Kubernetes API", exc) from exc
         finally:
             response.release()
         if status >= 400:
@@ -311,9 +327,9 @@ class KubeAdapter:
                     if line.strip():
                         yield json.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ServiceUnavailable(f"node watch interrupted: {exc!r}") from exc
+            raise _unreachable("node watch interrupted", exc) from exc
         except ValueError as exc:
-            raise ServiceUnavailable(f"node watch sent a line that is not JSON: {exc}") from exc
+            raise _unreachable("node watch sent a line that is not JSON", exc) from exc
         finally:
             response.release()
 

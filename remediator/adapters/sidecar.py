@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import ipaddress
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
-from remediator.errors import ActionError, Invalid, ServiceUnavailable, error_for_status
+from remediator.errors import ActionError, Invalid, ServiceUnavailable, TemporaryError, error_for_status
 from remediator.names import gpu_uuid_problem
 from remediator.settings import Settings
 from remediator.sidecar.schemas import (
@@ -47,6 +47,7 @@ from remediator.sidecar.schemas import (
 __all__ = ["DEFAULT_TIMEOUT", "SidecarClient", "gpu_path"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
+DEPENDENCY = "node agent"  # how waiting remediations name this peer (remediator.retrying)
 # A reset drains, detaches and rediscovers the GPU, then waits for it: allow minutes, not seconds.
 RESET_TIMEOUT = httpx.Timeout(180.0, connect=3.0)
 # What the sidecar may need beyond a DCGM diagnostic's or bug report's own time bound (NVML checks, hashing).
@@ -66,6 +67,22 @@ def _retry_unsent(exc: BaseException) -> bool:
         and isinstance(exc.details, dict)
         and exc.details.get("sent") is False
     )
+
+
+def _classified(error: ActionError) -> ActionError:
+    """The one place this client classifies a failure (remediator.retrying): connection failures, timeouts,
+    429 and 5xx are transient and name the node agent as the dependency; other 4xx are permanent."""
+    if isinstance(error, TemporaryError):
+        error.dependency = DEPENDENCY
+    return error
+
+
+def _retry_after(raw: str | None) -> float | None:
+    try:
+        seconds = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds > 0 else None
 
 
 def _said(document: dict[str, Any], status: int) -> str:
@@ -111,6 +128,10 @@ class SidecarClient:
         host = f"[{address}]" if address.version == 6 else str(address)
         return self._settings.sidecar_url_template.format(ip=host, port=self._settings.sidecar_port)
 
+    def address(self, ip: str) -> str:
+        """`host:port` of the node's sidecar, as a person names it (e.g. in a page about an unreachable agent)."""
+        return urlsplit(self.base_url(ip)).netloc
+
     def _headers(self) -> dict[str, str]:
         token = self._settings.sidecar_token
         return {"Authorization": f"Bearer {token}"} if token else {}
@@ -124,10 +145,12 @@ class SidecarClient:
                 method, url, json=sent, headers=self._headers(), timeout=limits
             )
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False}) from exc
+            raise _classified(
+                ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False})
+            ) from exc
         except httpx.TransportError as exc:
-            raise ServiceUnavailable(
-                f"sidecar {url} failed mid-request: {exc!r}", details={"sent": True}
+            raise _classified(
+                ServiceUnavailable(f"sidecar {url} failed mid-request: {exc!r}", details={"sent": True})
             ) from exc
         try:
             document = response.json()
@@ -137,8 +160,12 @@ class SidecarClient:
             document = {"result": document}
         if response.is_success:
             return document
-        raise error_for_status(response.status_code, f"{method} {url}: {_said(document, response.status_code)}",
-                               details=document)
+        error = _classified(error_for_status(
+            response.status_code, f"{method} {url}: {_said(document, response.status_code)}", details=document
+        ))
+        if isinstance(error, TemporaryError):
+            error.retry_after = _retry_after(response.headers.get("Retry-After"))
+        raise error
 
     async def _request(
         self,

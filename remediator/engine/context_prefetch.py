@@ -6,7 +6,9 @@ deciding transaction, on the path from the webhook to the taint. The decision al
 remediation's target and alert labels, so an idle worker starts reading their contexts before it records
 the batch, and the drive takes the finished read instead of starting one. Reads for alerts the transaction
 did not start (linked to an active remediation, cooled down, or past the lease's limit) are cancelled.
-A read that failed is not kept: the drive reads again, where a failure counts as it always has.
+A read that failed is not kept: the drive reads again, where a failure counts as it always has; a transient
+failure (a 429 with its Retry-After, a 5xx, a refused connection) reaches the drive's retry policy first, so
+the read again waits as long as the API server asked (remediator/retrying.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Collection, Coroutine
 from typing import Any
 
 from remediator.actions.context import Gathered
+from remediator.retrying import is_transient
 
 __all__ = ["ContextPrefetch"]
 
@@ -53,7 +56,9 @@ class ContextPrefetch:
             if not read.cancelled():
                 raise  # the drive itself was cancelled
             return None
-        except Exception:
+        except Exception as exc:
+            if is_transient(exc):
+                raise
             log.debug("context read ahead for alert %s failed; read again", alert_id, exc_info=True)
             return None
 

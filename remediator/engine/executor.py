@@ -28,7 +28,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from remediator.actions.base import ActionContext, ActionResult, AnyAction, Target
 from remediator.actions.context import Gathered, gather
@@ -47,18 +46,22 @@ from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
-from remediator.errors import ActionError, StepFailed, StoreUnavailable, TemporaryError
+from remediator.errors import ActionError, StepFailed, StoreUnavailable
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
+from remediator.retrying import WAITING_PREFIX, DependencyWaiting, TransientPolicy, is_transient
+from remediator.settings import Settings
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX, PAUSE_FLAG
 from remediator.store.models import Remediation, StepRow
 from remediator.store.read_store import SteadyCounts, SteadyQuery
 from remediator.store.remediation_store import AdmissionRequest
 from remediator.store.repository import LeaseLost
 
-__all__ = ["Executor", "RevertStep", "StepFailure", "failure_reason", "last_line", "run_with_retries"]
+__all__ = [
+    "Executor", "RevertStep", "StepFailure", "failure_reason", "last_line", "run_with_retries", "transient_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,9 @@ class _StepEnd:
     params: dict[str, Any]
 
 
-_PASS_THROUGH: tuple[type[BaseException], ...] = (ResumeLater, CancelRemediation, LeaseLost, StoreUnavailable)
+_PASS_THROUGH: tuple[type[BaseException], ...] = (
+    ResumeLater, CancelRemediation, LeaseLost, StoreUnavailable, DependencyWaiting,
+)
 _MAX_REASON = 2000
 
 
@@ -117,28 +122,35 @@ class RevertStep:
     templated: bool
 
 
-def _wait(state: RetryCallState) -> float:
-    exc = state.outcome.exception() if state.outcome else None
-    if isinstance(exc, TemporaryError) and exc.retry_after:
-        return float(exc.retry_after)
-    return float(wait_exponential_jitter(multiplier=0.5, max=30)(state))
+def transient_policy(settings: Settings) -> TransientPolicy:
+    """The policy for a step's (and the context read's) transient errors, from the settings."""
+    return TransientPolicy(budget=settings.transient_budget_s, cap=settings.transient_backoff_max_s)
 
 
 async def run_with_retries(
-    action: AnyAction, ctx: ActionContext, params: Any, *, retries: int, timeout: float
+    action: AnyAction, ctx: ActionContext, params: Any, *, timeout: float, policy: TransientPolicy | None = None
 ) -> ActionResult:
-    """Run an action with a deadline; retry temporary errors (429, 5xx, 409, connection) with backoff."""
-    retrying = AsyncRetrying(
-        stop=stop_after_attempt(retries + 1), wait=_wait, retry=retry_if_exception_type(TemporaryError), reraise=True
-    )
+    """Run an action with a deadline; retry its transient errors (connection, timeout, 429, 5xx) within the
+    policy's budget, honouring Retry-After (remediator/retrying.py). Steps are idempotent, so the action runs
+    again from the top. DependencyWaiting when the budget runs out, or when the deadline passes while the
+    dependency is failing: a transient failure never fails the step. A permanent error is raised at once."""
+    policy = policy or transient_policy(ctx.settings)
+    first: datetime | None = None
+    last: BaseException | None = None
+
+    def note(exc: BaseException, wait: float) -> None:
+        nonlocal first, last
+        first, last = first or utc(datetime.now()), exc
+        log.info("step %s of remediation %s: %s; retrying in %.1fs", ctx.step_name, ctx.remediation_id,
+                 failure_reason(exc), wait)
+
     try:
         async with asyncio.timeout(timeout):
-            async for attempt in retrying:
-                with attempt:
-                    return await action.run(ctx, params)
+            return await policy.call(lambda: action.run(ctx, params), on_retry=note)
     except TimeoutError:
+        if last is not None and first is not None:
+            raise DependencyWaiting(last, first) from None
         raise StepFailed(f"{action.name} did not finish within {timeout:g}s") from None
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def remediation_log_fields(rem: Remediation) -> dict[str, str]:
@@ -212,6 +224,7 @@ class Executor:
                 elif rem.state == "running":
                     later = await self._forward(rem, admitted=admitted, begun=begun)
                     admitted, begun = False, None
+                    await self._dependency_back(rem)
                     if later is not None:  # the step asked to run again later (e.g. `wait`)
                         next_run = later
                         return
@@ -220,6 +233,7 @@ class Executor:
                         return
                 elif rem.state == "reverting":
                     later = await self._revert(rem)
+                    await self._dependency_back(rem)
                     if later is not None:  # paused before a mutating undo step
                         next_run = later
                         return
@@ -229,11 +243,35 @@ class Executor:
             log.warning("lease on remediation %s lost; another replica continues it", rem_id)
         except StoreUnavailable:
             raise
+        except DependencyWaiting as waiting:
+            next_run = await self._waiting(rem_id, waiting)
         except Exception as exc:
-            await self._crashed(rem_id, exc)
+            if is_transient(exc):  # a dependency failed outside a step's retries: wait for it, not a crash
+                next_run = await self._waiting(rem_id, DependencyWaiting(exc, utc(datetime.now())))
+            else:
+                await self._crashed(rem_id, exc)
         finally:
             renewer.cancel()
             await self.rt.repo.release_lease(rem_id, self.rt.owner, next_run_in=next_run)
+
+    async def _waiting(self, rem_id: str, waiting: DependencyWaiting) -> timedelta | None:
+        """The remediation waits for a dependency: its state reason says which and since when (once), and it
+        runs again from the same step after `dependency_recheck_s`. Nothing is failed or counted as a crash."""
+        try:
+            changed = await self.rt.repo.note_dependency_waiting(
+                rem_id, self.rt.owner, waiting.reason, waiting.dependency
+            )
+        except LeaseLost:
+            return None
+        if changed:
+            log.warning("remediation %s %s; last error: %s", rem_id, waiting.reason, failure_reason(waiting.error))
+        return timedelta(seconds=self.rt.settings.dependency_recheck_s)
+
+    async def _dependency_back(self, rem: Remediation) -> None:
+        """A step went through after the remediation waited for a dependency: its reason stops saying so."""
+        if (rem.state_reason or "").startswith(WAITING_PREFIX):
+            await self.rt.repo.note_dependency_back(rem.id, self.rt.owner)
+            rem.state_reason = None
 
     async def _crashed(self, rem_id: str, exc: Exception) -> None:
         """Record a crash with its backoff (or end the remediation `failed`); one log line per crash."""
@@ -273,9 +311,18 @@ class Executor:
         gathered: dict[str, Any] | None = None
         node: dict[str, Any] | None = None
         if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
-            read = await self.contexts.take(rem.alert_id)
-            if read is None:
-                read = await self.read_context(target_of(rem), rem.alert_labels, rem.id)
+            prefetched = [self.contexts.take(rem.alert_id)]
+
+            async def read_once() -> Gathered:
+                # The read ahead's answer first (its transient error waits like any other), then a new read.
+                if prefetched:
+                    got = await prefetched.pop()
+                    if got is not None:
+                        return got
+                return await self.read_context(target_of(rem), rem.alert_labels, rem.id)
+
+            # Transient failures wait and retry within the budget; then the remediation waits (drive).
+            read = await transient_policy(self.rt.settings).call(read_once)
             rem.context = gathered = read.context
             node = read.node
         first = await self._prepare_first(rem, node) if rem.state == "pending" else None
@@ -519,7 +566,7 @@ class Executor:
                     progress=await self._observe(action, ctx, params),
                 )
                 ctx.progress = dict(row.progress or {})  # as stored: a resumed step's own, else what was observed
-            outcome = await self._run(action, ctx, params, step.retries, timeout)
+            outcome = await self._run(action, ctx, params, timeout)
             if isinstance(outcome, StepFailure):
                 return _StepEnd(outcome.error, outcome.output, rendered)
             stage = "output"
@@ -580,7 +627,7 @@ class Executor:
             await move(self.rt, rem.id, Event.REVERT, reason=cancel.reason)
 
     async def _run(
-        self, action: AnyAction, ctx: ActionContext, params: Any, retries: int, timeout: float
+        self, action: AnyAction, ctx: ActionContext, params: Any, timeout: float
     ) -> ActionResult | StepFailure:
         """The action's result, or why it failed (any error but the engine's and the store's signals)."""
         started = time.perf_counter()
@@ -592,7 +639,7 @@ class Executor:
             self.rt.metrics.step_duration.labels(action=action.name, outcome="planned").observe(0)
             return result
         try:
-            result = await run_with_retries(action, ctx, params, retries=retries, timeout=timeout)
+            result = await run_with_retries(action, ctx, params, timeout=timeout)
         except _PASS_THROUGH:
             raise
         except Exception as exc:  # an ActionError, or an unexpected error (e.g. a peer's malformed answer)
@@ -760,7 +807,7 @@ class Executor:
                 rem.id, self.rt.owner, phase="revert", idx=idx, name=name, action=action_name, params=rendered
             )
             ctx = self._context(rem, name, 600.0, "revert", idx, row.progress, forward.output)
-            outcome = await self._run(action, ctx, params, 5, 600.0)
+            outcome = await self._run(action, ctx, params, 600.0)
             if isinstance(outcome, ActionResult):
                 stage = "output"
                 await self._step_done(rem, "revert", idx, name, action_name, ctx, outcome)

@@ -39,6 +39,7 @@ from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.inventory import NodeInventory
+from remediator.retrying import DEPENDENCIES
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.decision_store import Finished, Lease, Started
@@ -517,6 +518,9 @@ class Worker:
         counts = await self.rt.repo.count_by_state()
         for state in STATES:  # a state that emptied reads 0, not its last count
             self.rt.metrics.remediations_active.labels(state=state).set(counts.get(state, 0))
+        waiting = await self.rt.repo.waiting_by_dependency(DEPENDENCIES)
+        for dependency in DEPENDENCIES:
+            self.rt.metrics.remediations_waiting.labels(dependency=dependency).set(waiting.get(dependency, 0))
         oldest = await self.rt.repo.oldest_active()
         now = self.rt.repo._clock()
         for state in ACTIVE_STATES:

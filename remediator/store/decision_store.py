@@ -327,6 +327,10 @@ class DecisionStore(RemediationStore):
                 select(Remediation.rule, Remediation.target_key, Remediation.id, Remediation.finished_at).where(
                     Remediation.target_key.in_(targets[i : i + _CHUNK]), Remediation.finished_at.is_not(None),
                     Remediation.finished_at > since,
+                    # The cooldown is for remediations that ran: one the driver's crashes ended (a dependency
+                    # that kept failing before transient errors waited instead, or an unexpected error) did
+                    # not, so a re-delivery of its still-firing alert starts a new one.
+                    ~((Remediation.state == "failed") & (Remediation.crashes > 0)),
                 )
             )
             for rule, target, rem_id, finished in rows.all():

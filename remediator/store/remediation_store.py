@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,7 +18,7 @@ from remediator.engine.states import TRANSITIONS
 from remediator.errors import StoreUnavailable
 from remediator.jsondata import jsonable
 from remediator.plan_snapshot import stored_playbook_field
-from remediator.retrying import on_conflict
+from remediator.retrying import WAITING_PREFIX, on_conflict
 from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import (
     AlertRow,
@@ -416,6 +416,47 @@ class RemediationStore(RepositoryBase):
             rem.updated_at = self._clock()
             await self.audit(session, "revert.waiting", remediation_id=rem_id,
                              data={"reason": reason, "step": rem.current_step})
+
+    async def note_dependency_waiting(self, rem_id: str, owner: str, reason: str, dependency: str) -> bool:
+        """Record that the remediation waits for `dependency` (`remediation.waiting`): its state reason becomes
+        `reason` unless it already waits for that dependency (the first `since` is kept). True when it changed.
+        """
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            if (rem.state_reason or "").startswith(f"{WAITING_PREFIX}{dependency} "):
+                return False
+            rem.state_reason = reason
+            rem.updated_at = self._clock()
+            await self.audit(session, "remediation.waiting", remediation_id=rem_id,
+                             data={"reason": reason, "dependency": dependency, "state": rem.state,
+                                   "step": rem.current_step})
+            return True
+
+    async def note_dependency_back(self, rem_id: str, owner: str) -> None:
+        """The dependency answered again: a state reason still saying `waiting: ...` says so instead."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            waited = rem.state_reason or ""
+            if not waited.startswith(WAITING_PREFIX):
+                return
+            rem.state_reason = "resumed after " + waited.removeprefix(WAITING_PREFIX)
+            rem.updated_at = self._clock()
+            await self.audit(session, "remediation.resumed", remediation_id=rem_id,
+                             data={"waited": waited, "state": rem.state, "step": rem.current_step})
+
+    async def waiting_by_dependency(self, dependencies: Sequence[str]) -> dict[str, int]:
+        """Active remediations waiting for each of `dependencies` (their state reason says so)."""
+        async with self.transaction() as session:
+            found: dict[str, int] = {}
+            for dependency in dependencies:
+                count = await session.scalar(
+                    select(func.count()).select_from(Remediation).where(
+                        Remediation.finished_at.is_(None),
+                        Remediation.state_reason.startswith(f"{WAITING_PREFIX}{dependency} ", autoescape=True),
+                    )
+                )
+                found[dependency] = int(count or 0)
+            return found
 
     async def wake_held(self) -> int:
         """Make every held remediation, and every undo waiting out a pause, due now (after resume, or when

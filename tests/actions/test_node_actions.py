@@ -364,5 +364,5 @@ async def test_a_node_that_keeps_changing_fails_the_step_once_without_nested_ret
     )
     taint = Taint()
     with pytest.raises(StepFailed, match="kept changing under us"):
-        await run_with_retries(taint, make_ctx(), taint.parse({"value": "xid-48"}), retries=3, timeout=30)
+        await run_with_retries(taint, make_ctx(), taint.parse({"value": "xid-48"}), timeout=30)
     assert [c.status for c in fake_kube.requests("patch", "nodes")] == [409] * CONFLICT_ATTEMPTS

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
@@ -32,6 +33,7 @@ from remediator.kube_kinds import Grant, cluster_grants
 from tests.fakekube import builders
 from tests.fakekube.copies import deep_copy
 from tests.fakekube.disruption import compute_budget, is_healthy, pdb_selects
+from tests.fakekube.faults import Faults
 from tests.fakekube.patching import (
     PatchError,
     UnsupportedPatch,
@@ -121,6 +123,8 @@ class Call:
     content_type: str
     time: float  # fake clock
     status: int = 0
+    at: float = 0.0  # real time it arrived (time.monotonic()), for Retry-After checks
+    injected: bool = False  # answered by a scheduled fault (tests/fakekube/faults.py), not by the store
     uid: str | None = None  # uid of the object acted on, when it existed
     bytes: int = 0  # response body bytes sent (for a watch: every event so far)
 
@@ -252,8 +256,16 @@ class FakeKube:
         clock_scale: float | None = 0.01,
         controllers: bool = False,
         grants: Iterable[Grant] | None = CONTROLLER_GRANTS,
+        state_file: Path | None = None,
+        port: int | None = None,
+        fault_seed: int = 0,
     ) -> None:
         self.emulator = StrictEmulator(backend=self)
+        # Restart with state: objects are loaded from `state_file` when serving starts and saved to it when
+        # serving stops, so `async with FakeKube(state_file=f, port=p)` twice is one API server restarted.
+        self.state_file = state_file
+        self.port = port
+        self.faults = Faults(fault_seed)
         self.grants = None if grants is None else frozenset(grants)
         self.store = Store(self.emulator.objects)
         self.clock = FakeClock(clock_scale)
@@ -295,17 +307,63 @@ class FakeKube:
     async def __aenter__(self) -> FakeKube:
         self._closing = False
         await self.emulator.__aenter__()
-        self._server = kmock.Server(self.emulator, host="127.0.0.1")
-        await self._server.__aenter__()
+        if self.state_file is not None and self.state_file.exists():
+            self.load_state(self.state_file)
+        await self._listen()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
-        self._closing = True
-        self._on_store_change()
-        await self._server.__aexit__(None, None, None)
+        await self._stop_listening()
         await self.emulator.__aexit__(None, None, None)
+        if self.state_file is not None:
+            self.save_state(self.state_file)
+
+    async def _listen(self) -> None:
+        self._server = kmock.Server(self.emulator, host="127.0.0.1", port=self.port)
+        await self._server.__aenter__()
+        self.port = self._server.port  # a restart or the end of an outage comes back on the same port
+
+    async def _stop_listening(self) -> None:
+        assert self._server is not None
+        self._closing = True
+        self._on_store_change()  # open watches end
+        await self._server.__aexit__(None, None, None)
         self._server = None
+        self._closing = False
+
+    async def outage(self, seconds: float) -> None:
+        """Stop listening for `seconds` (connections refused, open ones closed), then serve again on the same
+        port with the same objects: an API server that went away and came back."""
+        await self._stop_listening()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            await self._listen()
+
+    def save_state(self, path: Path) -> None:
+        """Write every stored object and the revision to `path` (JSON), atomically."""
+        objects = [
+            {"plural": plural, "namespace": namespace, "name": name, "object": obj}
+            for plural, live in self.store._live.items()
+            for (namespace, name), obj in live.items()
+        ]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"revision": self.store.revision, "objects": objects}))
+        tmp.replace(path)
+
+    def load_state(self, path: Path) -> None:
+        """Load what `save_state` wrote: the objects as they were, resourceVersions and the revision kept (a
+        watch from before the restart is answered 410 Gone, as after compaction)."""
+        state = json.loads(path.read_text())
+        for entry in state["objects"]:
+            rt = resource_type(entry["plural"])
+            obj = entry["object"]
+            version = obj["metadata"]["resourceVersion"]
+            self.store.load(rt, entry["namespace"], entry["name"], obj)
+            obj["metadata"]["resourceVersion"] = version
+        self.store.revision = max(self.store.revision, int(state["revision"]))
+        self.store.compacted = self.store.revision
 
     @property
     def url(self) -> str:
@@ -325,6 +383,11 @@ class FakeKube:
         route = parse_route(request.url.path)
         call = self._record(request, route)
         try:
+            try:
+                await self.faults.apply(call.verb, call.plural, call.path)
+            except kmock.KubernetesError:
+                call.injected = True
+                raise
             self.reap()
             rt = RESOURCES.get((route.group, route.version, route.plural or "")) if route else None
             if rt is not None and route is not None:
@@ -378,6 +441,7 @@ class FakeKube:
             body=deep_copy(request.data),
             content_type=headers.get("content-type", "").split(";")[0].strip(),
             time=self.clock.now(),
+            at=time.monotonic(),
         )
         self.calls.append(call)
         return call
