@@ -303,7 +303,12 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> Health:
-        count = await sidecar.call("NVML health", lambda n: n.device_count())
+        # Any NVML failure here means NVML is not usable: 503, whatever status the same error gets on the
+        # API routes (an unclassified one is a 502 there); the body still names the NVML error.
+        try:
+            count = await sidecar.call("NVML health", lambda n: n.device_count())
+        except Problem as exc:
+            raise Problem(503, exc.error, nvml_error=exc.nvml_error, details=exc.details) from None
         return Health(status="ok", gpus=count)
 
     @app.get("/metrics")

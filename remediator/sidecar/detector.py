@@ -7,9 +7,18 @@ Each event is counted once:
 - across both sources: a report of the same (GPU, Xid) by the *other* source within
   `XID_DEDUPE_SECONDS` is the same event and is not counted again; two reports by one source are two
   events (the kernel numbers its records, NVML delivers each event once);
+  The memory of recent reports is bounded: a (GPU, Xid) pair is forgotten `XID_DEDUPE_SECONDS` after
+  its last report, at most `MAX_DEDUPE_SERIES` pairs are kept (the least recently reported goes first)
+  and at most `MAX_PENDING_PER_SOURCE` unmatched reports per pair and source. Forgetting early can
+  only count a report of both sources twice, never drop one, and each line costs the same however many
+  pairs were seen;
 - across restarts: the sequence number of the last kernel record handled (with the boot it belongs
   to) is kept in the state file, written after each batch of records; after a restart, records up to
   it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
+
+Only the kernel's own records count (see `kmsg.py`): a record of another facility (written to
+/dev/kmsg from user space), a syslog/dmesg text copy, or a message that quotes an Xid line instead of
+starting with it is refused and counted in `remediator_sidecar_kernel_lines_refused_total{reason}`.
 
 The GPUs seen at the first start are kept in the state file too: a GPU that later goes missing is
 reported lost with its UUID and PCI address, and an Xid the kernel reports for a GPU NVML can no
@@ -29,7 +38,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from remediator.sidecar.devices import GpuIdentity, parse_device_id
-from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, parse_event, parse_record
+from remediator.sidecar.kmsg import (
+    KernelRecord,
+    SxidEvent,
+    XidEvent,
+    bus_key,
+    mentions_event,
+    parse_event,
+    parse_record,
+)
 from remediator.sidecar.metrics import SidecarMetrics, replace_series
 from remediator.sidecar.node_health import GpuRecord, NodeHealth
 from remediator.sidecar.nvml import XidNotice
@@ -44,6 +61,9 @@ log = logging.getLogger(__name__)
 STATE_KEY = "detector"
 KMSG = "kmsg"
 NVML_EVENTS = "nvml_events"
+MAX_DEDUPE_SERIES = 4096
+MAX_PENDING_PER_SOURCE = 64
+_REFUSAL_LOG_SECONDS = 60.0
 
 
 def nvml_bus_id(key: tuple[int, int, int]) -> str:
@@ -68,10 +88,11 @@ class DetectorConfig:
 
 
 @dataclass
-class _Seen:
-    at: float
-    source: str
-    matched: bool = False
+class _Pending:
+    """The reports of one (GPU, Xid) pair not yet matched by the other source, oldest first, per source."""
+
+    last: float
+    by_source: dict[str, collections.deque[float]]
 
 
 class Detector:
@@ -89,7 +110,9 @@ class Detector:
         self._lookup_bus = lookup_bus
         self._clock = clock
         self._lock = threading.RLock()
-        self._recent: dict[tuple[str, int], collections.deque[_Seen]] = {}
+        # Ordered by last report (oldest first), so expiry and eviction take from the front.
+        self._recent: collections.OrderedDict[tuple[str, int], _Pending] = collections.OrderedDict()
+        self._refusal_logged: dict[str, float] = {}
         self._boot_id = self._read_boot_id()
         self._inventory: dict[str, GpuRecord] = {}
         self._sequence: int | None = None
@@ -143,6 +166,12 @@ class Detector:
         return self._sequence
 
     @property
+    def dedupe_pairs(self) -> int:
+        """How many (GPU, Xid) pairs the cross-source dedupe remembers now (at most MAX_DEDUPE_SERIES)."""
+        with self._lock:
+            return len(self._recent)
+
+    @property
     def inventory(self) -> list[GpuRecord]:
         with self._lock:
             return sorted(self._inventory.values(), key=lambda g: g.index)
@@ -159,11 +188,41 @@ class Detector:
                 if self._sequence is not None and record.sequence <= self._sequence:
                     return  # handled before a restart
                 self._sequence = record.sequence
+            if not record.from_kernel:
+                if mentions_event(record.message):
+                    self._refuse("facility", record)
+                return
             event = parse_event(record.message)
             if isinstance(event, XidEvent):
                 self._count_kmsg_xid(event)
             elif isinstance(event, SxidEvent):
                 self._count_sxid(event)
+            elif mentions_event(record.message):
+                self._refuse("unanchored", record)
+
+    def refuse(self, reason: str, what: str) -> None:
+        """Count a kernel log line refused before it was parsed (the reader's over-long lines)."""
+        with self._lock:
+            self.metrics.kernel_lines_refused.labels(reason).inc()
+            self._log_refusal(reason, what)
+
+    def _refuse(self, reason: str, record: KernelRecord) -> None:
+        self.metrics.kernel_lines_refused.labels(reason).inc()
+        if reason == "facility":
+            source = f"facility {record.facility}" if record.facility is not None else "no facility"
+            what = f"a {record.form} record with {source} (not the kernel's)"
+        else:
+            what = "a kernel record that does not start with the driver's prefix"
+        self._log_refusal(reason, f"{what}: {record.message[:200]!r}")
+
+    def _log_refusal(self, reason: str, what: str) -> None:
+        """A warning per reason at most once a minute: spoofed lines must not flood the log either."""
+        now = self._clock()
+        last = self._refusal_logged.get(reason)
+        if last is None or now - last >= _REFUSAL_LOG_SECONDS:
+            self._refusal_logged[reason] = now
+            log.warning("detector: refused %s (reason %s; counted in "
+                        "remediator_sidecar_kernel_lines_refused_total)", what, reason)
 
     def end_batch(self) -> None:
         """Persist the last sequence number handled (after each batch the reader reads)."""
@@ -225,19 +284,40 @@ class Detector:
         ).inc()
 
     def _duplicate(self, key: tuple[str, int], source: str) -> bool:
-        """Whether the other source already counted this (GPU, Xid) within the window."""
+        """Whether the other source already counted this (GPU, Xid) within the window.
+
+        Constant work per call: pairs expire from the front of `_recent` (ordered by last report), the
+        least recently reported pair goes when there are too many, and each deque holds only reports
+        no other source has matched yet.
+        """
         now = self._clock()
-        seen = self._recent.setdefault(key, collections.deque())
-        while seen and now - seen[0].at > self.config.dedupe_seconds:
-            seen.popleft()
-        for entry in seen:
-            if entry.source != source and not entry.matched:
-                entry.matched = True
+        window = self.config.dedupe_seconds
+        recent = self._recent
+        while recent:
+            oldest = next(iter(recent.values()))
+            if now - oldest.last <= window:
+                break
+            recent.popitem(last=False)
+        pending = recent.get(key)
+        if pending is None:
+            pending = recent[key] = _Pending(now, {})
+            while len(recent) > MAX_DEDUPE_SERIES:
+                recent.popitem(last=False)
+        else:
+            recent.move_to_end(key)
+            pending.last = now
+        for other, seen in pending.by_source.items():
+            if other == source:
+                continue
+            while seen and now - seen[0] > window:
+                seen.popleft()
+            if seen:
+                seen.popleft()  # the other source's oldest unmatched report of this event
                 return True
-        seen.append(_Seen(now, source))
-        if len(self._recent) > 4096:  # bound memory under a storm of distinct codes
-            for stale in [k for k, v in self._recent.items() if not v]:
-                del self._recent[stale]
+        own = pending.by_source.get(source)
+        if own is None:
+            own = pending.by_source[source] = collections.deque(maxlen=MAX_PENDING_PER_SOURCE)
+        own.append(now)
         return False
 
     # -- inventory, lost GPUs and health --------------------------------------------------------------

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from remediator.sidecar.detector import KMSG, NVML_EVENTS, Detector, DetectorConfig
-from remediator.sidecar.kmsg_reader import KmsgReader
+from remediator.sidecar.kmsg_reader import MAX_LINE, KmsgReader
 from remediator.sidecar.metrics import SidecarMetrics
 from remediator.sidecar.node_health import GpuRecord, NodeHealth, read_gpu_record, read_node_health
 from remediator.sidecar.nvml import Nvml, NvmlError
@@ -76,11 +76,15 @@ class DetectorService:
                 self._line,
                 self.detector.end_batch,
                 on_overrun=self.metrics.kmsg_overruns.inc,
+                on_oversize=self._oversize,
             )
             self.kmsg.start()
         if self.settings.nvml_events:
             self.events = NvmlXidWatcher(self.detector.handle_nvml)
             self.events.start()
+
+    def _oversize(self, size: int) -> None:
+        self.detector.refuse("oversize", f"a kernel log line longer than {MAX_LINE} bytes ({size} read), to its end")
 
     def _line(self, line: str) -> None:
         self.metrics.kmsg_lines.inc()

@@ -4,30 +4,54 @@ The GPU driver reports every Xid as a kernel message (`NVRM: Xid (PCI:0000:cb:00
 the NVSwitch driver every SXid (`nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, ...`). This is
 the one source that still speaks when NVML and DCGM cannot (Xid 79: the GPU fell off the bus). Records
 come as `/dev/kmsg` gives them (`PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS;MESSAGE`, dictionary lines after
-it start with a space) or as syslog/journal copies (`... kernel: [123.456] MESSAGE`). Anything else,
-a truncated line included, parses to None: an unknown line is never an error.
+it start with a space), as journal records (`journalctl -o json`), or as syslog/dmesg text copies
+(`... kernel: [123.456] MESSAGE`). Anything else, a truncated line included, parses to None: an unknown
+line is never an error.
+
+Who wrote a record matters: any process that can open /dev/kmsg for writing (root on the node, a
+privileged pod) can add a record saying `NVRM: Xid ... 79`, and a kernel message can quote text a user
+chose (a process or device name). So a record says which syslog facility it came from where its form can
+prove it (`KernelRecord.facility`): the kmsg PRIORITY is facility*8+level, and the kernel gives every
+record written from user space facility 1 (user) or the one the writer asked for, never 0 (kernel); a
+journal record is the kernel's only with `_TRANSPORT=kernel` and `SYSLOG_FACILITY=0`. Syslog and dmesg text
+carry no facility at all (`logger -t kernel` writes `host kernel: ...`), so they prove nothing. And an event
+is read only from a message that *starts* with the driver's prefix (`parse_event`), as the driver prints it;
+`mentions_event` finds the same text anywhere, to count what was refused.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 __all__ = [
+    "KERNEL_FACILITY",
     "KernelRecord",
     "SxidEvent",
     "XidEvent",
     "bus_key",
+    "mentions_event",
     "parse_event",
     "parse_record",
 ]
 
 # PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS[,more fields];MESSAGE  (Documentation/ABI/testing/dev-kmsg)
 _KMSG = re.compile(r"^(\d+),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)$", re.DOTALL)
-# "Dec  3 10:00:00 host kernel: [  123.456789] MESSAGE" or "... kernel: MESSAGE" (journalctl -k copies)
-_SYSLOG = re.compile(r"(?:^|\s)kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?(.*)$", re.DOTALL)
-# "[  123.456789] MESSAGE" (dmesg)
-_DMESG = re.compile(r"^\[\s*\d+\.\d+\]\s*(.*)$", re.DOTALL)
+# "Dec  3 10:00:00 host kernel: [  123.456789] MESSAGE", "2026-12-03T10:00:01+00:00 host kernel: MESSAGE" or
+# "kernel: MESSAGE" (journalctl -k short forms): the tag right after the header, never "kernel:" mid-line
+_SYSLOG = re.compile(
+    r"^(?:(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\S+)\s+\S+\s+)?"
+    r"kernel:\s*(?:\[\s*\d+\.\d+\]\s*)?(.*)$",
+    re.DOTALL,
+)
+# "[  123.456789] MESSAGE" (dmesg), "[Sun Feb 23 16:24:18 2025] MESSAGE" (dmesg --ctime), "[123] MESSAGE"
+# or "[...] MESSAGE" (a stamp shortened or elided, as vendor documents quote lines)
+_DMESG = re.compile(
+    r"^\[(?:\s*\d+(?:\.\d+)?|\.\.\.|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s*(.*)$",
+    re.DOTALL,
+)
+KERNEL_FACILITY = 0  # LOG_KERN: the kernel's own messages; user-space writes to /dev/kmsg never get it
 
 # NVRM: Xid (PCI:0000:cb:00): 13, pid=..., name=..., text   (older drivers: "Xid (0000:cb:00): 13, ...").
 # The comma after the code is required: a line cut short right after a digit must not read as a shorter code.
@@ -49,10 +73,21 @@ _NAME = re.compile(r"name=(?P<name>[^,]*)")
 
 @dataclass(frozen=True)
 class KernelRecord:
-    """One kernel message; `sequence` is the kernel's record number (None for syslog/dmesg copies)."""
+    """One kernel message; `sequence` is the kernel's record number (None for journal, syslog and dmesg copies).
+
+    `facility` is the syslog facility the record's form vouches for (0: the kernel), None where the form
+    carries none (syslog and dmesg text) or says it came another way (a journal record not read from the
+    kernel); `form` names the form: kmsg, journal, syslog, dmesg or text.
+    """
 
     sequence: int | None
     message: str
+    facility: int | None = None
+    form: str = "text"
+
+    @property
+    def from_kernel(self) -> bool:
+        return self.facility == KERNEL_FACILITY
 
 
 @dataclass(frozen=True)
@@ -84,18 +119,63 @@ def parse_record(line: str) -> KernelRecord | None:
     line = line.rstrip("\r\n")
     found = _KMSG.match(line)
     if found is not None:
-        return KernelRecord(int(found.group(2)), found.group(5))
-    found = _SYSLOG.search(line) or _DMESG.match(line)
+        priority = int(found.group(1))
+        return KernelRecord(int(found.group(2)), found.group(5), priority >> 3, "kmsg")
+    if line.startswith("{"):
+        journal = _journal_record(line)
+        if journal is not None:
+            return journal
+    found = _SYSLOG.match(line)
     if found is not None:
-        return KernelRecord(None, found.group(1))
+        return KernelRecord(None, found.group(1), None, "syslog")
+    found = _DMESG.match(line)
+    if found is not None:
+        return KernelRecord(None, found.group(1), None, "dmesg")
     return KernelRecord(None, line)
 
 
+def _journal_record(line: str) -> KernelRecord | None:
+    """A `journalctl -o json` record, or None when the line is no JSON object with a MESSAGE.
+
+    `_TRANSPORT` is set by journald itself (clients cannot set fields starting with `_`); a record read
+    from /dev/kmsg has `kernel` there, and `SYSLOG_FACILITY` from the kernel record's priority.
+    """
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    message = doc.get("MESSAGE")
+    if isinstance(message, list):  # journald's form of a message that is not UTF-8: its bytes
+        try:
+            message = bytes(message).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(message, str):
+        return None
+    facility: int | None = None
+    raw_facility = doc.get("SYSLOG_FACILITY")
+    if doc.get("_TRANSPORT") == "kernel" and isinstance(raw_facility, str) and raw_facility.isdigit():
+        facility = int(raw_facility)
+    return KernelRecord(None, message, facility, "journal")
+
+
+def mentions_event(message: str) -> bool:
+    """Whether an Xid or SXid line appears anywhere in `message` (what `parse_event` would refuse to read
+    from a record it does not start or that did not come from the kernel)."""
+    return "Xid" in message and (_XID.search(message) is not None or _SXID.search(message) is not None)
+
+
 def parse_event(message: str) -> XidEvent | SxidEvent | None:
-    """The Xid or SXid a kernel message reports, or None when it reports neither (or is cut short)."""
+    """The Xid or SXid a kernel message reports, or None when it reports neither (or is cut short).
+
+    The match is anchored: the message must start with `NVRM: Xid` or `nvidia-nvswitchN: SXid`, as the
+    drivers print them; the same text later in a message (quoted by another kernel message) is no event.
+    """
     if "Xid" not in message:
         return None
-    found = _XID.search(message)
+    found = _XID.match(message)
     if found is not None:
         rest = found.group("rest").lstrip(", ")
         pid = _PID.search(rest)
@@ -107,7 +187,7 @@ def parse_event(message: str) -> XidEvent | SxidEvent | None:
             process=name.group("name").strip() if name else None,
             text=rest,
         )
-    found = _SXID.search(message)
+    found = _SXID.match(message)
     if found is not None:
         return SxidEvent(
             pci_bus_id=found.group("bus"),

@@ -3,7 +3,9 @@
 `/dev/kmsg` hands out one record per read, starting with the oldest record still in the ring buffer,
 and answers EPIPE when records were overwritten before they were read (the reader goes on with the
 next one). A regular file is followed like `tail -f`; a FIFO is read while a writer has it open. Lines
-are cut at newlines; a line longer than `MAX_LINE` is dropped. Every line goes to `handle_line`; after
+are cut at newlines; a line longer than `MAX_LINE` is dropped whole, up to its newline (its tail is never
+read as a line of its own: it could hold a forged record), and reported to `on_oversize`. Every line
+goes to `handle_line`; after
 each batch (what could be read without waiting, at most `BATCH` lines) `end_batch` is called, which is
 where the caller persists what it has counted.
 """
@@ -19,7 +21,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["KmsgReader"]
+__all__ = ["MAX_LINE", "KmsgReader"]
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +40,14 @@ class KmsgReader:
         end_batch: Callable[[], None],
         *,
         on_overrun: Callable[[], None] = lambda: None,
+        on_oversize: Callable[[int], None] = lambda size: None,
         poll_seconds: float = 0.2,
     ) -> None:
         self.path = path
         self._handle_line = handle_line
         self._end_batch = end_batch
         self._on_overrun = on_overrun
+        self._on_oversize = on_oversize
         self._poll = poll_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -82,9 +86,14 @@ class KmsgReader:
             finally:
                 os.close(fd)
 
+    def _oversize(self, seen: int) -> None:
+        log.debug("kernel log line longer than %d bytes (%d read) dropped to its end", MAX_LINE, seen)
+        self._on_oversize(seen)
+
     def _follow(self, fd: int) -> None:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
         pending = b""
+        discarding = False  # inside an over-long line: everything up to its newline goes
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         while not self._stop.is_set():
@@ -106,12 +115,22 @@ class KmsgReader:
                 pending += chunk
                 lines = pending.split(b"\n")
                 pending = lines.pop()
+                if discarding:
+                    if not lines:
+                        pending = b""  # still inside the over-long line
+                        continue
+                    lines.pop(0)  # the over-long line's tail, up to its newline
+                    discarding = False
                 if len(pending) > MAX_LINE:
-                    log.warning("kernel log line longer than %d bytes dropped", MAX_LINE)
+                    self._oversize(len(pending))
                     pending = b""
+                    discarding = True
                 for raw in lines:
                     self.lines += 1
                     batch += 1
+                    if len(raw) > MAX_LINE:
+                        self._oversize(len(raw))
+                        continue
                     self._handle_line(raw.decode("utf-8", errors="replace"))
             if batch:
                 self._end_batch()

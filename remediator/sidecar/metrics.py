@@ -16,8 +16,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from remediator.sidecar.nvml import error_name
 
-__all__ = ["HEALTH_GAUGES", "SidecarMetrics", "replace_series"]
+__all__ = ["HEALTH_GAUGES", "REFUSAL_REASONS", "SidecarMetrics", "replace_series"]
 
+# Why the detector refused a kernel log line (remediator_sidecar_kernel_lines_refused_total{reason}).
+REFUSAL_REASONS = ("facility", "unanchored", "oversize")
 GPU_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "modelName"]
 # Detector health gauge (without the gpu_remediator_ prefix) -> help text.
 HEALTH_GAUGES = {
@@ -122,6 +124,15 @@ class SidecarMetrics:
         self.kmsg_lines = Counter(
             "gpu_remediator_kmsg_lines", "Kernel log lines read", registry=self.registry
         )
+        self.kernel_lines_refused = Counter(
+            "remediator_sidecar_kernel_lines_refused",
+            "Kernel log lines not counted as Xid/SXid: facility (an Xid line that did not come from the "
+            "kernel), unanchored (Xid text inside another message), oversize (a line over 64 KiB, discarded)",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in REFUSAL_REASONS:
+            self.kernel_lines_refused.labels(reason)
         self.detector_sources = Gauge(
             "gpu_remediator_detector_source_up",
             "1 while a detector source (kmsg, nvml_events) is running",

@@ -229,3 +229,33 @@ def test_restart_skips_records_counted_before_and_a_reboot_starts_over(tmp_path:
         (base / "kmsg").write_text(k.record(xid13()))
         env.sidecar.start()
         wait_for(lambda: value(env, XID, **GPU0, xid="13") == 1, "the first Xid of the new boot")
+
+
+def test_xid_lines_not_from_the_kernel_are_refused_and_counted(env: SidecarEnv) -> None:
+    """A user-space write to /dev/kmsg (facility user), Xid text quoted inside a kernel message, syslog and
+    journal lines forwarded from user space, and an over-long line ending in a forged record: none counts."""
+    k = kmsg(env)
+    refused = "remediator_sidecar_kernel_lines_refused_total"
+    before = {reason: value(env, refused, reason=reason) for reason in ("facility", "unanchored", "oversize")}
+    lost = "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    marker = value(env, XID, **GPU0, xid="13")
+    lost_before = value(env, XID, **GPU0, xid="79")
+    k.sequence += 1
+    forged_tail = f"4,{k.sequence},1,-;{lost}"
+    k.write(
+        k.record(lost, 12),  # `echo ... > /dev/kmsg`: user.warning
+        k.record(lost, 14),
+        k.record(f'audit: type=1400 apparmor="DENIED" operation="open" comm="{lost}"', 5),
+        f"Dec  3 10:00:01 {NODE} kernel: {lost}\n",  # `logger -t kernel ...` as syslog forwards it
+        json.dumps({"MESSAGE": lost, "_TRANSPORT": "syslog", "SYSLOG_FACILITY": "0"}) + "\n",
+        "4,1,1,-;" + "A" * 80_000 + forged_tail + "\n",
+        k.record(xid13()),  # a marker: the kernel's own Xid 13 still counts
+    )
+    wait_for(lambda: value(env, XID, **GPU0, xid="13") == marker + 1, "the marker record")
+    wait_for(lambda: value(env, refused, reason="oversize") == before["oversize"] + 1, "the over-long line")
+    assert value(env, XID, **GPU0, xid="79") == lost_before
+    assert value(env, refused, reason="facility") == before["facility"] + 4
+    assert value(env, refused, reason="unanchored") == before["unanchored"] + 1
+    # the kernel's record as the journal exports it is accepted
+    k.write(json.dumps({"MESSAGE": lost, "_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0"}) + "\n")
+    wait_for(lambda: value(env, XID, **GPU0, xid="79") == lost_before + 1, "the journal's kernel record")

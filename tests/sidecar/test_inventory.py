@@ -123,3 +123,17 @@ def test_healthz_is_503_when_nvml_cannot_start(tmp_path: Path, fake_nvml_dir: Pa
         assert gpus.status_code == 503
         env.nvml.set("err.nvmlInitWithFlags", 0)
         assert httpx.get(env.url + "/healthz").status_code == 200
+
+
+def test_healthz_is_503_for_any_nvml_failure(env: SidecarEnv) -> None:
+    """An NVML error the API routes answer 502 (unclassified) still makes /healthz 503, as documented."""
+    env.nvml.set("err.nvmlDeviceGetCount_v2", 999)  # NVML_ERROR_UNKNOWN
+    try:
+        health = httpx.get(env.url + "/healthz")
+        assert health.status_code == 503
+        assert health.json()["nvml_error"] == "UNKNOWN"
+        env.nvml.set("err.nvmlDeviceGetCount_v2", 17)  # OPERATING_SYSTEM
+        assert httpx.get(env.url + "/healthz").status_code == 503
+    finally:
+        env.nvml.set("err.nvmlDeviceGetCount_v2", 0)
+    assert httpx.get(env.url + "/healthz").json() == {"status": "ok", "gpus": 2}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from remediator.sidecar.detector import nvml_bus_id
-from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, parse_event, parse_record
+from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, mentions_event, parse_event, parse_record
 
 # Shapes as the drivers print them (see the design notes' kernel-record facts).
 XID_13 = (
@@ -104,3 +106,90 @@ def test_pci_addresses_match_across_widths_and_case() -> None:
     assert bus_key("not:a:bus:id") is None
     assert bus_key("zz:00") is None
     assert nvml_bus_id((0, 0xCB, 0)) == "00000000:CB:00.0"
+
+
+def test_kmsg_records_carry_their_facility() -> None:
+    """PRIORITY = facility*8 + level: 4 and 3 are the kernel's; 12 (user.warning) is what a user-space write
+    to /dev/kmsg gets by default, 30 (daemon.info) what systemd writes."""
+    for priority, facility in ((4, 0), (3, 0), (6, 0), (12, 1), (14, 1), (30, 3)):
+        record = parse_record(f"{priority},77,123,-;{XID_79}")
+        assert record is not None and record.form == "kmsg"
+        assert record.facility == facility and record.from_kernel is (facility == 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "from_kernel"),
+    [
+        ({"_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0"}, True),
+        ({"_TRANSPORT": "kernel", "SYSLOG_FACILITY": "1"}, False),  # a user-space write to /dev/kmsg
+        ({"_TRANSPORT": "syslog", "SYSLOG_FACILITY": "0"}, False),  # a client claiming LOG_KERN over /dev/log
+        ({"_TRANSPORT": "journal", "SYSLOG_IDENTIFIER": "kernel"}, False),
+        ({"_TRANSPORT": "stdout", "SYSLOG_FACILITY": "0"}, False),
+        ({"_TRANSPORT": "kernel"}, False),
+    ],
+)
+def test_journal_records_are_the_kernels_only_by_transport_and_facility(
+    fields: dict[str, str], from_kernel: bool
+) -> None:
+    record = parse_record(json.dumps({"MESSAGE": XID_79, "__CURSOR": "s=1", **fields}))
+    assert record is not None and record.form == "journal" and record.message == XID_79
+    assert record.from_kernel is from_kernel
+
+
+def test_journal_message_given_as_bytes() -> None:
+    doc = {"MESSAGE": list(XID_79.encode()), "_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0"}
+    record = parse_record(json.dumps(doc))
+    assert record is not None and record.from_kernel and record.message == XID_79
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"Dec  3 10:00:01 gpu-node-1 kernel: [ 8647.231100] {XID_79}",  # `logger -t kernel` writes the same
+        f"[ 8647.231100] {XID_79}",
+        XID_79,
+        '{"MESSAGE": "not closed',
+    ],
+)
+def test_text_copies_prove_no_facility(line: str) -> None:
+    record = parse_record(line)
+    assert record is not None and record.facility is None and not record.from_kernel
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        f'audit: type=1400 apparmor="DENIED" comm="{XID_79}"',  # a kernel message quoting a user's text
+        f"usb 1-1: Product: {XID_79}",
+        f" {XID_79}",
+        f"x{SXID}",
+        f"myapp[412]: kernel: {XID_79}",
+    ],
+)
+def test_xid_text_inside_another_message_is_no_event(message: str) -> None:
+    assert parse_event(message) is None
+    assert mentions_event(message)
+
+
+def test_syslog_tag_counts_only_in_the_header() -> None:
+    record = parse_record(f"Dec  3 10:00:01 gpu-node-1 myapp[412]: kernel: {XID_79}")
+    assert record is not None and record.form == "text"
+    assert parse_event(record.message) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        f"[Sun Feb 23 16:24:18 2025] {XID_79}",  # dmesg --ctime
+        f"[Fri Aug  9 13:32:56 2024] {XID_79}",
+        f"[123] {XID_79}",
+        f"[...] {XID_79}",
+        f"kernel: {XID_79}",
+        f"Apr 19 13:16:41 Kyrios kernel: {XID_79}",
+    ],
+)
+def test_anchored_match_still_reads_every_copy_form(line: str) -> None:
+    record = parse_record(line)
+    assert record is not None
+    event = parse_event(record.message)
+    assert isinstance(event, XidEvent) and event.xid == 79
