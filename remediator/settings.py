@@ -21,7 +21,16 @@ from remediator.durations import parse_duration
 from remediator.errors import ConfigError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES
 
-__all__ = ["BUNDLED_DIR", "QuarantineLimit", "Settings", "TcpPort", "is_loopback", "load_settings", "parse_window"]
+__all__ = [
+    "BUNDLED_DIR",
+    "QuarantineLimit",
+    "Settings",
+    "TcpPort",
+    "is_loopback",
+    "load_settings",
+    "parse_origin",
+    "parse_window",
+]
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
@@ -86,6 +95,9 @@ class Settings(BaseSettings):
     slack_bot_token: str | None = None
     slack_channel: str | None = None
     slack_api_url: str = "https://slack.com/api"
+    # Where the `response_url` of a Slack interaction may be followed: `host` (https on port 443) or
+    # `scheme://host[:port]` (exactly that). Anything else a payload names is refused and logged.
+    slack_response_url_hosts: CommaList = Field(default_factory=lambda: ["hooks.slack.com", "hooks.slack-gov.com"])
     # Key for CSRF form tokens; replicas behind one URL must share it (random per process when unset).
     secret_key: str | None = None
     notify_webhook_url: str | None = None
@@ -192,6 +204,18 @@ class Settings(BaseSettings):
     def _sign_in_lists(cls, value: Any) -> Any:
         return _split(value)
 
+    @field_validator("slack_response_url_hosts", mode="before")
+    @classmethod
+    def _response_url_hosts_list(cls, value: Any) -> Any:
+        return _split(value)
+
+    @field_validator("slack_response_url_hosts")
+    @classmethod
+    def _response_url_hosts(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_origin(item, "SLACK_RESPONSE_URL_HOSTS")
+        return value
+
     @field_validator("session_ttl", mode="before")
     @classmethod
     def _session_ttl(cls, value: Any) -> timedelta:
@@ -268,6 +292,11 @@ class Settings(BaseSettings):
         return QuarantineLimit(self.max_quarantined_nodes)
 
     @property
+    def slack_response_origins(self) -> frozenset[tuple[str, str, int]]:
+        """SLACK_RESPONSE_URL_HOSTS as (scheme, host, port) triples."""
+        return frozenset(parse_origin(item, "SLACK_RESPONSE_URL_HOSTS") for item in self.slack_response_url_hosts)
+
+    @property
     def windows(self) -> list[tuple[time, time, str]]:
         return [parse_window(item) for item in self.maintenance_windows]
 
@@ -288,6 +317,30 @@ class Settings(BaseSettings):
         if len(key) < 16:
             raise ConfigError(f"AUDIT_KEY_FILE {self.audit_key_file}: the key must be at least 16 bytes")
         return key
+
+
+_ORIGIN = re.compile(
+    r"^(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
+    r"(?::(?P<port>\d{1,5}))?/?$"
+)
+
+
+def parse_origin(text: str, setting: str) -> tuple[str, str, int]:
+    """`hooks.slack.com` -> ("https", "hooks.slack.com", 443); `http://127.0.0.1:8123` -> exactly that.
+
+    A bare host means https on its default port; http must be written out. No path, user or query.
+    """
+    m = _ORIGIN.match(text.strip())
+    if not m:
+        raise ValueError(f"{setting}: {text!r} is not a host or an origin like https://host[:port]")
+    scheme = (m.group("scheme") or "https").lower()
+    if scheme not in ("http", "https"):
+        raise ValueError(f"{setting}: {text!r}: only http and https are allowed")
+    port = int(m.group("port")) if m.group("port") else (443 if scheme == "https" else 80)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{setting}: {text!r}: the port must be 1-65535")
+    return scheme, m.group("host").strip("[]").lower(), port
 
 
 _WINDOW = re.compile(r"^(?:(hold|allow)\s+)?(\d{1,2}):(\d{2})-(\d{1,2}):(\d{2})$")

@@ -9,11 +9,20 @@ and edits it in place; it also retries Slack's `ok: false` answers that are tran
 honouring Retry-After) and gives up at once on the others (`channel_not_found`, `invalid_auth`, ...).
 What a message says is decided by the engine (`remediator.engine.notifications`); this module only turns
 a neutral `Message` into each receiver's wire format and delivers it.
+
+Slack reads `<`, `>` and `&` in mrkdwn text as links, mentions (`<!channel>`, `<@U...>`) and entities, and
+message text comes partly from outside (alert labels and annotations, pod names, a `notify` step's
+message, a Slack user's name). So every text field that reaches Slack goes through one function,
+`slack_escape`, here at the wire boundary: the fallback `text`, the Block Kit mrkdwn, the `response_url`
+follow-ups and the interaction replies. The engine writes plain mrkdwn (`*bold*`, `` `code` ``), never links.
+`response_url` follow-ups go only to the origins the operator allows (`REMEDIATOR_SLACK_RESPONSE_URL_HOSTS`,
+Slack's own hosts over https by default): the URL arrives in a payload, and a signed payload is no proof that
+its URL is Slack's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol
 
@@ -30,6 +39,7 @@ __all__ = [
     "Message",
     "NotificationFailed",
     "Notifier",
+    "Origin",
     "PodLine",
     "SlackApiError",
     "SlackBot",
@@ -40,7 +50,9 @@ __all__ = [
     "Tone",
     "open_channels",
     "open_responder",
+    "response_url_refusal",
     "slack_blocks",
+    "slack_escape",
 ]
 
 Tone = Literal["info", "good", "warning", "danger"]
@@ -132,14 +144,27 @@ class Channel(Protocol):
     async def send(self, message: Message) -> None: ...
 
 
-def _mrkdwn_escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _clip(escaped: str, limit: int) -> str:
+    """Cut already escaped mrkdwn to `limit` characters without leaving half an entity."""
+    if len(escaped) <= limit:
+        return escaped
+    out = escaped[:limit]
+    amp = out.rfind("&", max(0, len(out) - 4))
+    return out[:amp] if amp != -1 and ";" not in out[amp:] else out
+
+
+def slack_escape(text: str, limit: int | None = None) -> str:
+    """`text` made literal for Slack's mrkdwn (`&`, `<`, `>` as entities), cut to at most `limit` characters.
+
+    The one escaping function for everything sent to Slack; a cut never leaves half an entity behind.
+    """
+    out = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return out if limit is None else _clip(out, limit)
 
 
 def _pods_text(pods: tuple[PodLine, ...]) -> str:
     lines = [
-        f"• `{_mrkdwn_escape(p.namespace)}/{_mrkdwn_escape(p.name)}`"
-        + (f" ({_mrkdwn_escape(p.owner)})" if p.owner else "")
+        f"• `{slack_escape(p.namespace)}/{slack_escape(p.name)}`" + (f" ({slack_escape(p.owner)})" if p.owner else "")
         for p in pods[:_MAX_PODS]
     ]
     if len(pods) > _MAX_PODS:
@@ -174,7 +199,7 @@ def slack_blocks(message: Message) -> list[dict[str, Any]]:
             "type": "section",
             "text": {
                 "type": "mrkdwn",
-                "text": f"{_EMOJI[message.tone]} {_mrkdwn_escape(message.text)[:2900]}",
+                "text": f"{_EMOJI[message.tone]} {slack_escape(message.text, 2900)}",
             },
         },
     ]
@@ -183,7 +208,7 @@ def slack_blocks(message: Message) -> list[dict[str, Any]]:
             {
                 "type": "section",
                 "fields": [
-                    {"type": "mrkdwn", "text": f"*{_mrkdwn_escape(k)}*\n{_mrkdwn_escape(v)[:1900]}"}
+                    {"type": "mrkdwn", "text": f"*{slack_escape(k, 80)}*\n{slack_escape(v, 1900)}"}
                     for k, v in message.fields[:10]
                 ],
             }
@@ -194,7 +219,7 @@ def slack_blocks(message: Message) -> list[dict[str, Any]]:
                 "type": "section",
                 "text": {
                     "type": "mrkdwn",
-                    "text": f"*Affected pods ({len(message.pods)})*\n{_pods_text(message.pods)}"[:2990],
+                    "text": _clip(f"*Affected pods ({len(message.pods)})*\n{_pods_text(message.pods)}", 2990),
                 },
             }
         )
@@ -207,7 +232,8 @@ def slack_blocks(message: Message) -> list[dict[str, Any]]:
                 "elements": [
                     {
                         "type": "mrkdwn",
-                        "text": f"remediation `{message.remediation_id}` · event `{message.event}`",
+                        "text": f"remediation `{slack_escape(message.remediation_id, 100)}` · "
+                        f"event `{slack_escape(message.event, 100)}`",
                     }
                 ],
             }
@@ -302,10 +328,7 @@ class SlackWebhook(_HttpChannel):
     name: ClassVar[str] = "slack"
 
     def body(self, message: Message) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "text": f"{message.title}: {message.text}"[:3000],
-            "blocks": slack_blocks(message),
-        }
+        out: dict[str, Any] = {"text": _slack_text(message), "blocks": slack_blocks(message)}
         if message.channel:
             out["channel"] = message.channel
         return out
@@ -369,7 +392,8 @@ class _MemoryThreads:
 
 
 def _slack_text(message: Message) -> str:
-    return f"{message.title}: {message.text}"[:3000]
+    """The top-level `text` (notifications, phones, screen readers): mrkdwn too, so escaped like the blocks."""
+    return slack_escape(f"{message.title}: {message.text}", 3000)
 
 
 class SlackBot:
@@ -481,8 +505,36 @@ class SlackBot:
         return answer
 
 
+Origin = tuple[str, str, int]  # (scheme, host, port), as Settings.slack_response_origins gives them
+
+
+def response_url_refusal(url: str, allowed: Collection[Origin]) -> str | None:
+    """Why `url` must not be followed, or None when its scheme, host and port are one of `allowed`.
+
+    Parsed by httpx, the parser of the client that would POST to it, so what is checked is where the
+    request would go (a `user@` part, a trailing-dot host or a look-alike host are refused, never guessed).
+    """
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return "response_url is not a valid URL"
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        return "response_url is not an http(s) URL"
+    host = parsed.raw_host.decode("ascii", "replace").lower()
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    where = f"{parsed.scheme}://{host}:{port}"
+    if parsed.userinfo:
+        return f"response_url to {where} carries user information; refused"
+    if (parsed.scheme, host, port) not in allowed:
+        return f"response_url to {where} is not in REMEDIATOR_SLACK_RESPONSE_URL_HOSTS; not followed"
+    return None
+
+
 class SlackResponseUrl:
-    """Follow-ups to Slack interactions: POSTs a message to the `response_url` Slack sent with a click."""
+    """Follow-ups to Slack interactions: POSTs a message to the `response_url` Slack sent with a click.
+
+    Only to the origins in `allowed_origins`; any other URL is refused before a connection is made.
+    """
 
     name: ClassVar[str] = "slack-response"
 
@@ -490,10 +542,12 @@ class SlackResponseUrl:
         self,
         http: httpx.AsyncClient,
         *,
+        allowed_origins: Collection[Origin],
         attempts: int = 4,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 8.0,
     ) -> None:
+        self.allowed_origins = frozenset(allowed_origins)
         self._http = http
         self._attempts = attempts
         self._backoff = backoff_seconds
@@ -505,13 +559,14 @@ class SlackResponseUrl:
             out["blocks"] = slack_blocks(message)
         else:
             out["response_type"] = "ephemeral"
-            out["text"] = message.text[:3000]
+            out["text"] = slack_escape(message.text, 3000)
         return out
 
     async def send(self, message: Message) -> None:
         url = message.response_url or ""
-        if httpx.URL(url).scheme not in ("http", "https"):
-            raise NotificationFailed(self.name, "no usable response_url", retryable=False)
+        refusal = response_url_refusal(url, self.allowed_origins)
+        if refusal is not None:
+            raise NotificationFailed(self.name, refusal, retryable=False)
         body = self.body(message)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._attempts),
@@ -573,9 +628,15 @@ def open_channels(
 
 
 def open_responder(
-    http: httpx.AsyncClient | None = None, *, attempts: int = 4, backoff_seconds: float = 0.5
+    http: httpx.AsyncClient | None = None,
+    *,
+    allowed_origins: Collection[Origin],
+    attempts: int = 4,
+    backoff_seconds: float = 0.5,
 ) -> tuple[SlackResponseUrl, Callable[[], Awaitable[None]]]:
-    """The `response_url` poster on its own client (or `http`), and how to close that client."""
+    """The `response_url` poster on its own client (or `http`; never following redirects), and how to close it."""
     client = http or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, follow_redirects=False)
-    responder = SlackResponseUrl(client, attempts=attempts, backoff_seconds=backoff_seconds)
+    responder = SlackResponseUrl(
+        client, allowed_origins=allowed_origins, attempts=attempts, backoff_seconds=backoff_seconds
+    )
     return responder, (client.aclose if http is None else _nothing)

@@ -298,6 +298,7 @@ class NotificationService:
             message = replace_message(message, response_url=response_url, replace_original=replace)
             if self._responder is None:
                 self._responder, self._close_responder = open_responder(
+                    allowed_origins=self.settings.slack_response_origins,
                     attempts=self.settings.notify_attempts,
                     backoff_seconds=self.settings.notify_backoff.total_seconds(),
                 )

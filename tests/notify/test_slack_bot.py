@@ -133,7 +133,10 @@ def slack_click(value: str, response_url: str) -> tuple[bytes, dict[str, str]]:
 async def test_a_decision_in_slack_gets_a_response_url_follow_up(tmp_path: Path, bot: bool) -> None:
     async with fake_slack() as slack:
         extra = bot_settings(slack) if bot else {"notify_backoff": "10ms"}
-        async with gated_controller(tmp_path, slack_signing_secret=SECRET, **extra) as gated:
+        origin = slack.url.removesuffix("/api")  # the fake's http://127.0.0.1:<port>, allowed by name
+        async with gated_controller(
+            tmp_path, slack_signing_secret=SECRET, slack_response_url_hosts=origin, **extra
+        ) as gated:
             rem = await gated.fire()
             body, headers = slack_click(rem.id, slack.response_url)
             r = await gated.client.post("/slack/interactions", content=body, headers=headers)

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from remediator.adapters.notifier import slack_escape
 from remediator.adapters.slack_signature import SignatureError, verify
 from remediator.api.body_limit import BodyTooLarge, read_body
 from remediator.api.deps import RuntimeDep, WorkerDep
@@ -37,8 +38,10 @@ _SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,31}$")  # U012AB3CD, or W012A3CDE on E
 
 
 def _reply(text: str, status_code: int = 200) -> JSONResponse:
+    """An ephemeral answer to the clicker; Slack reads it as mrkdwn, and it may quote a user's name."""
     return JSONResponse(
-        {"response_type": "ephemeral", "replace_original": False, "text": text}, status_code=status_code
+        {"response_type": "ephemeral", "replace_original": False, "text": slack_escape(text, 3000)},
+        status_code=status_code,
     )
 
 
