@@ -58,6 +58,12 @@ class Metrics:
             "remediator_guardrail_trips", "Remediations held by a guardrail", ["guardrail"], registry=r
         )
         self.paused = Gauge("remediator_paused", "1 while the kill switch is on", registry=r)
+        # The return-to-service gate's verdicts: passed, failed (a readable GPU failed a named check: the
+        # ladder may climb) and unknown (the node agent or the GPUs could not be read: counted once a look).
+        self.gate_verdicts = Counter(
+            "remediator_gate_verdicts", "Validation gate verdicts, by playbook and verdict (passed, failed, unknown)",
+            ["playbook", "verdict"], registry=r,
+        )
         self.reload_success = Gauge(
             "remediator_definitions_last_reload_success", "1 if the last definitions load succeeded", registry=r
         )

@@ -149,6 +149,11 @@ class Settings(BaseSettings):
     max_crashes: int = Field(default=5, ge=1, le=1000)
     crash_backoff: timedelta = timedelta(seconds=2)
     crash_backoff_max: timedelta = timedelta(minutes=5)
+    # A return-to-service gate whose verdict is unknown (node agent unreachable, 5xx, timeout, GPU or NVML
+    # unreadable) keeps the node quarantined and looks again after gate_unknown_backoff_s, doubling up to
+    # gate_unknown_backoff_max_s; it pages once and never climbs the escalation ladder.
+    gate_unknown_backoff_s: float = Field(default=15.0, gt=0, le=3600)
+    gate_unknown_backoff_max_s: float = Field(default=300.0, gt=0, le=86400)
     eviction_qps: float = 20.0
     kube_qps: float = 50.0
     # Transient failures of a dependency (Kubernetes API, node agent: connection errors, timeouts, 429, 5xx)

@@ -7,7 +7,8 @@ The start time is checkpointed on the first run, so restarts and other replicas 
 When the alert has resolved the action raises `CancelRemediation`, which the executor turns into the
 `cancel` transition (and, with `undo`, a revert of the steps done so far).
 
-These two are signals, not errors: they are not `ActionError`s, so no retry or failure path sees them.
+These are signals, not errors: they are not `ActionError`s, so no retry or failure path sees them. So is
+`GateUnknown`, the `ResumeLater` of a validation gate that could not reach a verdict.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.durations import Duration, format_duration, parse_duration
 
-__all__ = ["CancelRemediation", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
+__all__ = ["CancelRemediation", "GateUnknown", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
 
 
 class StepSignal(Exception):
@@ -34,6 +35,23 @@ class ResumeLater(StepSignal):
         self.delay = max(0.0, delay)
         self.reason = reason
         super().__init__(reason or f"resume in {self.delay:g}s")
+
+
+class GateUnknown(ResumeLater):
+    """A validation gate reached no verdict: the node agent at `agent` (`host:port`) was unreachable, answered
+    an error or did not answer in time, or the GPU or NVML could not be read. Unknown is not failed: the
+    engine keeps the node quarantined, looks again with backoff (settings.gate_unknown_backoff_s, doubling),
+    pages a person once and never climbs the escalation ladder. `symptom` is short ("unreachable",
+    "answering 503"), `detail` the error as read; `output` what was read before (partial reports)."""
+
+    def __init__(
+        self, agent: str, symptom: str, detail: str, *, delay: float = 15.0, output: dict[str, Any] | None = None
+    ) -> None:
+        self.agent = agent
+        self.symptom = symptom
+        self.detail = detail
+        self.output = {"verdict": "unknown", "agent": agent, "unreadable": detail, **(output or {})}
+        super().__init__(delay, reason=f"gate unknown: agent {agent} {symptom}")
 
 
 class CancelRemediation(StepSignal):

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.actions.base import ActionContext, ActionResult, AnyAction, Target
 from remediator.actions.context import Gathered, gather
-from remediator.actions.wait import CancelRemediation, ResumeLater
+from remediator.actions.wait import CancelRemediation, GateUnknown, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
 from remediator.engine.admission_queue import AdmissionQueue
@@ -74,6 +74,8 @@ class StepFailure:
 
 log = logging.getLogger(__name__)
 REVERT_PAUSED = "controller is paused: the undo waits before its next step"
+# A gate step's progress key while its verdict is unknown: since, looks, agent, symptom, detail.
+GATE_UNKNOWN = "gate_unknown"
 REVERT_RESUMED = "controller resumed: the undo goes on"
 # Not a step's failure: the engine's own signals and the store's; they pass the step error boundary.
 @dataclass(frozen=True)
@@ -514,6 +516,8 @@ class Executor:
                 rem, step, idx, phase="forward", name=step.name, rows=rows,
                 begun=begun if begun is not None and begun.begin.idx == idx else None,
             )
+        except GateUnknown as unknown:
+            return await self._gate_unknown(rem, step, idx, "forward", step.name, unknown)
         except ResumeLater as later:
             return timedelta(seconds=later.delay)
         except CancelRemediation as cancel:
@@ -609,6 +613,8 @@ class Executor:
             status="planned" if ctx.dry_run and self.rt.kube is None else "succeeded",
             output={"changed": outcome.changed, "message": outcome.message, **outcome.output},
         )
+        if getattr(self.rt.actions.get(action), "gate", False) and not ctx.dry_run:
+            await self._gate_passed(rem, name, ctx.progress.get(GATE_UNKNOWN))
 
     async def _step_skipped(self, rem: Remediation, phase: str, idx: int, name: str, step: Step) -> None:
         await self.rt.repo.finish_step(
@@ -831,6 +837,8 @@ class Executor:
         action = self.rt.actions.get(step.action)
         try:
             end = await self._attempt(rem, step, idx, phase="revert", name=name, rows=rows)
+        except GateUnknown as unknown:
+            return await self._gate_unknown(rem, step, idx, "revert", name, unknown)
         except ResumeLater as later:
             if later.reason and later.reason != rem.state_reason:
                 await self.rt.repo.note_return_waiting(rem.id, self.rt.owner, later.reason)
@@ -860,10 +868,63 @@ class Executor:
         return None
 
     async def _escalate(self, rem: Remediation, gate: Mapping[str, Any], why: str) -> None:
-        """A GPU that failed its validation goes to the next rung of the escalation ladder."""
+        """A GPU that failed its validation goes to the next rung of the escalation ladder: only when a GPU that
+        could be read failed a named check (`verdict: fail`). A gate step that failed for another reason (its
+        template, its parameters) says nothing about the GPU and leaves the ladder alone."""
+        if gate.get("verdict") != "fail":
+            log.warning("remediation %s: gate failed without a GPU verdict (%s); not escalated", rem.id, why)
+            return
+        self.rt.metrics.gate_verdicts.labels(playbook=rem.playbook, verdict="failed").inc()
         new_id = await Ladder(self.rt).after_failed_gate(rem, gate, why)
         if new_id is not None:
             await self._notify(rem, "escalated", f"escalated to remediation {new_id}: {why}")
+
+    async def _gate_unknown(
+        self, rem: Remediation, step: Step, idx: int, phase: str, name: str, unknown: GateUnknown
+    ) -> timedelta:
+        """A gate step with no verdict (the node agent unreachable, an error answer, a timeout, unreadable GPUs).
+
+        Not a failure: the step stays where it is and the node stays quarantined; it is looked at again after
+        a backoff that doubles from GATE_UNKNOWN_BACKOFF_S to GATE_UNKNOWN_BACKOFF_MAX_S (counted in the step's
+        progress, so a restart or another replica goes on with it). The state reason and the timeline say
+        `gate unknown: agent <host:port> <symptom> since <time>`; a person is paged once per spell (not per
+        look) and told again when it recovers. The ladder is never climbed from here."""
+        settings = self.rt.settings
+        now = utc(self.rt.repo._clock())
+        row = next((r for r in await self.rt.repo.steps(rem.id) if r.phase == phase and r.idx == idx), None)
+        spell = dict(((row.progress or {}) if row is not None else {}).get(GATE_UNKNOWN) or {})
+        first = not spell
+        looks = int(spell.get("looks") or 0) + 1
+        since = str(spell.get("since") or now.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        delay = min(settings.gate_unknown_backoff_max_s, settings.gate_unknown_backoff_s * 2 ** min(looks - 1, 30))
+        spell.update(since=since, looks=looks, agent=unknown.agent, symptom=unknown.symptom, detail=unknown.detail)
+        reason = f"{unknown.reason} since {since}: {unknown.detail}"[:_MAX_REASON]
+        self.rt.metrics.gate_verdicts.labels(playbook=rem.playbook, verdict="unknown").inc()
+        await self.rt.repo.note_gate_unknown(
+            rem.id, self.rt.owner, phase=phase, idx=idx, spell=spell, reason=reason,
+            changed=reason != rem.state_reason,
+        )
+        if first:
+            log.warning("remediation %s: %s; the node stays quarantined, looked at again in %gs", rem.id, reason,
+                        delay)
+            await self._notify(rem, "gate_unknown", (
+                f"The validation gate ({step.name}) of node {rem.node or rem.target_key} has no verdict: its node "
+                f"agent {unknown.agent} {unknown.symptom}. Could not read: {unknown.detail}\n"
+                f"The node stays quarantined and does not escalate; the gate is tried again with backoff (at most "
+                f"every {settings.gate_unknown_backoff_max_s:g}s). Check the agent's pod and the network path to "
+                f"{unknown.agent}."
+            ))
+        return timedelta(seconds=delay)
+
+    async def _gate_passed(self, rem: Remediation, name: str, spell: Any) -> None:
+        """A gate step passed: counted, and after an unknown spell the person paged hears it recovered."""
+        self.rt.metrics.gate_verdicts.labels(playbook=rem.playbook, verdict="passed").inc()
+        if not isinstance(spell, Mapping):
+            return
+        await self._notify(rem, "gate_recovered", (
+            f"The node agent {spell.get('agent')} of node {rem.node or rem.target_key} answers again (gate "
+            f"{name} had no verdict since {spell.get('since')}, {spell.get('looks')} look(s)); the gate passed."
+        ))
 
     async def _revert_failed(self, rem: Remediation, forward: StepRow, idx: int, action: str, error: str) -> None:
         await self._notify(rem, "step_failed", f"Undo of step *{forward.name}* ({action}) failed: {error}")

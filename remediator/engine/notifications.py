@@ -48,6 +48,8 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "return_waiting": ("Still quarantined", "warning"),
     "return_refused": ("Return to service refused", "danger"),
     "escalated": ("Escalated", "danger"),
+    "gate_unknown": ("Gate verdict unknown: node agent not answering", "danger"),
+    "gate_recovered": ("Node agent answers again", "good"),
     "step_failed": ("Step failed", "danger"),
     "message": ("Message", "info"),
 }

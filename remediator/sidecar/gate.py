@@ -41,7 +41,18 @@ def resolve_uuid(nvml: Nvml, gpu: str) -> str:
 
 
 def _checks(nvml: Nvml, gpu: str, request: ValidateRequest) -> GpuChecks:
-    return nvml_checks(nvml, resolve_uuid(nvml, gpu), request)
+    try:
+        uuid = resolve_uuid(nvml, gpu)
+    except NvmlError as exc:
+        if exc.code != nv.GPU_IS_LOST:
+            raise
+        # The GPU at this index is lost (its UUID cannot even be read): a failed `present`, read from NVML, not
+        # an error answer that the controller would have to take for an unreadable agent.
+        lost = GpuChecks(nvml, "", request)
+        lost.checks.append(Check(name="present", verdict="fail", value=False, expected=True,
+                                 detail=f"the GPU at index {gpu} is lost ({exc})"))
+        return lost
+    return nvml_checks(nvml, uuid, request)
 
 
 class Gate:
@@ -62,7 +73,7 @@ class Gate:
         failed = blocking(checks)
         return ValidationReport(
             gpu=gpu,
-            uuid=gpu_checks.uuid,
+            uuid=gpu_checks.uuid or None,
             index=gpu_checks.index,
             verdict="fail" if failed else "pass",
             failed=failed,

@@ -2,10 +2,13 @@
 
 Each check reads one thing and compares it with its limit (see `schemas.py` for verdicts). NVML answering
 NOT_SUPPORTED or FUNCTION_NOT_FOUND makes a check `not_applicable` (retired pages on GPUs that remap rows,
-older drivers without the recovery-action field); any other NVML error makes it `error`, which fails the
-gate. What each check means and why its limit is what it is:
+older drivers without the recovery-action field); NVML answering GPU_IS_LOST makes it `fail` (the driver
+says the GPU is lost: a fact about the GPU, read); any other NVML error makes it `error`, which fails the
+gate too but proves nothing about the GPU: the controller reads a report whose blocking checks only erred
+as "unknown", not as a broken GPU. What each check means and why its limit is what it is:
 
-- `present`: the GPU's UUID is still in NVML's device list (a GPU that fell off the bus is not).
+- `present`: the GPU's UUID is still in NVML's device list (a GPU that fell off the bus is not). A device
+  whose UUID answers GPU_IS_LOST is passed over while looking, so it does not hide the others.
 - `remapped_rows.failure` / `remapped_rows.pending`: a failed row remap means the memory cannot be repaired
   (replace the GPU); a pending one is applied only at the next reset, so the GPU is not yet repaired.
 - `retired_pages.pending`: the same for GPUs that retire pages instead of remapping rows.
@@ -99,15 +102,25 @@ class GpuChecks:
                 self.checks.append(
                     Check(name=name, verdict="not_applicable", detail=f"not reported by this GPU ({exc})")
                 )
+            elif exc.code == nv.GPU_IS_LOST:
+                self.checks.append(Check(name=name, verdict="fail", detail=f"the GPU is lost ({exc})"))
             else:
                 self.checks.append(Check(name=name, verdict="error", detail=f"cannot read: {exc}"))
 
     def present(self) -> DeviceHandle | None:
         """Look for the UUID among NVML's devices; records the `present` check."""
+        lost: list[int] = []
         try:
             for index in range(self.nvml.device_count()):
-                handle = self.nvml.handle_by_index(index)
-                if self.nvml.uuid(handle) == self.uuid:
+                try:
+                    handle = self.nvml.handle_by_index(index)
+                    uuid = self.nvml.uuid(handle)
+                except NvmlError as exc:
+                    if exc.code != nv.GPU_IS_LOST:
+                        raise
+                    lost.append(index)
+                    continue
+                if uuid == self.uuid:
                     self.index = index
                     self.checks.append(
                         Check(name="present", verdict="pass", value=True, expected=True,
@@ -117,9 +130,10 @@ class GpuChecks:
         except NvmlError as exc:
             self.checks.append(Check(name="present", verdict="error", detail=f"cannot list GPUs: {exc}"))
             return None
+        also = f"; the GPU(s) at index {', '.join(map(str, lost))} are lost" if lost else ""
         self.checks.append(
             Check(name="present", verdict="fail", value=False, expected=True,
-                  detail=f"{self.uuid} is not in NVML's device list")
+                  detail=f"{self.uuid} is not in NVML's device list{also}")
         )
         return None
 

@@ -110,6 +110,25 @@ class StepStore(RepositoryBase):
                 .values(progress=jsonable(progress))
             )
 
+    async def note_gate_unknown(
+        self, rem_id: str, owner: str, *, phase: str, idx: int, spell: Mapping[str, Any], reason: str, changed: bool
+    ) -> None:
+        """A gate step reached no verdict: keep the spell (since, looks, agent) in the step's progress and, when
+        `changed`, make `reason` the state reason with a `gate.unknown` audit event (once per spell or symptom,
+        not once per look). The step stays running and the cursor where it is."""
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            if step is not None:
+                step.progress = jsonable({**(step.progress or {}), "gate_unknown": dict(spell)})
+            if changed:
+                rem.state_reason = reason
+                rem.updated_at = self._clock()
+                await self.audit(session, "gate.unknown", remediation_id=rem_id,
+                                 data={"reason": reason, "phase": phase, "step": idx, **jsonable(dict(spell))})
+
     async def finish_step(
         self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, status: str,
         output: dict[str, Any] | None = None, error: str | None = None, advance: bool = True,

@@ -113,15 +113,16 @@ class SidecarProcess:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> None:
+    def start(self, port: int | None = None) -> None:
+        """Start on a free port, or on `port` (a node agent coming back where the controller dials it)."""
         code = (
             "import sys\n"
             "from remediator.sidecar.app import serve\n"
             "from remediator.sidecar.settings import SidecarSettings\n"
             "serve(SidecarSettings(), sys.argv[2], int(sys.argv[1]))\n"
         )
-        for _ in range(3):
-            self.port = free_port(self.host)
+        for _ in range(1 if port else 3):
+            self.port = port or free_port(self.host)
             with self.log.open("ab") as log:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-c", code, str(self.port), self.host],
