@@ -109,7 +109,9 @@ class WorkerProcess:
         guard = replica_guard.held(settings.database_url)
         guard_fd = guard.inheritable_fd if guard is not None else None
         ours, theirs = socket.socketpair()
-        passed = [theirs.fileno(), *([guard_fd] if guard_fd is not None else [])]
+        # Every guard descriptor travels (the lock file's and the database file's flock); the child adopts the
+        # first and keeps the others open for its lifetime.
+        passed = [theirs.fileno(), *(guard.inheritable_fds if guard is not None else ())]
         env = {**os.environ, LINK_FD_ENV: str(theirs.fileno()), GUARD_FD_ENV: "" if guard_fd is None else str(guard_fd)}
         try:
             self.proc = await asyncio.to_thread(

@@ -63,6 +63,11 @@ class ReplicaGuard:
         """A descriptor that keeps the guard held in a child process it is passed to (SQLite's flock)."""
         return None
 
+    @property
+    def inheritable_fds(self) -> tuple[int, ...]:
+        """Every descriptor a child process needs to keep the guard held (`inheritable_fd` first)."""
+        return () if self.inheritable_fd is None else (self.inheritable_fd,)
+
     def _lose(self, why: str) -> None:
         if self.lost.is_set():
             return
@@ -84,8 +89,12 @@ class SqliteFileGuard(ReplicaGuard):
         self.owner = owner
         self.description = f"file lock {self.path}"
         self._fd: int | None = None
+        self._database_fd: int | None = None
 
     def acquire(self) -> None:
+        """The lock file names the holder; the lock on the database file itself guards the file, whatever
+        name it is reached by (a hard link under another name has its own `.lock` file, not its own inode).
+        flock and SQLite's own POSIX locks do not interact on a local file system."""
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -100,8 +109,14 @@ class SqliteFileGuard(ReplicaGuard):
                 "SQLite supports one replica: stop it first, or use "
                 "REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{self.owner}, pid {os.getpid()}\n".encode())
+        try:
+            self._database_fd = _lock_database_file(self.database)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{self.owner}, pid {os.getpid()}\n".encode())
+        except BaseException:
+            self._close_database_fd()
+            os.close(fd)
+            raise
         self._fd = fd
 
     @property
@@ -110,12 +125,45 @@ class SqliteFileGuard(ReplicaGuard):
         # the guard stays held until the parent and the child have both exited.
         return self._fd
 
+    @property
+    def inheritable_fds(self) -> tuple[int, ...]:
+        return tuple(fd for fd in (self._fd, self._database_fd) if fd is not None)
+
     def release(self) -> None:
+        self._close_database_fd()
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+    def _close_database_fd(self) -> None:
+        # Closing a descriptor of the database drops this process's POSIX locks on it (SQLite's): the guard
+        # is released when the controller is done with the database.
+        if self._database_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._database_fd)
+            self._database_fd = None
+
+
+def _lock_database_file(database: Path) -> int:
+    """An exclusive flock on the database file itself (created empty if missing, as SQLite would); raises
+    ReplicaGuardError when another controller holds it, under this name or another."""
+    try:
+        fd = os.open(database, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot open {database}: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        st = os.fstat(fd)
+        os.close(fd)
+        raise ReplicaGuardError(
+            f"another controller replica is running on the SQLite database {database} under another name (the "
+            f"same file, device {st.st_dev} inode {st.st_ino}: a hard link); SQLite supports one replica: stop "
+            "it first, or use REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
+        ) from None
+    return fd
 
 
 class InheritedGuard(ReplicaGuard):
