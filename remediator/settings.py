@@ -197,12 +197,20 @@ class Settings(BaseSettings):
     audit_head_interval: timedelta = timedelta(minutes=10)
     # Web UI sign-in (docs/approvals.md): `name:token` pairs for the /login page; the key of the session
     # cookie (else derived from SECRET_KEY); how long a session lasts; the peers (IPs or CIDRs) whose
-    # APPROVER_HEADER is believed (empty: any peer); `required` asks for sign-in on loopback binds too.
+    # APPROVER_HEADER is believed (empty: no peer, and `serve` refuses to start with APPROVER_HEADER set);
+    # `required` asks for sign-in on loopback binds too.
     ui_tokens: CommaList = Field(default_factory=list)
     session_secret: str | None = None
     session_ttl: timedelta = timedelta(hours=12)
     trusted_proxies: CommaList = Field(default_factory=list)
     ui_sign_in: Literal["auto", "required"] = "auto"
+    # Failed /login attempts (api/sign_in_limit.py): per account (the typed name) and per client address,
+    # so many within the window lock that key for one window, doubling per further lockout up to the maximum.
+    sign_in_account_failures: int = Field(default=5, ge=1, le=10_000)
+    sign_in_account_window: timedelta = timedelta(minutes=5)
+    sign_in_client_failures: int = Field(default=20, ge=1, le=10_000)
+    sign_in_client_window: timedelta = timedelta(minutes=1)
+    sign_in_lockout_max: timedelta = timedelta(hours=1)
 
     @field_validator("ui_tokens", "trusted_proxies", mode="before")
     @classmethod
@@ -226,12 +234,20 @@ class Settings(BaseSettings):
     def _session_ttl(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
+    @field_validator("sign_in_account_window", "sign_in_client_window", "sign_in_lockout_max", mode="before")
+    @classmethod
+    def _sign_in_windows(cls, value: Any) -> timedelta:
+        duration = parse_duration(value)
+        if duration.total_seconds() < 1:
+            raise ValueError("sign-in limit windows and the maximum lockout are at least 1s")
+        return duration
+
     @field_validator("ui_tokens")
     @classmethod
     def _ui_tokens(cls, value: list[str]) -> list[str]:
         for item in value:
             name, _, token = item.partition(":")
-            name = name.strip()
+            name, token = name.strip(), token.strip()  # as SignIn uses them: the length that counts is this one
             if not name or not token or len(name) > 100 or not name.isprintable():
                 raise ValueError("UI_TOKENS entries are `name:token` (a name of at most 100 printable characters)")
             if len(token) < 16:

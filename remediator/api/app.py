@@ -35,6 +35,7 @@ from remediator.api.routes import (
     ui,
     unacted,
 )
+from remediator.api.sign_in_limit import SignInLimiter
 from remediator.api.signin import SignIn, SignInRequired
 from remediator.api.templating import STATIC_DIR
 from remediator.engine.bootstrap import build_runtime, close_runtime
@@ -185,15 +186,16 @@ def _add_sign_in(app: FastAPI, settings: Settings, listen_host: str, fallback_ke
     required = settings.ui_sign_in == "required" or not is_loopback(listen_host)
     sign_in = SignIn(settings, required=required, fallback_key=fallback_key)
     app.state.sign_in = sign_in
+    app.state.sign_in_limiter = SignInLimiter(settings)
     if required and not sign_in.possible:
         log.warning(
             "the web UI is closed to everyone: set REMEDIATOR_UI_TOKENS or REMEDIATOR_APPROVER_HEADER to sign "
             "in (approval links, Slack and the API keep working)"
         )
-    if required and settings.approver_header and not settings.trusted_proxies:
+    if settings.approver_header and not settings.trusted_proxies:
         log.warning(
-            "REMEDIATOR_APPROVER_HEADER is believed from any peer that reaches the controller: set "
-            "REMEDIATOR_TRUSTED_PROXIES to your sign-in proxy and keep the NetworkPolicy in place"
+            "REMEDIATOR_APPROVER_HEADER is ignored: REMEDIATOR_TRUSTED_PROXIES is empty, so no peer may name "
+            "the approver (set it to your sign-in proxy's addresses)"
         )
     if not settings.session_secret and not settings.secret_key and sign_in.token_login:
         log.info("REMEDIATOR_SESSION_SECRET is not set: UI sessions end when this process does")

@@ -4,11 +4,14 @@ The UI shows everything the bearer-protected API shows and can approve drains an
 the controller listens beyond loopback (or `REMEDIATOR_UI_SIGN_IN=required`) every UI page asks for a
 signed-in person. There are two ways to be one:
 
-- a trusted auth proxy names the person in `REMEDIATOR_APPROVER_HEADER`; with `REMEDIATOR_TRUSTED_PROXIES`
-  set the header is believed only on connections from those addresses, and ignored from anyone else;
-- the `/login` page takes a personal token from `REMEDIATOR_UI_TOKENS` (`name:token`) and sets a session
-  cookie (`HttpOnly`, `SameSite=Strict`) holding the name, an expiry and an HMAC over both and a hash of
-  the token, so removing a token from the list ends the sessions it opened.
+- a trusted auth proxy names the person in `REMEDIATOR_APPROVER_HEADER`; the header is believed only on
+  connections from `REMEDIATOR_TRUSTED_PROXIES` and ignored from anyone else (with no trusted proxies it is
+  never believed, and `remediator serve` refuses to start with the header set: engine/startup.py);
+- the `/login` page takes a name and its personal token from `REMEDIATOR_UI_TOKENS` (`name:token`) and sets
+  a session cookie (`HttpOnly`, `SameSite=Strict`) holding the name, an expiry, a random session id and an
+  HMAC over them and a hash of the token, so removing a token from the list ends the sessions it opened.
+  `POST /logout` stores the session id in the database (store/session_store.py): from then on the cookie
+  is refused by every replica, also after a restart, even if a copy of it is replayed.
 
 On loopback binds without `required` the UI stays open; a decision is then recorded under the signed-in
 identity when there is one, else under the typed name.
@@ -22,19 +25,37 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import re
+import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Depends, Request, Response
 
+from remediator.api.deps import runtime_of
 from remediator.settings import Settings
 
-__all__ = ["SESSION_COOKIE", "SignIn", "SignInRequired", "SignedIn", "require_sign_in", "safe_next", "sign_in_of"]
+__all__ = [
+    "SESSION_COOKIE", "Session", "SignIn", "SignInRequired", "SignedIn", "require_sign_in", "safe_next", "sign_in_of",
+]
 
 log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "remediator_session"
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{22,64}$")
+_RESOLVED = "remediator_session_identity"  # request.state: the session's name once looked up (None: none)
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a validly signed session cookie says (it may still have been revoked)."""
+
+    name: str
+    expires: int
+    session_id: str
 
 
 class SignInRequired(Exception):
@@ -92,16 +113,32 @@ class SignIn:
         return bool(self.header) or self.token_login
 
     def trusted_peer(self, request: Request) -> bool:
-        """True when the connection may carry the approver header (no proxies listed: any peer)."""
-        if not self._proxies:
-            return True
-        if request.client is None:
+        """True when the connection comes from a trusted proxy (no proxies listed: no peer is trusted)."""
+        return self._trusted(request.client.host if request.client else None)
+
+    def _trusted(self, address: str | None) -> bool:
+        if not self._proxies or address is None:
             return False
         try:
-            peer = ipaddress.ip_address(request.client.host)
+            peer = ipaddress.ip_address(address)
         except ValueError:
             return False
         return any(peer in net for net in self._proxies)
+
+    def client_address(self, request: Request) -> str:
+        """The client's address: the TCP peer, or behind trusted proxies the nearest address in
+        X-Forwarded-For that is not one of them (the one the proxy saw; what the client wrote is not used)."""
+        peer = request.client.host if request.client else "unknown"
+        if not self._trusted(peer):
+            return peer
+        hops = [h.strip() for h in ",".join(request.headers.getlist("x-forwarded-for")).split(",") if h.strip()]
+        for hop in reversed(hops):
+            if not self._trusted(hop):
+                try:
+                    return str(ipaddress.ip_address(hop))
+                except ValueError:
+                    return peer  # a hop the proxies did not write: count it against the proxy
+        return peer
 
     def header_identity(self, request: Request) -> str | None:
         """The person the trusted proxy names, or None (no header configured, absent, or untrusted peer)."""
@@ -112,52 +149,76 @@ class SignIn:
             return None
         return value[:200]
 
-    def session_identity(self, request: Request) -> str | None:
-        """The name in a valid, unexpired session cookie whose token is still configured, or None."""
+    def session(self, request: Request) -> Session | None:
+        """The session of a validly signed, unexpired cookie whose token is still configured, or None.
+
+        Says nothing about revocation: `session_identity` also asks the database."""
         raw = request.cookies.get(SESSION_COOKIE, "")
         parts = raw.split(".")
-        if len(parts) != 3 or not self._tokens:
+        if len(parts) != 4 or not self._tokens:
             return None
-        encoded, expires_text, signature = parts
+        encoded, expires_text, session_id, signature = parts
         try:
             name = _unb64(encoded)
             expires = int(expires_text)
         except (ValueError, binascii.Error, UnicodeDecodeError):
             return None
-        if expires <= self._clock():
+        if expires <= self._clock() or not _SESSION_ID.match(session_id):
             return None
         ok = False
         for token_name, token in self._tokens:
             if token_name == name:
-                expected = self._sign(name, expires, token)
+                expected = self._sign(name, expires, session_id, token)
                 ok |= hmac.compare_digest(expected.encode(), signature.encode())
-        return name if ok else None
+        return Session(name, expires, session_id) if ok else None
 
-    def who(self, request: Request) -> str | None:
+    async def session_identity(self, request: Request) -> str | None:
+        """The name of a valid session that was not signed out, or None (looked up once per request)."""
+        if hasattr(request.state, _RESOLVED):
+            resolved: str | None = getattr(request.state, _RESOLVED)
+            return resolved
+        found = self.session(request)
+        name = None
+        if found is not None and not await runtime_of(request).repo.session_revoked(found.session_id):
+            name = found.name
+        setattr(request.state, _RESOLVED, name)
+        return name
+
+    async def who(self, request: Request) -> str | None:
         """The signed-in person: the trusted proxy header first, then the session cookie."""
-        return self.header_identity(request) or self.session_identity(request)
+        return self.header_identity(request) or await self.session_identity(request)
 
-    def check_token(self, given: str) -> str | None:
-        """The name a UI token belongs to (constant-time over every configured token), or None."""
+    def check_token(self, name: str, given: str) -> str | None:
+        """`name` when `given` is its UI token (constant-time over every configured token), else None."""
         found: str | None = None
-        for name, token in self._tokens:
-            if hmac.compare_digest(given.encode(), token.encode()):
-                found = name
+        for token_name, token in self._tokens:
+            if hmac.compare_digest(given.encode(), token.encode()) and token_name == name:
+                found = token_name
         return found
 
     def start_session(self, response: Response, name: str, token: str) -> None:
         expires = int(self._clock()) + self._ttl
-        value = f"{_b64(name)}.{expires}.{self._sign(name, expires, token)}"
+        session_id = secrets.token_urlsafe(16)
+        value = f"{_b64(name)}.{expires}.{session_id}.{self._sign(name, expires, session_id, token)}"
         response.set_cookie(
             SESSION_COOKIE, value, httponly=True, samesite="strict", secure=self._secure, path="/",
             max_age=self._ttl,
         )
 
-    def end_session(self, response: Response) -> None:
+    async def end_session(self, request: Request, response: Response) -> str | None:
+        """Revoke the request's session in the database (every replica refuses its cookie from now on) and
+        clear the cookie; the name signed out, or None when there was no valid session."""
+        found = self.session(request)
+        if found is not None:
+            await runtime_of(request).repo.revoke_session(
+                found.session_id, name=found.name, expires_at=datetime.fromtimestamp(found.expires, UTC),
+                client=self.client_address(request),
+            )
         response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=self._secure, path="/")
+        return found.name if found is not None else None
 
-    def _sign(self, name: str, expires: int, token: str) -> str:
-        message = f"session|{name}|{expires}|{_fingerprint(token)}".encode()
+    def _sign(self, name: str, expires: int, session_id: str, token: str) -> str:
+        message = f"session|{name}|{expires}|{session_id}|{_fingerprint(token)}".encode()
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()
 
 
@@ -177,7 +238,7 @@ def safe_next(target: str | None) -> str:
 async def require_sign_in(request: Request) -> str | None:
     """UI route dependency: the signed-in person, None on an open (loopback) UI, or SignInRequired."""
     sign_in = sign_in_of(request)
-    who = sign_in.who(request)
+    who = await sign_in.who(request)
     if who is None and sign_in.required:
         path = request.url.path
         if request.method != "GET":

@@ -3,7 +3,8 @@
 The checks run before the web server starts, so a bad setting, a damaged database, a failed migration or a
 second controller is reported as one line on stderr with its own exit code instead of a traceback:
 
-    2  invalid settings (also: binding beyond loopback without a webhook token or an audit key)
+    2  invalid settings (also: binding beyond loopback without a webhook token or an audit key, or an approver
+       header without trusted proxies)
     4  the database cannot be opened: unreachable, unreadable, or a damaged SQLite file
     5  the schema migrations failed
     6  another controller holds this database's single-replica guard
@@ -29,7 +30,7 @@ from remediator.store.intake_spool import prepare_spool, spool_path
 
 __all__ = [
     "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "EXIT_WORKER_LOST",
-    "StartupFailure", "prepare",
+    "StartupFailure", "check_approver_header", "prepare",
 ]
 
 EXIT_CONFIG = 2
@@ -87,12 +88,27 @@ def _migrate(url: str) -> None:
         raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
 
 
+def check_approver_header(settings: Settings) -> None:
+    """Fail closed: an approver header believed from any peer lets anyone who reaches the port approve as
+    anyone, so the header needs the proxies it may come from. Raises StartupFailure (EXIT_CONFIG)."""
+    if settings.approver_header and not settings.trusted_proxies:
+        raise StartupFailure(
+            f"REMEDIATOR_APPROVER_HEADER ({settings.approver_header}) is set but REMEDIATOR_TRUSTED_PROXIES is "
+            "empty: any client could name itself the approver. Set REMEDIATOR_TRUSTED_PROXIES to the sign-in "
+            "proxy's addresses or CIDRs (127.0.0.1 for a proxy in the same pod; docs/approvals.md), or unset "
+            "REMEDIATOR_APPROVER_HEADER",
+            EXIT_CONFIG,
+        )
+
+
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
-    """Check the audit key, take the replica guard, migrate. Raises StartupFailure with one line.
+    """Check the settings and the audit key, take the replica guard, migrate. Raises StartupFailure with one
+    line.
 
     The guard is held for the rest of the process; `serve` stops gracefully if it is lost later (its
     `on_lost` hook) and exits with EXIT_GUARD_LOST.
     """
+    check_approver_header(settings)
     try:
         settings.audit_key_bytes()
     except ConfigError as exc:

@@ -9,8 +9,8 @@ from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, I
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "SlackMessage",
-    "StepRow",
+    "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "RevokedSession",
+    "SlackMessage", "StepRow",
 ]
 
 Json = dict[str, Any]
@@ -207,3 +207,18 @@ class SlackMessage(Base):
     ts: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class RevokedSession(Base):
+    """A web UI session ended by `POST /logout` before it expired (api/signin.py).
+
+    Session cookies are signed, not stored, so signing out must be remembered where every replica looks:
+    a cookie whose session id is here is refused until its own expiry, after which the row is pruned.
+    """
+
+    __tablename__ = "revoked_sessions"
+
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    revoked_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)

@@ -233,7 +233,7 @@ async def test_a_name_is_required_without_a_proxy_header(gated: Gated) -> None:
 
 async def test_trusted_header_names_the_approver_and_the_allowlist_applies(tmp_path: Path) -> None:
     async with gated_controller(
-        tmp_path, approver_header="X-Forwarded-Email", approvers=["alice@example.com"]
+        tmp_path, approver_header="X-Forwarded-Email", approvers=["alice@example.com"], trusted_proxies=["127.0.0.1"]
     ) as gated:
         rem = await gated.fire()
         path, csrf = await open_form(gated)

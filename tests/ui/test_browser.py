@@ -119,6 +119,7 @@ async def test_beyond_loopback_chromium_signs_in_with_a_ui_token_and_approves(tm
                 await page.goto(f"{base}/remediations/{rem_id}")
                 assert page.url == f"{base}/login?next=/remediations/{rem_id}"
                 assert "trainer-0" not in await page.content()
+                await page.fill("#account", "Alice Browser")
                 await page.fill("#token", token)
                 await page.click("#sign-in")
                 await page.wait_for_url(f"{base}/remediations/{rem_id}")

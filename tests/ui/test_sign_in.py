@@ -86,10 +86,12 @@ def ui_paths(app: FastAPI, rem_id: str) -> list[str]:
     return out
 
 
-async def login(gated: Gated, token: str, target: str = "/") -> httpx.Response:
+async def login(gated: Gated, token: str, target: str = "/", name: str = "alice") -> httpx.Response:
     page = await gated.client.get("/login", params={"next": target})
     assert page.status_code == 200
-    return await gated.client.post("/login", data={"csrf": csrf_of(page.text), "token": token, "next": target})
+    return await gated.client.post(
+        "/login", data={"csrf": csrf_of(page.text), "name": name, "token": token, "next": target}
+    )
 
 
 async def test_beyond_loopback_the_ui_shows_nothing_and_decides_nothing_without_sign_in(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ async def test_beyond_loopback_the_ui_shows_nothing_and_decides_nothing_without_
             )
             assert_sign_in_redirect(r)
             assert r.headers["location"] == f"/login?next=/remediations/{rem.id}"
-        gated.client.cookies.set(SESSION_COOKIE, f"YWxpY2U.{2**40}.{'0' * 64}")  # a forged session
+        gated.client.cookies.set(SESSION_COOKIE, f"YWxpY2U.{2**40}.{'s' * 22}.{'0' * 64}")  # a forged session
         r = await gated.client.post(url, data={"csrf": csrf, "name": "x", "decision": "approve"})
         assert_sign_in_redirect(r)
         await gated.settle()
@@ -136,7 +138,7 @@ async def test_nobody_can_sign_in_when_no_way_is_configured(tmp_path: Path) -> N
         page = await gated.client.get("/login?next=/")
         assert page.status_code == 200 and 'id="no-sign-in"' in page.text and rem.id not in page.text
         csrf = forged_csrf(gated.client, "login")
-        r = await gated.client.post("/login", data={"csrf": csrf, "token": ALICE_TOKEN})
+        r = await gated.client.post("/login", data={"csrf": csrf, "name": "alice", "token": ALICE_TOKEN})
         assert r.status_code == 401 and SESSION_COOKIE not in r.headers.get("set-cookie", "")
 
 
@@ -148,6 +150,9 @@ async def test_token_login_decides_under_the_signed_in_name(tmp_path: Path) -> N
         target = f"/remediations/{rem.id}"
         wrong = await login(gated, ALICE_TOKEN[:-1] + "X", target)
         assert wrong.status_code == 401 and 'id="error"' in wrong.text and SESSION_COOKIE not in gated.client.cookies
+        # Bob's token does not sign in as alice, nor alice's as bob.
+        assert (await login(gated, BOB_TOKEN, target)).status_code == 401
+        assert (await login(gated, ALICE_TOKEN, target, name="bob")).status_code == 401
         assert_sign_in_redirect(await gated.client.get(target), rem.id)
 
         ok = await login(gated, ALICE_TOKEN, target)
@@ -260,15 +265,20 @@ def test_sessions_expire_and_end_when_their_token_is_removed(tmp_path: Path) -> 
     response = Response()
     issuer.start_session(response, "alice", ALICE_TOKEN)
     cookie = response.headers["set-cookie"].split(";")[0].split("=", 1)[1]
-    assert issuer.session_identity(request_with(cookie)) == "alice"
-    assert sign_in([f"alice:{ALICE_TOKEN}", f"bob:{BOB_TOKEN}"]).session_identity(request_with(cookie)) == "alice"
-    assert sign_in([f"alice:{BOB_TOKEN}"]).session_identity(request_with(cookie)) is None  # token rotated
-    assert sign_in([f"alice:{ALICE_TOKEN}"], secret="t" * 32).session_identity(request_with(cookie)) is None
-    name, expires, signature = cookie.split(".")
-    assert issuer.session_identity(request_with(f"Ym9i.{expires}.{signature}")) is None  # renamed to bob
-    assert issuer.session_identity(request_with(f"{name}.{int(expires) + 9999}.{signature}")) is None
+    def name_of(issuer: SignIn, cookie: str) -> str | None:
+        found = issuer.session(request_with(cookie))
+        return found.name if found is not None else None
+
+    assert name_of(issuer, cookie) == "alice"
+    assert name_of(sign_in([f"alice:{ALICE_TOKEN}", f"bob:{BOB_TOKEN}"]), cookie) == "alice"
+    assert name_of(sign_in([f"alice:{BOB_TOKEN}"]), cookie) is None  # token rotated
+    assert name_of(sign_in([f"alice:{ALICE_TOKEN}"], secret="t" * 32), cookie) is None
+    name, expires, session_id, signature = cookie.split(".")
+    assert name_of(issuer, f"Ym9i.{expires}.{session_id}.{signature}") is None  # renamed to bob
+    assert name_of(issuer, f"{name}.{int(expires) + 9999}.{session_id}.{signature}") is None
+    assert name_of(issuer, f"{name}.{expires}.{'x' * 22}.{signature}") is None  # another session's id
     now[0] += 3601
-    assert issuer.session_identity(request_with(cookie)) is None
+    assert name_of(issuer, cookie) is None
 
 
 @pytest.mark.parametrize(

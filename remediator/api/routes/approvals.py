@@ -59,10 +59,10 @@ def message_page(title: str, message: str, status_code: int, *, link: str | None
     )
 
 
-def identity_of(request: Request, rt: Runtime, typed: str | None) -> tuple[str | None, str | None]:
+async def identity_of(request: Request, rt: Runtime, typed: str | None) -> tuple[str | None, str | None]:
     """(who, None) or (None, why not): the signed-in person (trusted proxy header or UI session) when there
     is one; else, with a proxy header configured, nobody; else the typed name."""
-    who = sign_in_of(request).who(request)
+    who = await sign_in_of(request).who(request)
     if who is not None:
         return who, None
     header = rt.settings.approver_header
@@ -76,16 +76,16 @@ def identity_of(request: Request, rt: Runtime, typed: str | None) -> tuple[str |
     return name, None
 
 
-def header_identity(request: Request, rt: Runtime) -> str | None:
+async def header_identity(request: Request, rt: Runtime) -> str | None:
     """The signed-in person shown on the approval page (None: the form asks for a name)."""
-    return sign_in_of(request).who(request)
+    return await sign_in_of(request).who(request)
 
 
 def _purpose(token: str) -> str:
     return f"approval:{hash_token(token)}"
 
 
-def _approval_page(
+async def _approval_page(
     request: Request,
     rt: Runtime,
     view: ApprovalView,
@@ -98,7 +98,7 @@ def _approval_page(
 ) -> HTMLResponse:
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
-    identity = header_identity(request, rt)
+    identity = await header_identity(request, rt)
     context: dict[str, Any] = {
         "view": view,
         "rem": view.remediation,
@@ -140,7 +140,7 @@ async def approval_page(token: str, request: Request, rt: RuntimeDep) -> Respons
     except ApprovalError as exc:
         return message_page("Approval link not valid", exc.reason, exc.status_code)
     status_code = 410 if view.status == "expired" else 200
-    return _approval_page(request, rt, view, token, status_code=status_code)
+    return await _approval_page(request, rt, view, token, status_code=status_code)
 
 
 @router.post("/approvals/{token}", response_class=HTMLResponse)
@@ -162,13 +162,13 @@ async def approval_decision(token: str, request: Request, rt: RuntimeDep, worker
         )
     decision = _DECISIONS.get(str(form.get("decision") or ""))
     if decision is None:
-        return _approval_page(
+        return await _approval_page(
             request, rt, view, token, status_code=400, error="Choose Approve or Reject.", typed=typed
         )
-    who, problem = identity_of(request, rt, typed)
+    who, problem = await identity_of(request, rt, typed)
     if who is None:
         status_code = 403 if rt.settings.approver_header else 400
-        return _approval_page(request, rt, view, token, status_code=status_code, error=problem, typed=typed)
+        return await _approval_page(request, rt, view, token, status_code=status_code, error=problem, typed=typed)
     if not approvals.allowed(who):
         return message_page(
             "Not an approver",
@@ -181,7 +181,7 @@ async def approval_decision(token: str, request: Request, rt: RuntimeDep, worker
     )
     if outcome.result == "decided" and worker is not None:
         worker.wake()
-    return _approval_page(
+    return await _approval_page(
         request, rt, outcome.view, token, status_code=outcome_status(outcome), notice=outcome_notice(outcome)
     )
 

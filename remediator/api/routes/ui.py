@@ -142,7 +142,7 @@ async def decide(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDe
     if decision is None:
         return message_page("No decision", "Choose Approve or Reject.", 400, link=back)
     if who is None:  # an open (loopback) UI without a signed-in person: the proxy header or the typed name
-        who, problem = identity_of(request, rt, typed)
+        who, problem = await identity_of(request, rt, typed)
         if who is None:
             return message_page(
                 "Who are you?", problem or "", 400 if not rt.settings.approver_header else 403, link=back
