@@ -46,7 +46,7 @@ from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
-from remediator.errors import ActionError, StepFailed, StoreUnavailable
+from remediator.errors import ActionError, PermanentError, StepFailed, StoreUnavailable
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
@@ -323,8 +323,15 @@ class Executor:
                         return got
                 return await self.read_context(target_of(rem), rem.alert_labels, rem.id)
 
-            # Transient failures wait and retry within the budget; then the remediation waits (drive).
-            read = await transient_policy(self.rt.settings).call(read_once)
+            # Transient failures wait and retry within the budget; then the remediation waits (drive). A
+            # permanent one (a pod name the API refuses, 403) ends it once, with the API's message.
+            try:
+                read = await transient_policy(self.rt.settings).call(read_once)
+            except PermanentError as exc:
+                error = failure_reason(exc)
+                await move(self.rt, rem.id, Event.CRASH, reason=f"reading the context failed: {error}",
+                           owner=self.rt.owner, data={"error": error}, detail=error)
+                return None
             rem.context = gathered = read.context
             node = read.node
         first = await self._prepare_first(rem, node) if rem.state == "pending" else None
@@ -597,10 +604,13 @@ class Executor:
             return await action.observe(ctx, params)
         except _PASS_THROUGH:
             raise
-        except Exception:
+        except Exception as exc:
             ctx.observed = None
             log.debug("step %s of remediation %s: observing before it begins failed", ctx.step_name,
                       ctx.remediation_id, exc_info=True)
+            retry_after = getattr(exc, "retry_after", None) if is_transient(exc) else None
+            if retry_after:  # the action reads again next: not sooner than the API server asked
+                await asyncio.sleep(min(float(retry_after), self.rt.settings.transient_budget_s))
             return None
 
     async def _step_done(

@@ -20,6 +20,7 @@ ALERTS = {
     "RemediatorWebhookUnavailable",
     "RemediatorRemediationStuck",
     "RemediatorAlertsUndecided",
+    "RemediatorWaitingOnDependency",
     "RemediatorApprovalWaiting",
     "RemediatorCircuitBreakerTripped",
     "RemediatorPaused",
