@@ -21,10 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.actions.base import ActionContext, ActionResult
+from remediator.actions.validation import ValidateGpu
+from remediator.actions.wait import GateUnknown
 from remediator.engine.executor import GATE_UNKNOWN
 from tests.engine.conftest import Cluster, MakeCluster
-from tests.gpu_e2e.conftest import NODE, NODE_IP, GpuNode, gpu_alert_labels
-from tests.gpu_e2e.test_reset import trainers
+from tests.gpu_e2e.conftest import NODE, NODE_IP, GpuNode, MakeGpuCluster, gpu_alert_labels
+from tests.gpu_e2e.test_reset import TAINT, forward, trainers
 from tests.gpu_e2e.test_return_to_service import XID79_TAINT, Clock, gpu_healthy, node_label, remediations, steps_of
 from tests.helpers import am_alert, am_payload
 from tests.notify.receiver import Receiver, receiver
@@ -111,7 +114,11 @@ async def quarantined_and_resolved(cluster: Cluster, node: GpuNode, clock: Clock
 
 async def spell(cluster: Cluster, rem_id: str) -> dict[str, Any]:
     """The validate gate step's unknown spell as stored (since, looks, agent, symptom, detail)."""
-    row = next(r for r in await cluster.rt.repo.steps(rem_id) if r.name == "gate:validate")
+    return await spell_of(cluster, rem_id, "gate:validate")
+
+
+async def spell_of(cluster: Cluster, rem_id: str, step: str) -> dict[str, Any]:
+    row = next(r for r in await cluster.rt.repo.steps(rem_id) if r.name == step)
     found: dict[str, Any] = (row.progress or {}).get(GATE_UNKNOWN) or {}
     return found
 
@@ -266,3 +273,50 @@ async def test_a_gpu_read_as_lost_once_the_agent_answers_still_climbs_the_ladder
     assert second["escalation"]["gate"]["verdict"] == "fail"
     assert "present" in second["escalation"]["gate"]["failed"][gpu_alert_labels("x", 0)["UUID"]]
     assert verdicts(cluster, "unknown") == 1 and verdicts(cluster, "failed") == 1
+
+
+class AgentAwayFor(ValidateGpu):
+    """validate_gpu whose agent is away for the first `looks` looks (as an unreachable agent is reported),
+    then the real gate against the real sidecar: for the gate as a forward step of reset-gpu."""
+
+    def __init__(self, looks: int) -> None:
+        self.left = looks
+
+    async def run(self, ctx: ActionContext, params: Any) -> ActionResult:
+        if self.left:
+            self.left -= 1
+            raise GateUnknown("127.0.0.3:9410", "unreachable", "sidecar http://127.0.0.3:9410/v1/gpus unreachable")
+        return await super().run(ctx, params)
+
+
+async def test_a_forward_gate_with_no_verdict_waits_instead_of_failing_and_escalating(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    trainers(gpu_node)
+    cluster: Cluster = await gpu_cluster()
+    assert isinstance(cluster.rt.actions, dict)
+    cluster.rt.actions["validate_gpu"] = AgentAwayFor(2)
+    clock = Clock(cluster)
+    await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUXidError", 1, xid="119"))))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()  # no reboot-node escalation
+    assert (rem["playbook"], rem["state"]) == ("reset-gpu", "running")
+    assert rem["state_reason"].startswith("gate unknown: agent 127.0.0.3:9410 unreachable since ")
+    assert forward(rem)[-1] == ("validate", "running")
+    assert TAINT in gpu_node.taints() and gpu_node.cordoned()
+
+    clock.advance(15)
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "running" and (await spell_of(cluster, rem["id"], "validate"))["looks"] == 2
+    clock.advance(30)
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded", rem["state_reason"]
+    assert not gpu_node.taints() and not gpu_node.cordoned()
+    registry = cluster.rt.metrics.registry
+    assert registry.get_sample_value("remediator_gate_verdicts_total",
+                                     {"playbook": "reset-gpu", "verdict": "unknown"}) == 2
+    assert registry.get_sample_value("remediator_gate_verdicts_total",
+                                     {"playbook": "reset-gpu", "verdict": "passed"}) == 1

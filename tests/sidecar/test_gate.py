@@ -22,11 +22,12 @@ import pytest
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.gpu import CollectDiagnostics
 from remediator.actions.validation import ValidateGpu
+from remediator.actions.wait import GateUnknown
 from remediator.adapters.sidecar import SidecarClient
-from remediator.errors import StepFailed
+from remediator.errors import ActionError, Invalid, StepFailed
 from remediator.settings import Settings
 from remediator.sidecar.schemas import DiagnosticsReport, ValidationReport
-from tests.sidecar.conftest import AUTH, TOKEN, SidecarEnv, running_env
+from tests.sidecar.conftest import AUTH, TOKEN, SidecarEnv, free_port, running_env
 from tests.sidecar.fakenvml import gpu_uuid
 
 SAMPLES = Path(__file__).resolve().parent / "dcgm"
@@ -433,3 +434,68 @@ async def test_collect_diagnostics_without_the_script_still_succeeds(client: Sid
     assert result.output["bug_report"]["available"] is False
     assert result.output["gpu"]["uuid"] == gpu_uuid(0)
     assert "no bug report: not available" in result.message
+
+
+# ------------------------------------------------------------------------------------------ unknown is not failed
+
+
+async def test_a_lost_gpu_fails_the_gate_and_does_not_hide_the_others(
+    env: SidecarEnv, client: SidecarClient
+) -> None:
+    env.nvml.set("gpu.0.lost", 1)  # NVML answers GPU_IS_LOST for everything about GPU 0
+    report = validate_report(env, gpu_uuid(1))
+    assert report.verdict == "pass" and checks(report)["present"].detail == "found at index 1"
+    action = ValidateGpu()
+    with pytest.raises(StepFailed) as caught:
+        await action.run(action_context(client, uuid=gpu_uuid(0)), action.parse({"gpu": "all"}))
+    output = caught.value.output or {}
+    assert output["verdict"] == "fail"
+    assert output["failed"] == {"0": ["present"], gpu_uuid(0): ["present"]}
+    by_gpu = {g["gpu"]: g for g in output["gpus"]}
+    assert "the GPU at index 0 is lost" in by_gpu["0"]["checks"][0]["detail"]
+    assert "the GPU(s) at index 0 are lost" in by_gpu[gpu_uuid(0)]["checks"][0]["detail"]
+
+
+async def test_checks_that_could_only_err_give_no_verdict(env: SidecarEnv, client: SidecarClient) -> None:
+    env.nvml.set("err.nvmlDeviceGetCount_v2", 9)  # the driver is not loaded: NVML cannot list the GPUs
+    action = ValidateGpu()
+    with pytest.raises(GateUnknown) as caught:
+        await action.run(action_context(client, uuid=gpu_uuid(1)), action.parse({}))
+    unknown = caught.value
+    assert unknown.agent == f"127.0.0.1:{env.sidecar.port}" and unknown.symptom == "unable to read the GPUs"
+    assert "present (cannot list GPUs" in unknown.detail and "DRIVER_NOT_LOADED" in unknown.detail
+    assert unknown.output["verdict"] == "unknown" and unknown.output["failed"] == {gpu_uuid(1): ["present"]}
+    assert not isinstance(unknown, ActionError)  # a signal to wait, never a step failure
+
+
+async def test_an_agent_that_cannot_be_read_gives_no_verdict(env: SidecarEnv) -> None:
+    action = ValidateGpu()
+    closed = free_port()
+    cases = [
+        (Settings(sidecar_token=TOKEN, sidecar_port=closed), {}, "unreachable", f"127.0.0.1:{closed}"),
+        (Settings(sidecar_token="not-the-token", sidecar_port=env.sidecar.port), {}, "answering 401", None),
+    ]
+    env.nvml.set("err.nvmlSystemGetDriverVersion", 9)  # the inventory answers 503 (gpu: all reads it first)
+    cases.append((Settings(sidecar_token=TOKEN, sidecar_port=env.sidecar.port), {"gpu": "all"}, "answering 503",
+                   None))
+    async with httpx.AsyncClient() as http:
+        for settings, params, symptom, agent in cases:
+            client = SidecarClient(settings, http, backoff_seconds=0)
+            with pytest.raises(GateUnknown) as caught:
+                await action.run(action_context(client, uuid=gpu_uuid(0)), action.parse(params))
+            assert caught.value.symptom == symptom, caught.value.detail
+            assert caught.value.agent == (agent or f"127.0.0.1:{env.sidecar.port}")
+            assert caught.value.reason.startswith(f"gate unknown: agent {caught.value.agent} {symptom}")
+
+
+async def test_a_refusal_before_sending_stays_an_error(client: SidecarClient) -> None:
+    action = ValidateGpu()
+    ctx = action_context(client, uuid=gpu_uuid(0))
+    ctx.gathered = {"node": {"internal_ip": "gpu-a.example"}}  # not an IP: nothing is sent, no agent was asked
+    with pytest.raises(Invalid, match="not a node IP address"):
+        await action.run(ctx, action.parse({"gpu": "all"}))
+
+
+def validate_report(env: SidecarEnv, gpu: str) -> ValidationReport:
+    with httpx.Client(base_url=env.url, headers=AUTH, timeout=60.0) as http:
+        return validate(http, gpu)
