@@ -3,7 +3,13 @@
 
 Where to connect: `--server`, else REMEDIATOR_SERVER, else `server:` in the config file
 (REMEDIATOR_CONFIG_FILE, default ~/.config/remediator/config.yaml), else http://127.0.0.1:8080. The bearer
-token: REMEDIATOR_TOKEN, else `token:` in the config file (one of the controller's REMEDIATOR_WEBHOOK_TOKEN).
+token: REMEDIATOR_TOKEN, else `token:` in the config file (one of the controller's REMEDIATOR_WEBHOOK_TOKEN);
+a config file holding a token that its group or others can access draws a warning, the way ssh warns.
+One deadline per command: REMEDIATOR_CLI_TIMEOUT seconds (default 10) for all of its requests together.
+
+What the controller sends reaches the terminal one way: exact JSON/YAML (`-o json|yaml`), or text laid out
+from the answer after every string in it went through remediator.terminal.printable (`_show`); error and
+warning lines go through `_stderr`. So no label, pod name or server message can drive the terminal.
 
 Exit codes, for scripts: 0 done; 1 the controller said no (4xx: 409 conflict, 403, 401, 410...);
 2 usage error (bad option, ambiguous ID prefix, unreadable config); 3 not found (404);
@@ -12,9 +18,11 @@ Exit codes, for scripts: 0 done; 1 the controller said no (4xx: 409 conflict, 40
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,8 +33,9 @@ from typing import Annotated, Any, NoReturn
 import typer
 import yaml
 
-from remediator.adapters.controller_api import ControllerApi, ControllerApiError
+from remediator.adapters.controller_api import DEFAULT_TIMEOUT_S, ControllerApi, ControllerApiError
 from remediator.client_output import describe_remediation, dump, render
+from remediator.terminal import printable
 
 __all__ = [
     "EXIT_API_REFUSED",
@@ -68,11 +77,26 @@ class DataOutput(StrEnum):
 class Connection:
     server: str
     token: str | None
+    timeout: float = DEFAULT_TIMEOUT_S
+
+
+def _stderr(line: str) -> None:
+    """Every error and warning line of the operator commands: it may quote the server or a label."""
+    typer.echo(printable(line), err=True)
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    _stderr(f"error: {message}")
     raise typer.Exit(code)
+
+
+def _show(answer: Any, output: str | None, text: Callable[[Any], str]) -> None:
+    """The one way an answer of the controller reaches stdout: exact JSON/YAML, or `text` laid out from the answer
+    with every string in it made terminal-safe first (so columns line up and no label adds a line)."""
+    if output in ("json", "yaml"):
+        typer.echo(dump(answer, output))
+    else:
+        typer.echo(text(printable(answer)))
 
 
 def config_path() -> Path:
@@ -83,31 +107,52 @@ def config_path() -> Path:
     return Path(base) / "remediator" / "config.yaml"
 
 
-def _config(path: Path) -> dict[str, Any]:
+def _config(path: Path, *, warn: bool = True) -> dict[str, Any]:
     if not path.exists():
         if os.environ.get("REMEDIATOR_CONFIG_FILE"):
             _fail(EXIT_USAGE, f"config file {path} (REMEDIATOR_CONFIG_FILE) does not exist")
         return {}
     try:
-        loaded = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        with path.open() as file:
+            mode = os.fstat(file.fileno()).st_mode  # the file read, not whatever the path names a moment later
+            loaded = yaml.safe_load(file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         _fail(EXIT_USAGE, f"config file {path}: {exc}")
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
         _fail(EXIT_USAGE, f"config file {path}: expected a mapping with `server` and `token`")
+    if warn and loaded.get("token") and os.name == "posix" and mode & 0o077:
+        _stderr(
+            f"warning: config file {path} holds a token but its permissions {stat.S_IMODE(mode):04o} let "
+            f"group or others access it; run: chmod 600 {path}"
+        )
     return loaded
 
 
-def resolve_connection(server: str | None) -> Connection:
-    """Server and token from the option, the environment and the config file, in that order."""
-    config = _config(config_path())
+def _timeout() -> float:
+    given = os.environ.get("REMEDIATOR_CLI_TIMEOUT")
+    if not given:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        _fail(EXIT_USAGE, f"REMEDIATOR_CLI_TIMEOUT={given!r}: seconds, a number above 0")
+    return seconds
+
+
+def resolve_connection(server: str | None, *, warn: bool = True) -> Connection:
+    """Server and token from the option, the environment and the config file, in that order; the deadline.
+    `warn`: say on stderr when the config file's token is open to others (not during shell completion)."""
+    config = _config(config_path(), warn=warn)
     url = server or os.environ.get("REMEDIATOR_SERVER") or config.get("server") or DEFAULT_SERVER
     token = os.environ.get("REMEDIATOR_TOKEN") or config.get("token")
     url = str(url).strip()
     if not url.startswith(("http://", "https://")):
         _fail(EXIT_USAGE, f"--server {url!r}: an http:// or https:// URL")
-    return Connection(url, str(token).strip() if token else None)
+    return Connection(url, str(token).strip() if token else None, _timeout())
 
 
 def exit_code(error: ControllerApiError) -> int:
@@ -128,13 +173,13 @@ class _Session:
         try:
             return self.api.get(path, params)
         except ControllerApiError as exc:
-            _fail(exit_code(exc), _say(exc))
+            _fail(exit_code(exc), _reason(exc))
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
             return self.api.post(path, body)
         except ControllerApiError as exc:
-            _fail(exit_code(exc), _say(exc))
+            _fail(exit_code(exc), _reason(exc))
 
     def resolve(self, given: str) -> str:
         """A full remediation ID from a unique prefix (as `get` shows it); a full ID is taken as it is."""
@@ -150,7 +195,7 @@ class _Session:
         return ids[0]
 
 
-def _say(error: ControllerApiError) -> str:
+def _reason(error: ControllerApiError) -> str:
     if error.status is None:
         return error.message
     hint = ""
@@ -177,10 +222,10 @@ def _complete_ids(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
         ctx.info_name or ""
     )
     try:
-        conn = resolve_connection(ctx.params.get("server"))
-        with ControllerApi(conn.server, conn.token, timeout=2.0) as api:
-            rows = api.get(ControllerApi.path("remediations"),
-                           {"id_prefix": incomplete or None, "state": state, "limit": 50})
+        conn = resolve_connection(ctx.params.get("server"), warn=False)
+        with ControllerApi(conn.server, conn.token, timeout=min(2.0, conn.timeout)) as api:
+            rows = printable(api.get(ControllerApi.path("remediations"),
+                                     {"id_prefix": incomplete or None, "state": state, "limit": 50}))
     except (ControllerApiError, typer.Exit):
         return []
     return [(str(r["id"]), f"{r.get('state')} {r.get('playbook')} {r.get('target')}") for r in rows]
@@ -204,11 +249,11 @@ DataOpt = Annotated[DataOutput | None, typer.Option("--output", "-o", help="prin
 
 
 def _print_outcome(rem: dict[str, Any], done: str, output: DataOutput | None) -> None:
-    if output is not None:
-        typer.echo(dump(rem, output.value))
-        return
-    reason = f" ({rem['state_reason']})" if rem.get("state_reason") else ""
-    typer.echo(f"remediation {rem.get('id')} {done}: now {rem.get('state')}{reason}")
+    def line(safe: dict[str, Any]) -> str:
+        reason = f" ({safe['state_reason']})" if safe.get("state_reason") else ""
+        return f"remediation {safe.get('id')} {done}: now {safe.get('state')}{reason}"
+
+    _show(rem, output.value if output else None, line)
 
 
 def get(
@@ -243,7 +288,8 @@ def get(
         params["status"] = state
     with _session(server) as session:
         rows = session.get(ControllerApi.path(kind), params)
-    typer.echo(render(kind, rows, output.value if output else "", datetime.now(UTC)))
+    shape = output.value if output else ""
+    _show(rows, shape, lambda safe: render(kind, safe, shape, datetime.now(UTC)))
 
 
 def describe(rem_id: IdArg, server: ServerOpt = None) -> None:
@@ -253,7 +299,8 @@ def describe(rem_id: IdArg, server: ServerOpt = None) -> None:
         rem = session.get(ControllerApi.path("remediations", full))
         events = session.get(ControllerApi.path("audit"), {"remediation": full, "limit": 10000})
         approvals = session.get(ControllerApi.path("approvals"), {"remediation": full, "limit": 1000})
-    typer.echo(describe_remediation(rem, events, approvals, datetime.now(UTC)))
+    _show({"remediation": rem, "events": events, "approvals": approvals}, None,
+          lambda safe: describe_remediation(safe["remediation"], safe["events"], safe["approvals"], datetime.now(UTC)))
 
 
 def _decide(decision: str, rem_id: str, comment: str | None, by: str | None, server: str | None,

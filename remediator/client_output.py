@@ -1,5 +1,7 @@
 """How the operator commands print what the controller's API returned: kubectl-style tables, JSON, YAML and
 `describe` text. Pure functions of the API's JSON (and the current time), so they are tested without a server.
+The text forms expect data already made terminal-safe (remediator.terminal.printable, applied by the commands);
+JSON and YAML are exact, and never carry a character a terminal would act on.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yaml
+
+from remediator.terminal import UNSAFE
 
 __all__ = [
     "NODE_LABELS",
@@ -175,9 +179,19 @@ RESOURCES: dict[str, tuple[list[Column], list[Column]]] = {
 
 
 def dump(data: Any, output: str) -> str:
-    if output == "yaml":
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False).rstrip("\n")
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    """`data` as exact JSON or YAML. Non-ASCII text is written as it is unless some string holds a character a
+    terminal would act on (C1 controls, bidi overrides...): then every non-ASCII character is an escape, which
+    reads back to the same data."""
+    for ascii_only in (False, True):
+        if output == "yaml":
+            text = yaml.safe_dump(
+                data, sort_keys=False, allow_unicode=not ascii_only, default_flow_style=False
+            ).rstrip("\n")
+        else:
+            text = json.dumps(data, indent=2, ensure_ascii=ascii_only)
+        if not UNSAFE.search(text.replace("\n", "")):
+            break
+    return text
 
 
 def render(resource: str, rows: list[Row], output: str, now: datetime) -> str:

@@ -251,3 +251,60 @@ async def test_entry_point_and_shell_completion_of_commands_and_ids(live: Live) 
     assert code == 0 and out.split() == []  # nothing is held
     code, out, err = await _run([], {"_REMEDIATOR_COMPLETE": "source_bash"})  # what --install-completion writes
     assert code == 0 and "_REMEDIATOR_COMPLETE=complete_bash" in out, err
+
+
+# What a terminal acts on (ESC, BEL, CR, backspace, DEL, the one-byte CSI 0x9b, a bidi override and isolate, a
+# newline): an alert label carrying them would retitle the terminal, clear it, or make `describe` lie.
+EVIL = "\x1b]0;pwned\x07\x1b[2J\rok\x08\x7f\x9b31m\u202eevil\u2066\nState: succeeded"
+SHOWN = r"\x1b]0;pwned\x07\x1b[2J\rok\x08\x7f\x9b31m\u202eevil\u2066\nState: succeeded"
+RAW = ("\x1b", "\x07", "\r", "\x08", "\x7f", "\x9b", "\u202e", "\u2066")
+
+
+async def test_labels_that_drive_a_terminal_are_printed_escaped_and_json_stays_exact(live: Live) -> None:
+    rem = await live.gated.fire(
+        xid_labels("gpu-node-1", 79, uuid="GPU-" + EVIL, pod="trainer-" + EVIL, namespace="ml", summary=EVIL)
+    )
+    await live.gated.fire({"alertname": "Evil" + EVIL, "node": "node-" + EVIL})  # no rule: stored, listed
+    for args in (("get", "alerts"), ("get", "alerts", "-o", "wide"), ("get", "remediations", "-o", "wide"),
+                 ("get", "approvals", "-o", "wide"), ("describe", rem.id[:8])):
+        result = await live.cli(*args)
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.stdout for c in RAW), (args, ascii(result.stdout))
+        assert SHOWN in result.stdout, (args, result.stdout)
+        if args[0] == "get":  # one line per row, every column where its header is
+            header, *lines = result.stdout.splitlines()
+            assert len(lines) == (2 if args[1] == "alerts" else 1), result.stdout
+            for column in ("STATUS", "AGE") if args[1] == "alerts" else ("STATE" if "rem" in args[1] else "STATUS",):
+                at = header.index(column)
+                assert all(line[at - 1] == " " and line[at] != " " for line in lines), (column, result.stdout)
+    described = (await live.cli("describe", rem.id)).stdout
+    assert f"  summary={SHOWN}" in described and f"GPU-{SHOWN} (0)" in described
+    assert re.findall(r"^State:.*$", described, re.M) == ["State:     awaiting_approval"]
+    alerts = await live.cli("get", "alerts", "-o", "json")
+    assert not any(c in alerts.stdout for c in RAW), ascii(alerts.stdout)
+    rows = json.loads(alerts.stdout)
+    assert rows[0]["labels"]["node"] == "node-" + EVIL and rows[1]["labels"]["summary"] == EVIL
+    as_yaml = await live.cli("get", "remediations", "-o", "yaml")
+    assert not any(c in as_yaml.stdout for c in RAW), ascii(as_yaml.stdout)
+    assert yaml.safe_load(as_yaml.stdout)[0]["gpu_uuid"] == "GPU-" + EVIL
+
+
+async def test_a_config_file_with_a_token_open_to_others_draws_a_warning_naming_the_fix(live: Live) -> None:
+    no_env = {"REMEDIATOR_SERVER": None, "REMEDIATOR_TOKEN": None}
+    config = live.home / "remediator" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text(yaml.safe_dump({"server": live.base, "token": TOKEN}))
+    for mode in (0o644, 0o640, 0o604, 0o660):
+        config.chmod(mode)
+        result = await live.cli("get", "remediations", **no_env)
+        assert result.exit_code == 0, result.output  # a warning, not a refusal
+        assert result.stderr.splitlines() == [
+            f"warning: config file {config} holds a token but its permissions {mode:04o} let group or others "
+            f"access it; run: chmod 600 {config}"
+        ]
+    config.chmod(0o600)
+    quiet = await live.cli("get", "remediations", **no_env)
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    config.write_text(yaml.safe_dump({"server": live.base}))  # no token in it: nothing to protect
+    config.chmod(0o644)
+    assert (await live.cli("get", "remediations", REMEDIATOR_SERVER=None)).stderr == ""

@@ -1,12 +1,16 @@
-"""The operator commands' printing: kubectl-style AGE and tables, and describe on an escalated remediation."""
+"""The operator commands' printing: kubectl-style AGE and tables, describe on an escalated remediation, and
+text made terminal-safe."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 
-from remediator.client_output import age, describe_remediation, render, table
+from remediator.client_output import age, describe_remediation, dump, render, table
+from remediator.terminal import printable
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -70,3 +74,19 @@ def test_describe_shows_escalation_and_revert_steps() -> None:
     assert any(s.split()[:3] == ["revert", "0", "untaint"] for s in steps[1:])
     escalation = text.split("Escalation:", 1)[1]
     assert "from:" in escalation and "r0" in escalation and '["reset-gpu", "reboot-node"]' in escalation
+
+
+def test_printable_escapes_what_a_terminal_acts_on_and_dump_stays_exact() -> None:
+    raw = "a\x1b[2J\x07\r\n\t\x00\x08\x7f\x85\x9b\u061c\u200e\u200f\u2028\u2029\u202a\u202e\u2066\u2069é漢\\"
+    assert printable(raw) == (  # a backslash stays as it is
+        r"a\x1b[2J\x07\r\n\t\x00\x08\x7f\x85\x9b\u061c\u200e\u200f\u2028\u2029\u202a\u202e\u2066\u2069é漢" + "\\"
+    )
+    assert printable({"k\x1b": ["v\x9b", 1, None, True, ("\u202e",)]}) == {
+        r"k\x1b": [r"v\x9b", 1, None, True, (r"\u202e",)]
+    }
+    data = {"label": raw, "plain": "é漢"}
+    for output, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        text = dump(data, output)
+        assert load(text) == data
+        assert not any(c in text.replace("\n", "") for c in "\x1b\x07\r\t\x00\x08\x7f\x85\x9b\u202e\u2066\u2028")
+    assert "é漢" in dump({"plain": "é漢"}, "json") and "é漢" in dump({"plain": "é漢"}, "yaml")
