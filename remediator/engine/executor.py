@@ -124,9 +124,12 @@ class RevertStep:
     templated: bool
 
 
-def transient_policy(settings: Settings) -> TransientPolicy:
-    """The policy for a step's (and the context read's) transient errors, from the settings."""
-    return TransientPolicy(budget=settings.transient_budget_s, cap=settings.transient_backoff_max_s)
+def transient_policy(settings: Settings, retries: int | None = None) -> TransientPolicy:
+    """The policy for a step's (and the context read's) transient errors, from the settings. A step with
+    `retries: 0` (a long or costly action its playbook does not want run again at once) has no budget: its
+    first transient error makes the remediation wait for the dependency, and the step runs again later."""
+    budget = 0.0 if retries == 0 else settings.transient_budget_s
+    return TransientPolicy(budget=budget, cap=settings.transient_backoff_max_s)
 
 
 async def run_with_retries(
@@ -577,7 +580,7 @@ class Executor:
                     progress=await self._observe(action, ctx, params),
                 )
                 ctx.progress = dict(row.progress or {})  # as stored: a resumed step's own, else what was observed
-            outcome = await self._run(action, ctx, params, timeout)
+            outcome = await self._run(action, ctx, params, timeout, retries=step.retries)
             if isinstance(outcome, StepFailure):
                 return _StepEnd(outcome.error, outcome.output, rendered)
             stage = "output"
@@ -643,9 +646,10 @@ class Executor:
             await move(self.rt, rem.id, Event.REVERT, reason=cancel.reason)
 
     async def _run(
-        self, action: AnyAction, ctx: ActionContext, params: Any, timeout: float
+        self, action: AnyAction, ctx: ActionContext, params: Any, timeout: float, *, retries: int | None = None
     ) -> ActionResult | StepFailure:
-        """The action's result, or why it failed (any error but the engine's and the store's signals)."""
+        """The action's result, or why it failed (any error but the engine's and the store's signals).
+        `retries`: the step's setting (0: no budget for transient errors, see `transient_policy`)."""
         started = time.perf_counter()
         if ctx.dry_run and self.rt.kube is None:
             result = ActionResult(
@@ -655,7 +659,8 @@ class Executor:
             self.rt.metrics.step_duration.labels(action=action.name, outcome="planned").observe(0)
             return result
         try:
-            result = await run_with_retries(action, ctx, params, timeout=timeout)
+            policy = transient_policy(self.rt.settings, retries)
+            result = await run_with_retries(action, ctx, params, timeout=timeout, policy=policy)
         except _PASS_THROUGH:
             raise
         except Exception as exc:  # an ActionError, or an unexpected error (e.g. a peer's malformed answer)

@@ -75,3 +75,23 @@ async def test_a_redelivery_after_a_remediation_that_ran_is_held_by_the_cooldown
     await cluster.settle()
     assert (await cluster.only_remediation())["state"] == "succeeded"
     assert await redeliver(cluster, labels) == "cooldown"
+
+
+async def test_a_node_agent_that_cannot_be_reached_leaves_a_retries_0_step_waiting_not_failed(
+    make_cluster: MakeCluster,
+) -> None:
+    """reset-gpu's `reset` step (retries: 0) against a node whose agent does not answer: the remediation waits
+    for the node agent at once (no retries within the step), says so, and is neither failed nor escalated."""
+    cluster: Cluster = await make_cluster()
+    gpu_node(cluster.fake)
+    for minute, pod in enumerate(["trainer-abc-1", "trainer-abc-2", "trainer-abc-1"]):
+        labels = xid_labels("gpu-1", 13, exported_pod=pod, exported_namespace="ml")
+        await cluster.post(am_payload(am_alert(labels, starts_at=f"2026-12-02T10:{minute:02d}:00Z")))
+        await cluster.settle()
+    rems = (await cluster.api.get("/api/v1/remediations")).json()
+    reset = next(r for r in rems if r["playbook"] == "reset-gpu")
+    assert reset["state"] == "running"
+    assert reset["state_reason"].startswith("waiting: node agent unreachable since ")
+    detail = (await cluster.api.get(f"/api/v1/remediations/{reset['id']}")).json()
+    assert [(s["name"], s["status"]) for s in detail["steps"]][-1] == ("reset", "running")
+    assert detail["crashes"] == 0 and not any(r["state"] == "failed" for r in rems)

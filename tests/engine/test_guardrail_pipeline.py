@@ -118,8 +118,7 @@ async def test_a_node_remediated_twice_is_held_for_a_human_who_can_release_it(
 
 
 async def test_repeated_application_xids_on_one_gpu_escalate_to_a_gpu_reset(make_cluster: MakeCluster) -> None:
-    # No node agent here: the reset-gpu remediation waits for it at once (budget 0) instead of retrying.
-    cluster: Cluster = await make_cluster(transient_budget_s=0)
+    cluster: Cluster = await make_cluster()
     gpu_node(cluster.fake)
     for minute, pod in enumerate(["trainer-abc-1", "trainer-abc-2", "trainer-abc-1"]):
         labels = xid_labels("gpu-1", 13, exported_pod=pod, exported_namespace="ml")
