@@ -100,7 +100,11 @@ class IllegalTransition(RemediatorError):
 
 
 class StoreUnavailable(RemediatorError):
-    """The database cannot be reached or refused the write."""
+    """The database cannot be reached or refused the write.
+
+    `reason`: a short label of the transient failure (store/availability.py), None when not classified."""
+
+    reason: str | None = None
 
 
 class ApprovalError(RemediatorError):

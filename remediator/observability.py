@@ -5,7 +5,7 @@ Names are part of the outside contract (the shipped Grafana dashboard and alerts
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -121,6 +121,24 @@ class Metrics:
             registry=r,
         )
         self.audit_verify_ok.set(float("nan"))
+        # The database as this process finds it (store/availability.py), read at each scrape: 0 and a growing
+        # number of seconds while it does not answer or the replica guard's connection to it is down.
+        self.database_up = Gauge(
+            "remediator_database_up",
+            "1 while the database answers this controller and its replica guard is held, 0 while not",
+            registry=r,
+        )
+        self.database_up.set(1)
+        self.database_unavailable_seconds = Gauge(
+            "remediator_database_unavailable_seconds",
+            "Seconds since the database stopped answering this controller, 0 while it answers",
+            registry=r,
+        )
+
+    def watch_database(self, up: Callable[[], bool], down_for: Callable[[], float]) -> None:
+        """Read the database gauges from these at each scrape."""
+        self.database_up.set_function(lambda: 1.0 if up() else 0.0)
+        self.database_unavailable_seconds.set_function(down_for)
 
 
 _SUMMED = {"counter", "histogram", "summary"}

@@ -69,6 +69,8 @@ async def build_runtime(
         settings=settings, repo=repo, definitions=DefinitionsHolder(defs), actions=actions,
         metrics=metrics or Metrics(), owner=replica_id(settings), kube=kube,
     )
+    rt.metrics.watch_database(lambda: repo.health.up, repo.health.down_for)
+    repo.watch_spool(lambda problem: rt.metrics.intake_spool_problems.labels(problem=problem).inc())
     if kube is not None:  # sidecars are found through Node InternalIPs, so only with a cluster
         rt.sidecar = SidecarClient.for_settings(settings)
         rt.sidecar.recorder = audit_recorder(repo)

@@ -39,7 +39,7 @@ from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.inventory import NodeInventory
-from remediator.retrying import DEPENDENCIES
+from remediator.retrying import DEPENDENCIES, Backoff
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.decision_store import Finished, Lease, Started
@@ -62,6 +62,8 @@ _YIELD_EVERY = 64
 DECISION_BATCH = {"postgresql": 250}
 DEFAULT_DECISION_BATCH = 1000
 APPROVAL_SWEEP_S = 1.0  # the loop looks for overdue approval requests at most this often
+STORE_BACKOFF_CAP_S = 5.0  # while the store is unavailable, the loop tries again at least this often
+GUARD_POLL_S = 0.25  # while the replica guard is away, the loop looks this often whether it is back
 
 
 def normalize_row(rt: Runtime, row: AlertRow) -> GpuAlert:
@@ -141,6 +143,7 @@ class Worker:
         self._guard, self._guard_acquired = await asyncio.to_thread(
             replica_guard.hold, settings.database_url, self.rt.owner, exclusive=self._exclusive
         )
+        self.rt.repo.health.guard = self._guard  # /readyz and the database metrics see it suspended or lost
         if self._exclusive:
             alerts, rems = await free_dead_claims(self.rt.repo, self.rt.owner)
             if alerts or rems:
@@ -234,10 +237,15 @@ class Worker:
 
     async def _loop(self) -> None:
         poll = self.rt.settings.worker_poll_interval.total_seconds()
+        # While the store is unavailable, iterations are retried with capped backoff, not at every poll.
+        store_backoff = Backoff(poll, max(poll, STORE_BACKOFF_CAP_S))
         while not self._stopping:
             if self._guard is not None and self._guard.lost.is_set():
                 log.error("the single-replica guard is lost: no new work is started")
                 return
+            if self._guard is not None and self._guard.problem is not None:
+                await self._pause_while_guard_is_away(self._guard)
+                continue
             self._wake.clear()  # before the iteration: a wake() during it must not be lost
             now = asyncio.get_running_loop().time()
             sweep = self._swept_at is None or now - self._swept_at >= APPROVAL_SWEEP_S
@@ -246,9 +254,12 @@ class Worker:
             self._full = False
             try:
                 busy = await self.run_once(sweep_approvals=sweep)
+                store_backoff.reset()
             except StoreUnavailable as exc:
                 log.warning("store unavailable: %s", exc)
-                busy = False
+                with contextlib.suppress(TimeoutError):  # a wake (a webhook stored) ends the wait
+                    await asyncio.wait_for(self._wake.wait(), timeout=store_backoff.next(exc))
+                continue
             except Exception:
                 log.exception("worker iteration failed")
                 busy = False
@@ -259,6 +270,24 @@ class Worker:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=poll)
+
+    async def _pause_while_guard_is_away(self, guard: replica_guard.ReplicaGuard) -> None:
+        """The replica guard's connection is down (the database is away): stop driving remediations, start
+        nothing, and wait until the guard is held again (or lost: `_loop` then stops).
+
+        Without the guard another controller may take over, and without the database no step can be
+        recorded: the drives in flight are cancelled as a kill -9 would end them (each step is recorded
+        before it acts and resumes from its record). Their leases expire and they are claimed again, by
+        this replica or another, once the database answers."""
+        log.warning("worker paused: %s", guard.problem)
+        for task in self._running.values():
+            task.cancel()
+        self._handed.clear()  # leased when decided: claimed again once their leases expire
+        while not self._stopping and guard.problem is not None and not guard.lost.is_set():  # noqa: ASYNC110 - set on the guard's thread
+            await asyncio.sleep(GUARD_POLL_S)
+        if not guard.lost.is_set() and not self._stopping:
+            log.warning("worker resumed: the replica guard is held again")
+            self.wake()
 
     async def _inventory_loop(self) -> None:
         watch = self._node_watch()

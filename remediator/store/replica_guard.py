@@ -11,7 +11,11 @@ would outlive a crashed controller and refuse its restart until the lease expire
   replicas refuse each other) plus an exclusive lock on its own REPLICA_ID, so two replicas with the same
   identity (which would share leases) refuse each other too.
 
-If the guard connection dies, the guard is lost: `lost` is set and `on_lost` runs (the controller stops).
+If the guard connection dies, the guard is suspended, not lost: the database may be restarting or failing
+over. `problem` says why (the controller answers /readyz 503 and its workers pause) while a thread connects
+again with capped backoff and takes the locks again, waiting up to TAKEOVER_GRACE_S for the dead session's
+locks to go. Taken, the guard is held again and work resumes by itself. Refused, another controller took over
+meanwhile: the guard is lost, `lost` is set and `on_lost` runs (the controller stops, exit code 7).
 A process holds at most one guard per database; `hold` hands the same one to later callers.
 """
 
@@ -24,6 +28,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +36,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from remediator.errors import ReplicaGuardError, StoreUnavailable
+from remediator.retrying import Backoff
 
 __all__ = [
     "InheritedGuard", "NoGuard", "PostgresGuard", "ReplicaGuard", "SqliteFileGuard", "adopt", "drop", "guard_for",
@@ -41,6 +47,10 @@ log = logging.getLogger(__name__)
 
 GUARD_KEY = 7_313_010  # pg_try_advisory_lock(bigint): exclusive (one controller) or shared (replicas)
 REPLICA_KEY = 7_313_011  # pg_try_advisory_lock(int, int) with a 32-bit hash of the REPLICA_ID
+# After the guard connection came back: how long to wait for the locks of the session that died (the server
+# releases them as that backend exits) before concluding that another controller holds them.
+TAKEOVER_GRACE_S = 10.0
+RECONNECT_BACKOFF_S = (0.25, 5.0)  # the guard connection's reconnect waits: base and cap of the backoff
 
 
 class ReplicaGuard:
@@ -51,6 +61,18 @@ class ReplicaGuard:
     def __init__(self) -> None:
         self.lost = threading.Event()
         self.on_lost: Callable[[], None] | None = None
+        self._problem: str | None = None  # why the guard is not held now (suspended or lost)
+        self._problem_since: float | None = None  # time.monotonic() when it stopped being held
+
+    @property
+    def problem(self) -> str | None:
+        """Why the guard is not held at the moment (its connection is down, or it was lost); None while held."""
+        return self._problem
+
+    @property
+    def problem_since(self) -> float | None:
+        """When (time.monotonic) the guard stopped being held; None while held."""
+        return self._problem_since
 
     def acquire(self) -> None:
         """Take the lock or raise ReplicaGuardError naming the holder (StoreUnavailable: cannot tell)."""
@@ -68,10 +90,27 @@ class ReplicaGuard:
         """Every descriptor a child process needs to keep the guard held (`inheritable_fd` first)."""
         return () if self.inheritable_fd is None else (self.inheritable_fd,)
 
+    def _suspend(self, why: str) -> None:
+        """Not held for now (the database is away): work pauses until `_resume` or `_lose`."""
+        if self._problem is None:
+            self._problem_since = time.monotonic()
+            log.warning("the single-replica guard is not held (%s): work pauses until the database answers "
+                        "and the guard is taken again", why)
+        self._problem = f"replica guard not held: {why}"
+
+    def _resume(self) -> None:
+        if self._problem is not None and not self.lost.is_set():
+            down = time.monotonic() - (self._problem_since or time.monotonic())
+            self._problem, self._problem_since = None, None
+            log.warning("the single-replica guard is held again after %.1f s: work resumes", down)
+
     def _lose(self, why: str) -> None:
         if self.lost.is_set():
             return
         log.error("lost the single-replica guard (%s): this controller stops working", why)
+        if self._problem_since is None:
+            self._problem_since = time.monotonic()
+        self._problem = f"lost the single-replica guard: {why}"
         self.lost.set()
         if self.on_lost is not None:
             self.on_lost()
@@ -196,10 +235,24 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg
 """
 
 
+# (tried at once, waited for): the guard's advisory locks
+_EXCLUSIVE = ("pg_try_advisory_lock($1::bigint)", "pg_advisory_lock($1::bigint)")
+_SHARED = ("pg_try_advisory_lock_shared($1::bigint)", "pg_advisory_lock_shared($1::bigint)")
+_REPLICA = ("pg_try_advisory_lock($1::int, $2::int)", "pg_advisory_lock($1::int, $2::int)")
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class PostgresGuard(ReplicaGuard):
     """Advisory lock on a dedicated connection, watched by a daemon thread with its own event loop."""
 
-    def __init__(self, url: str, owner: str, *, exclusive: bool, check_interval: float = 1.0) -> None:
+    def __init__(
+        self, url: str, owner: str, *, exclusive: bool, check_interval: float = 1.0,
+        takeover_grace: float = TAKEOVER_GRACE_S,
+    ) -> None:
         super().__init__()
         parsed = make_url(url).set(drivername="postgresql")
         self.dsn = parsed.render_as_string(hide_password=False)
@@ -207,11 +260,13 @@ class PostgresGuard(ReplicaGuard):
         self.owner = owner
         self.exclusive = exclusive
         self.check_interval = check_interval
+        self.takeover_grace = takeover_grace
         self.description = f"PostgreSQL advisory lock on {self.where}"
         self._ready = threading.Event()
         self._error: Exception | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None  # set by a stop or by the guard connection closing
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
@@ -225,66 +280,124 @@ class PostgresGuard(ReplicaGuard):
     def release(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread is not None:
             with contextlib.suppress(RuntimeError):  # loop already closed
-                self._loop.call_soon_threadsafe(self._stop.set)
+                self._loop.call_soon_threadsafe(self._stop_now)
             self._thread.join(10)
+
+    def _stop_now(self) -> None:
+        assert self._stop is not None and self._wake is not None
+        self._stop.set()
+        self._wake.set()
 
     def _run(self) -> None:
         asyncio.run(self._main())
 
+    def _fail_start(self, error: Exception) -> None:
+        self._error = error
+        self._ready.set()
+
     async def _main(self) -> None:
+        """Connect, take the locks, watch the connection; while it is down, connect again (suspended)."""
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        try:
-            conn = await asyncpg.connect(self.dsn, timeout=30, server_settings={
-                "application_name": f"remediator {self.owner}"[:63],
-                # The server notices a vanished controller within about 25 s even without a FIN.
-                "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
-            })
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-            self._error = StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {exc}")
-            self._ready.set()
-            return
-        try:
-            self._error = await self._lock(conn)
-            self._ready.set()
-            if self._error is not None:
-                return
-            stop = self._stop
-            conn.add_termination_listener(
-                lambda _c: None if stop.is_set() else self._lose("the guard connection was closed")
-            )
-            while not self._stop.is_set():
+        self._wake = asyncio.Event()
+        backoff = Backoff(*RECONNECT_BACKOFF_S)
+        while not self._stop.is_set() and not self.lost.is_set():
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=30, server_settings={
+                    "application_name": f"remediator {self.owner}"[:63],
+                    # The server notices a vanished controller within about 25 s even without a FIN.
+                    "tcp_keepalives_idle": "10", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3",
+                })
+            except Exception as exc:  # whatever failed, the guard is not held
+                if not self._ready.is_set():
+                    self._fail_start(StoreUnavailable(f"cannot reach PostgreSQL at {self.where}: {exc}"))
+                    return
+                self._suspend(f"cannot reach PostgreSQL at {self.where}: {_line(exc)}")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=self.check_interval)
-                if not self._stop.is_set():
-                    await conn.fetchval("SELECT 1", timeout=max(5.0, self.check_interval * 5))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            if not self._ready.is_set():
-                self._error = StoreUnavailable(f"PostgreSQL at {self.where}: {exc}")
-                self._ready.set()
-            else:
-                self._lose(f"the guard connection to {self.where} failed: {exc}")
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.close(), timeout=5)
+                    await asyncio.wait_for(self._stop.wait(), timeout=backoff.next(exc))
+                continue
+            try:
+                if await self._hold(conn):
+                    backoff.reset()
+            finally:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), timeout=5)
+            if self._error is not None:
+                return  # refused or failed at start: acquire() raises `_error`
 
-    async def _lock(self, conn: asyncpg.Connection) -> ReplicaGuardError | None:
+    async def _hold(self, conn: asyncpg.Connection) -> bool:
+        """Take the locks on `conn`, then watch it until a stop or its failure. True if the locks were taken."""
+        assert self._stop is not None and self._wake is not None
+        starting = not self._ready.is_set()
+        try:
+            refused = await self._lock(conn, wait=None if starting else self.takeover_grace)
+        except Exception as exc:  # the connection failed under the lock statements
+            if starting:
+                self._fail_start(StoreUnavailable(f"PostgreSQL at {self.where}: {exc}"))
+            else:
+                self._suspend(f"the guard connection to {self.where} failed: {_line(exc)}")
+            return False
+        if refused is not None:
+            if starting:
+                self._fail_start(refused)
+            else:
+                self._lose(f"another controller took over while the database was away: {refused}")
+            return False
+        if starting:
+            self._ready.set()
+        else:
+            self._resume()
+        self._wake.clear()
+        wake, stop = self._wake, self._stop
+        conn.add_termination_listener(lambda _c: wake.set())
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout=self.check_interval)
+                if stop.is_set():
+                    break
+                if conn.is_closed():
+                    self._suspend(f"the guard connection to {self.where} was closed")
+                    break
+                await conn.fetchval("SELECT 1", timeout=max(5.0, self.check_interval * 5))
+        except Exception as exc:  # a failed ping: the connection is gone
+            if not stop.is_set():
+                self._suspend(f"the guard connection to {self.where} failed: {_line(exc)}")
+        return True
+
+    async def _take(self, conn: asyncpg.Connection, calls: tuple[str, str], *args: int, wait: float | None) -> bool:
+        """One advisory lock: tried at once (`wait` None), or waited for up to `wait` seconds."""
+        if wait is None:
+            return bool(await conn.fetchval(f"SELECT {calls[0]}", *args))
+        await conn.execute(f"SET lock_timeout = {max(1, int(wait * 1000))}")
+        try:
+            await conn.execute(f"SELECT {calls[1]}", *args)
+        except asyncpg.LockNotAvailableError:
+            return False
+        finally:
+            await conn.execute("RESET lock_timeout")
+        return True
+
+    async def _lock(self, conn: asyncpg.Connection, *, wait: float | None = None) -> ReplicaGuardError | None:
+        """Take the guard's locks; the reason when another controller holds them.
+
+        `wait`: after a reconnect, wait that long for each lock (the dead session's may not be released yet)."""
         if self.exclusive:
-            if not await conn.fetchval("SELECT pg_try_advisory_lock($1::bigint)", GUARD_KEY):
+            if not await self._take(conn, _EXCLUSIVE, GUARD_KEY, wait=wait):
                 holders = await self._holders(conn, 0, GUARD_KEY, 1)
                 return ReplicaGuardError(
                     f"another controller replica ({holders}) is running on this database ({self.where}); set "
                     "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS=true on every replica to run several"
                 )
             return None
-        if not await conn.fetchval("SELECT pg_try_advisory_lock_shared($1::bigint)", GUARD_KEY):
+        if not await self._take(conn, _SHARED, GUARD_KEY, wait=wait):
             holders = await self._holders(conn, 0, GUARD_KEY, 1)
             return ReplicaGuardError(
                 f"a controller without REMEDIATOR_ALLOW_MULTIPLE_REPLICAS ({holders}) is running on this database "
                 f"({self.where}); stop it or set the option on it too"
             )
         ident = _replica_hash(self.owner)
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", REPLICA_KEY, ident):
+        if not await self._take(conn, _REPLICA, REPLICA_KEY, ident, wait=wait):
             return ReplicaGuardError(
                 f"another controller replica with REMEDIATOR_REPLICA_ID={self.owner} is running on this database "
                 f"({self.where}); every replica needs its own id (the pod name)"

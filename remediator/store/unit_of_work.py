@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Table, func, insert, select, text, update
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
@@ -23,6 +22,7 @@ from remediator.intake.models import AlertmanagerPayload
 from remediator.jsondata import jsonable
 from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
+from remediator.store.availability import DatabaseHealth, sqlite_write_check, store_unavailable
 from remediator.store.db import READ_ONLY
 from remediator.store.intake_spool import IntakeSpool, spool_path
 from remediator.store.models import (
@@ -154,6 +154,8 @@ class RepositoryBase:
         # runs in a process of its own (`spool_webhooks`), and where any worker looks for batches to move.
         file = Path(database).resolve() if self._sqlite_intake is not None and database else None
         self._spool = IntakeSpool(spool_path(file), file) if file is not None else None
+        self.health = DatabaseHealth()  # the database as this process's store calls found it
+        self._sqlite_file = str(file) if file is not None else None
         self._spooling = False
 
     @asynccontextmanager
@@ -170,8 +172,12 @@ class RepositoryBase:
                 async with self._sessions() as session, session.begin():
                     yield session
                     await self._append_audit(session)  # last: the chain's lock is held only to the commit
-            except (OperationalError, OSError, ConnectionError) as exc:
-                raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+            except Exception as exc:
+                error = self._unavailable(exc)
+                if error is exc:
+                    raise
+                raise error from exc
+        self.health.answered()
 
     async def intake_first(self) -> None:
         """Let queued webhook batches go first, for at most INTAKE_PRIORITY_WAIT_S.
@@ -194,8 +200,21 @@ class RepositoryBase:
                 yield session
                 if session.new or session.dirty or session.deleted:
                     raise RuntimeError("a read-only transaction changed rows")
-        except (OperationalError, OSError, ConnectionError) as exc:
-            raise StoreUnavailable(str(exc).splitlines()[0]) from exc
+        except Exception as exc:
+            error = self._unavailable(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        self.health.answered()
+
+    def _unavailable(self, exc: Exception) -> Exception:
+        """What a failed transaction raises: a transient database failure as StoreUnavailable (and counted in
+        `health`), anything else (the caller's own exceptions included) as it is."""
+        error = store_unavailable(exc)
+        if error is None:
+            return exc
+        self.health.failed(error)
+        return error
 
     @asynccontextmanager
     async def _writer_gate(self) -> AsyncIterator[None]:
@@ -210,6 +229,33 @@ class RepositoryBase:
     async def ping(self) -> None:
         async with self.transaction() as session:
             await session.execute(text("SELECT 1"))
+
+    async def check_ready(self, timeout: float) -> None:
+        """Raise StoreUnavailable (with its `reason`) unless the database takes a transaction within `timeout`
+        seconds and the replica guard is held (for /readyz, whose probe gives up after a few seconds).
+
+        A SQLite file's write lock is tried on a connection of its own, waiting half of `timeout` for it: the
+        engine's would wait BUSY_TIMEOUT_S for a file locked by another connection."""
+        guard = self.health.guard
+        if guard is not None and guard.problem is not None:
+            error = StoreUnavailable(guard.problem)
+            error.reason = "unreachable"
+            raise error
+        try:
+            async with asyncio.timeout(timeout):
+                if self._sqlite_file is not None:
+                    await asyncio.to_thread(sqlite_write_check, self._sqlite_file, timeout / 2)
+                await self.ping()
+        except TimeoutError:
+            error = StoreUnavailable(f"the database did not answer within {timeout:g} s")
+            error.reason = "timeout"
+            self.health.failed(error)
+            raise error from None
+        except Exception as exc:
+            classified = self._unavailable(exc)
+            if classified is exc:
+                raise
+            raise classified from exc
 
     async def _lock(self, session: AsyncSession, key: int) -> None:
         if self.dialect == "postgresql":

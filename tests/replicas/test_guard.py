@@ -3,7 +3,8 @@
 kill -9 then an immediate restart on the same database picks up the acknowledged alerts and the
 remediation in flight at once (the lease is ten minutes here, so nothing can wait for it); a second
 controller is refused while the first lives, also with the same REPLICA_ID; on PostgreSQL a controller
-whose guard connection dies stops, and ALLOW_MULTIPLE_REPLICAS still admits several replicas.
+whose guard connection dies takes the guard again, and stops only when another controller took it meanwhile;
+ALLOW_MULTIPLE_REPLICAS still admits several replicas.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy import select
 
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import AuditEvent, Remediation
+from remediator.store.replica_guard import GUARD_KEY
 from tests.cli.test_cli import run
 from tests.controller_process import ControllerProcess, free_port
 from tests.fakekube.kubeconfig import write_kubeconfig
@@ -197,27 +199,70 @@ async def test_multiple_replicas_need_distinct_ids_and_exclude_a_sole_controller
     assert sole.returncode == 6 and "replica-a" in sole.stderr and "replica-b" in sole.stderr, sole.stderr
 
 
+async def _guard_sessions(pg_url: str, name: str) -> list[int]:
+    admin = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database=pg_url.rsplit("/", 1)[1])
+    try:
+        return [int(r["pid"]) for r in await admin.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1", f"remediator {name}")]
+    finally:
+        await admin.close()
+
+
 @pytest.mark.postgres
-async def test_postgres_controller_stops_when_its_guard_connection_dies(
+async def test_postgres_controller_takes_its_guard_again_when_the_guard_connection_dies(
     tmp_path: Path, pg_url: str, processes: list[ControllerProcess]
 ) -> None:
+    """A guard connection that dies is the database going away, not another controller: keep running, connect
+    again, take the lock again."""
+    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": pg_url, "REMEDIATOR_REPLICA_ID": "steady"})
+    processes.append(ctl)
+    await ctl.start()
+    (first,) = await _guard_sessions(pg_url, "steady")
+    admin = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database=pg_url.rsplit("/", 1)[1])
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
+    finally:
+        await admin.close()
+
+    async def taken_again() -> bool:
+        sessions = await _guard_sessions(pg_url, "steady")
+        return len(sessions) == 1 and sessions[0] != first
+
+    await wait_until(taken_again, 30, "the guard to be taken again on a new connection")
+    async with httpx.AsyncClient() as client:
+
+        async def ready() -> bool:
+            return (await client.get(f"{ctl.url}/readyz")).status_code == 200
+
+        await wait_until(ready, 10, "/readyz to answer 200 again")
+    assert ctl.proc is not None and ctl.proc.poll() is None
+    assert "the single-replica guard is held again" in ctl.output()
+    assert "lost the single-replica guard" not in ctl.output()
+
+
+@pytest.mark.postgres
+async def test_postgres_controller_stops_when_another_controller_took_its_guard(
+    tmp_path: Path, pg_url: str, processes: list[ControllerProcess]
+) -> None:
+    """The guard connection died and another session took the lock before this controller could take it again:
+    another controller runs on the database now, so this one stops (exit 7) instead of acting beside it."""
     ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": pg_url, "REMEDIATOR_REPLICA_ID": "doomed"})
     processes.append(ctl)
     await ctl.start()
-    admin = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database=pg_url.rsplit("/", 1)[1])
+    (pid,) = await _guard_sessions(pg_url, "doomed")
+    usurper = await asyncpg.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, database=pg_url.rsplit("/", 1)[1],
+                                    server_settings={"application_name": "remediator usurper"})
     try:
-        killed = await admin.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-            "remediator doomed",
-        )
+        # One round trip: the lock request queues at once and is granted as the terminated session ends.
+        await usurper.execute(f"SELECT pg_terminate_backend({pid}); SELECT pg_advisory_lock({GUARD_KEY})")
+        assert ctl.proc is not None
+        code = await asyncio.wait_for(asyncio.to_thread(ctl.proc.wait), timeout=60)
     finally:
-        await admin.close()
-    assert killed == 1
-    assert ctl.proc is not None
-    code = await asyncio.wait_for(asyncio.to_thread(ctl.proc.wait), timeout=60)
+        await usurper.close()
     assert code == 7
     assert "lost the single-replica guard" in ctl.output()
+    assert "another controller took over" in ctl.output() and "usurper" in ctl.output()
     restarted = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": pg_url, "REMEDIATOR_REPLICA_ID": "doomed"},
                                   name="restarted")
     processes.append(restarted)
-    await restarted.start()  # the lock went with the session: a restart is admitted at once
+    await restarted.start()  # the lock went with the sessions: a restart is admitted at once

@@ -53,7 +53,10 @@ _BODY = {
 
 
 def unavailable_reason(exc: StoreUnavailable) -> str:
-    """A short, bounded label for why the store refused a webhook (the metric's `reason`)."""
+    """A short, bounded label for why the store refused a webhook (the metric's `reason`): the one the store
+    classified the failure with (store/availability.py), else one read from the message."""
+    if exc.reason:
+        return exc.reason
     text = str(exc).lower()
     for needle, reason in (
         ("locked", "locked"),
@@ -128,7 +131,7 @@ async def _handle(rt: Runtime, worker: Wakes | None, authorization: str | None, 
         reason = unavailable_reason(exc)
         log.warning("webhook answered 503 (%s): store unavailable: %s", reason, exc)
         rt.metrics.webhook_unavailable.labels(reason=reason).inc()
-        return 503, {"error": f"store unavailable: {exc}"}, {"Retry-After": "1"}
+        return 503, {"error": f"store unavailable: {exc}", "reason": reason}, {"Retry-After": "1"}
     for alert in payload.alerts:
         rt.metrics.alerts_received.labels(status=alert.status).inc()
     if stored.repeats:

@@ -1,4 +1,5 @@
-"""Liveness, readiness (the store answers, the worker process runs) and Prometheus metrics."""
+"""Liveness, readiness (the store answers, the replica guard is held, the worker process runs) and Prometheus
+metrics."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from remediator.observability import merge_expositions
 __all__ = ["router"]
 
 router = APIRouter(tags=["health"])
+# How long /readyz waits for the database: under the deployed probe's timeoutSeconds (3), so that a database
+# that does not answer (a locked SQLite file, a PostgreSQL that hangs) reads as 503 with its reason.
+READY_TIMEOUT_S = 2.0
 
 
 @router.get("/healthz")
@@ -30,9 +34,14 @@ async def healthz(rt: RuntimeDep) -> dict[str, object]:
 @router.get("/readyz", responses={503: {}})
 async def readyz(rt: RuntimeDep, worker: WorkerDep) -> Response:
     try:
-        await rt.repo.ping()
+        await rt.repo.check_ready(READY_TIMEOUT_S)
     except StoreUnavailable as exc:
-        return JSONResponse({"status": "store unavailable", "error": str(exc)}, status_code=503)
+        return JSONResponse({"status": "store unavailable", "reason": exc.reason or "database_error",
+                             "error": str(exc)}, status_code=503)
+    spool = await rt.repo.spool_problem()
+    if spool is not None:
+        return JSONResponse({"status": "intake spool unavailable", "reason": "intake_spool", "error": spool},
+                            status_code=503)
     if isinstance(worker, WorkerProcess) and not worker.running:
         return JSONResponse({"status": "worker process not running"}, status_code=503)
     return JSONResponse({"status": "ready"})
