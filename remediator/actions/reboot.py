@@ -28,7 +28,7 @@ NOT_REBOOTED = "waiting for a reboot"
 
 
 class AwaitRebootParams(StrictParams):
-    # The boot ID recorded at quarantine, normally "{{ context.node.boot_id }}".
+    # The boot ID recorded at quarantine, normally "{{ context.node.get('boot_id') }}" (None without a cluster).
     boot_id: str | None = Field(default=None, max_length=128)
     # How often to look again while waiting.
     poll: Annotated[DurationOrSeconds, within(1, 3600)] = "30s"
@@ -45,10 +45,12 @@ class AwaitReboot(Action[AwaitRebootParams]):
 
     def describe(self, target: Target, params: AwaitRebootParams) -> str:
         p = params
-        ready = " and Ready" if p.require_ready else ""
-        return f"await_reboot({target.node}: boot ID other than {p.boot_id or 'unknown'}{ready})"
+        ready = " and report Ready" if p.require_ready else ""
+        before = p.boot_id or "the one recorded at quarantine"
+        return f"wait for node {target.node} to run a new boot (a boot ID other than {before}){ready}"
 
     async def plan(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:
+        """The wait it would do; no boot ID (none is recorded without cluster access) is planned, not failed on."""
         return planned("would " + self.describe(ctx.target, params), {"boot_id_before": params.boot_id})
 
     async def apply(self, ctx: ActionContext, params: AwaitRebootParams) -> ActionResult:

@@ -3,7 +3,10 @@
 A string that is exactly one `{{ expr }}` keeps the native type of its value, so
 `grace_period: "{{ params.grace_period }}"` gives the action an int and `skip_namespaces: "{{ ... }}"` a list;
 any other string renders to text. Templates are parsed at load time (`check_template`), which reports syntax
-errors and names outside remediator.definitions.variables.TEMPLATE_VARIABLES. Every rendering runs under
+errors, names outside remediator.definitions.variables.TEMPLATE_VARIABLES, and a read of a `context` key
+that not every context carries (variables.CONTEXT_ALWAYS: without cluster access the context holds only the
+alert's pods and the node's name, so `context.node.boot_id` is not there; it must be read guarded, as
+`context.node.get('boot_id')`, `... | default(...)` or under `... is defined`). Every rendering runs under
 a step, time and output budget (definitions/template_budget.py) and fails with TemplateBudgetExceeded, a
 ValueError, past it.
 """
@@ -19,7 +22,7 @@ from jinja2 import StrictUndefined, Template, TemplateSyntaxError, Undefined, me
 from jinja2.environment import TemplateExpression
 
 from remediator.definitions.template_budget import MAX_OUTPUT, BudgetedSandbox, budget
-from remediator.definitions.variables import TEMPLATE_VARIABLES
+from remediator.definitions.variables import CONTEXT_ALWAYS, TEMPLATE_VARIABLES
 
 __all__ = [
     "TemplateProblem",
@@ -90,6 +93,125 @@ def check_template(template: str) -> None:
     if unknown:
         known = ", ".join(sorted(TEMPLATE_VARIABLES))
         raise TemplateProblem(f"unknown template variable {', '.join(map(repr, unknown))} (known: {known})")
+    if "context" in names:
+        _check_context_reads(_parse(template))
+
+
+# Methods of a mapping that read it without raising for a missing key (`context.node.get('boot_id')`).
+_SAFE_METHODS = frozenset({"get", "items", "keys", "values"})
+_DEFAULT_FILTERS = frozenset({"default", "d"})
+_DEFINED_TESTS = frozenset({"defined", "undefined"})
+KeyPath = tuple[str, ...]
+
+
+def _context_path(node: nodes.Node) -> KeyPath | None:
+    """The constant key path of `context.a.b` or `context['a']['b']`; None when not rooted at `context` or
+    when a key is computed (then only the part before it can be checked)."""
+    keys: list[str] = []
+    while True:
+        if isinstance(node, nodes.Getattr):
+            keys.append(node.attr)
+            node = node.node
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            keys.append(node.arg.value)
+            node = node.node
+        elif isinstance(node, nodes.Name) and node.name == "context":
+            return tuple(reversed(keys))
+        else:
+            return None
+
+
+def _not_always_there(path: KeyPath) -> KeyPath | None:
+    """The shortest prefix of `path` that the context may lack, or None when every key of it is always there."""
+    shape: Mapping[str, Any] | None = CONTEXT_ALWAYS
+    for depth, key in enumerate(path):
+        if shape is None:  # an opaque value (the pod list, a string): not the context's own keys any more
+            return None
+        if key not in shape:
+            return path[: depth + 1]
+        shape = shape[key]
+    return None
+
+
+def _defined_in(test: nodes.Node, name: str) -> set[KeyPath]:
+    """Paths that `test` proves `is <name>` (`defined`/`undefined`), directly or as a term of an `and`."""
+    if isinstance(test, nodes.And):
+        return _defined_in(test.left, name) | _defined_in(test.right, name)
+    if isinstance(test, nodes.Test) and test.name == name:
+        path = _context_path(test.node)
+        return {path} if path else set()
+    return set()
+
+
+def _check_context_reads(ast: nodes.Template) -> None:
+    """Raise TemplateProblem at the first unguarded read of a context key that the context may not carry."""
+
+    def refuse(node: nodes.Node, missing: KeyPath) -> None:
+        parent, key = ".".join(("context", *missing[:-1])), missing[-1]
+        raise TemplateProblem(
+            f"template reads context.{'.'.join(missing)}, which not every remediation's context carries "
+            f"(without cluster access it holds only {_always_text()}); read it as {parent}.get({key!r}) "
+            f"or with | default(...)",
+            getattr(node, "lineno", 1) or 1,
+        )
+
+    def read(node: nodes.Node, path: KeyPath, guarded: set[KeyPath], *, last_guarded: bool = False) -> None:
+        missing = _not_always_there(path)
+        if missing is None or missing in guarded or (last_guarded and missing == path):
+            return
+        refuse(node, missing)
+
+    def visit(node: nodes.Node, guarded: set[KeyPath]) -> None:
+        path = _context_path(node)
+        if path:
+            read(node, path, guarded)
+            return
+        if isinstance(node, nodes.Getitem) and _context_path(node.node):
+            read(node, _context_path(node.node) or (), guarded)  # a computed key: check what leads to it
+            visit(node.arg, guarded)
+            return
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr) and node.node.attr in _SAFE_METHODS:
+            owner = _context_path(node.node.node)
+            if owner is not None:
+                if owner:
+                    read(node, owner, guarded)
+                for argument in (*node.args, *node.kwargs, node.dyn_args, node.dyn_kwargs):
+                    if argument is not None:
+                        visit(argument, guarded)
+                return
+        if isinstance(node, nodes.Filter | nodes.Test) and node.node is not None:
+            names = _DEFAULT_FILTERS if isinstance(node, nodes.Filter) else _DEFINED_TESTS
+            path = _context_path(node.node)
+            if path and node.name in names:
+                read(node, path, guarded, last_guarded=True)
+                for filter_arg in (*node.args, *node.kwargs):
+                    visit(filter_arg, guarded)
+                return
+        if isinstance(node, nodes.CondExpr):
+            visit(node.test, guarded)
+            visit(node.expr1, guarded | _defined_in(node.test, "defined"))
+            if node.expr2 is not None:
+                visit(node.expr2, guarded | _defined_in(node.test, "undefined"))
+            return
+        if isinstance(node, nodes.If):
+            visit(node.test, guarded)
+            for statement in node.body:
+                visit(statement, guarded | _defined_in(node.test, "defined"))
+            otherwise = guarded | _defined_in(node.test, "undefined")
+            for branch in (*node.elif_, *node.else_):
+                visit(branch, otherwise)
+            return
+        for child in node.iter_child_nodes():
+            visit(child, guarded)
+
+    visit(ast, set())
+
+
+def _always_text() -> str:
+    out: list[str] = []
+    for key, inner in CONTEXT_ALWAYS.items():
+        out.extend([f"{key}.{sub}" for sub in inner] if inner else [key])
+    return ", ".join(out)
 
 
 def render_value(value: Any, variables: Mapping[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["TEMPLATE_VARIABLES"]
+__all__ = ["CONTEXT_ALWAYS", "TEMPLATE_VARIABLES"]
 
 TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
     "alert": {
@@ -42,7 +42,10 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
     "context": {
         "pods": "list[dict]: pods on the affected GPU or node, each with namespace, name, owners",
         "pod_source": "str: where the pod list came from (e.g. sidecar, kube, labels)",
-        "...": "further keys gathered by the engine (e.g. node: {labels, taints, unschedulable})",
+        "node": "dict: always `name`; with cluster access also labels, taints, unschedulable, internal_ip, "
+        "boot_id, ready (or `missing`): read those with .get('key') or `| default(...)`",
+        "...": "further keys gathered by the engine when it can (gpu_uuid, gpu_pods, sidecar_error): read "
+        "them with .get('key') or `| default(...)`",
     },
     "params": {
         "...": "the rule's params over the playbook's params defaults",
@@ -67,4 +70,15 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
         "gpu_uuid": "str | None",
         "namespace": "str | None",
     },
+}
+
+# The part of `context` that every remediation carries, with or without cluster access (plan-only mode
+# without a cluster gathers only this): key -> its own always-carried keys, or None where the value is
+# opaque (a list, a string). Anything else under `context` (node.boot_id, node.labels, gpu_pods, ...) is
+# there only when the engine could read it, so `remediator check` refuses a template that reads it
+# unguarded (templates.check_template); `.get('key')`, `| default(...)` and `is defined` guard it.
+CONTEXT_ALWAYS: Final[dict[str, dict[str, None] | None]] = {
+    "pods": None,
+    "pod_source": None,
+    "node": {"name": None},
 }
