@@ -21,6 +21,7 @@ ALERTS = {
     "RemediatorRemediationStuck",
     "RemediatorAlertsUndecided",
     "RemediatorWaitingOnDependency",
+    "RemediatorNotificationsFailing",
     "RemediatorApprovalWaiting",
     "RemediatorCircuitBreakerTripped",
     "RemediatorPaused",
