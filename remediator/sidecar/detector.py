@@ -6,12 +6,11 @@ Each event is counted once:
 
 - across both sources: a report of the same (GPU, Xid) by the *other* source within
   `XID_DEDUPE_SECONDS` is the same event and is not counted again; two reports by one source are two
-  events (the kernel numbers its records, NVML delivers each event once);
-  The memory of recent reports is bounded: a (GPU, Xid) pair is forgotten `XID_DEDUPE_SECONDS` after
-  its last report, at most `MAX_DEDUPE_SERIES` pairs are kept (the least recently reported goes first)
-  and at most `MAX_PENDING_PER_SOURCE` unmatched reports per pair and source. Forgetting early can
-  only count a report of both sources twice, never drop one, and each line costs the same however many
-  pairs were seen;
+  events (the kernel numbers its records, NVML delivers each event once). The memory of recent reports
+  is bounded: a (GPU, Xid) pair is forgotten `XID_DEDUPE_SECONDS` after its last report, at most
+  `MAX_DEDUPE_SERIES` pairs are kept (the least recently reported goes first) and at most
+  `MAX_PENDING_PER_SOURCE` unmatched reports per pair and source. Forgetting early can only count a
+  report of both sources twice, never drop one, and each line costs the same however many pairs were seen;
 - across restarts: the sequence number of the last kernel record handled (with the boot it belongs
   to) is kept in the state file, written after each batch of records; after a restart, records up to
   it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
