@@ -8,7 +8,8 @@ second controller is reported as one line on stderr with its own exit code inste
     4  the database cannot be opened: unreachable, unreadable, or a damaged SQLite file
     5  the schema migrations failed
     6  another controller holds this database's single-replica guard
-    7  the guard was lost while running (its PostgreSQL connection died); the controller stopped
+    7  the guard was lost while running: another controller took it while the database was away (a lost
+       database connection alone only pauses the controller, store/replica_guard.py); the controller stopped
     8  the worker process (REMEDIATOR_WORKER_PROCESS) exited on its own; the controller stopped
 """
 

@@ -20,6 +20,7 @@ ALERTS = {
     "RemediatorWebhookUnavailable",
     "RemediatorRemediationStuck",
     "RemediatorAlertsUndecided",
+    "RemediatorDatabaseUnavailable",
     "RemediatorWaitingOnDependency",
     "RemediatorNotificationsFailing",
     "RemediatorApprovalWaiting",

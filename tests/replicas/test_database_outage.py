@@ -170,6 +170,7 @@ async def test_two_replicas_ride_out_postgres_killed_for_20_s_under_a_webhook_fl
 
                 await wait_until(settled, 120, "a succeeded remediation for every alert",
                                  [(r.node, r.state) for r in await _rems(pg.url) if r.state != "succeeded"])
+                assert sorted(r.node or "" for r in await _rems(pg.url)) == nodes  # exactly one per alert
                 for p in procs:
                     assert (await client.get(f"{p.url}/readyz")).status_code == 200
             for p in procs:  # neither replica exited
