@@ -102,6 +102,12 @@ class Metrics:
             "Age of the oldest remediation in each active state, 0 when none (refreshed by the worker)",
             ["state"], registry=r,
         )
+        self.intake_spool_problems = Counter(
+            "remediator_intake_spool_problems",
+            "Intake spool files found removed or replaced while in use (`displaced`: webhooks refused until a "
+            "restart) or damaged (`damaged`: set aside, a fresh spool started), worker process mode",
+            ["problem"], registry=r,
+        )
         self.alerts_undecided = Gauge(
             "remediator_alerts_undecided",
             "Alerts acknowledged but not yet decided: `spooled` in the intake spool (worker process mode), "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -140,6 +140,18 @@ class IntakeStore(RepositoryBase):
     async def spooled_alert_count(self) -> int:
         """Alerts acknowledged into the intake spool and not yet moved into the database."""
         return 0 if self._spool is None else await self._spool.alert_count()
+
+    async def spool_problem(self) -> str | None:
+        """Why the intake spool refuses webhooks now (removed, replaced or damaged while in use); None while it
+        takes them or when this process does not spool (/readyz)."""
+        if not self._spooling or self._spool is None:
+            return None
+        return await self._spool.problem()
+
+    def watch_spool(self, on_problem: Callable[[str], None]) -> None:
+        """Tell `on_problem` of each problem of the intake spool (store/intake_spool.py: DISPLACED, DAMAGED)."""
+        if self._spool is not None:
+            self._spool.on_problem = on_problem
 
     async def _present_batches(self, batch_ids: Sequence[str]) -> set[str]:
         async with self.reading() as session:

@@ -186,10 +186,10 @@ class SqliteIntake:
         self._thread.shutdown(wait=False)
 
 
-def durable_connection(path: str | Path) -> sqlite3.Connection:
+def durable_connection(path: str | Path, *, uri: bool = False) -> sqlite3.Connection:
     """A connection for the intake's own thread: WAL, fsynced commits (INTAKE_SYNCHRONOUS), autocommit mode,
-    and no busy handler (`begin_immediate` waits for the write lock itself)."""
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    and no busy handler (`begin_immediate` waits for the write lock itself). `uri`: `path` is a file: URI."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False, uri=uri)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
