@@ -7,18 +7,22 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from remediator import client_cli
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
+from remediator.terminal import printable
 
 __all__ = ["app", "main"]
+
+_R = TypeVar("_R")
 
 app = typer.Typer(no_args_is_help=True, help="Alert-driven GPU remediation controller.")
 audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, print its head, export it.")
@@ -63,6 +67,12 @@ def _ladder(value: str) -> tuple[str, ...]:
     except ValueError as exc:
         typer.echo(f"error: --ladder: {exc}", err=True)
         raise typer.Exit(2) from exc
+
+
+def _report(render: Callable[[_R], str], report: _R) -> None:
+    """A report as text on stdout. Reports quote alerts (labels, node names, GPU IDs, from the database or a given
+    payload), so every string in it is made terminal-safe before it is laid out (remediator.terminal)."""
+    typer.echo(render(printable(report)))
 
 
 def _logging(level: str, fmt: str = "text") -> None:
@@ -200,7 +210,7 @@ def simulate(
         return
     from remediator.tools.simulation import render_text
 
-    typer.echo(render_text(report))
+    _report(render_text, report)
 
 
 @app.command("test")
@@ -236,7 +246,7 @@ def test_playbooks(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, default=str))
     else:
-        typer.echo(render_report(report, verbose=verbose))
+        _report(lambda r: render_report(r, verbose=verbose), report)
     if not report.ok or (require_coverage and report.uncovered):
         raise typer.Exit(1)
 
@@ -298,10 +308,10 @@ def replay(
             document["ladder"] = comparison.as_dict()
         typer.echo(json.dumps(document, indent=2, default=str))
     else:
-        typer.echo(render_text(report))
+        _report(render_text, report)
         if comparison is not None:
             typer.echo("")
-            typer.echo(render_ladder_text(comparison))
+            _report(render_ladder_text, comparison)
     if fail_on_diff and report.differences:
         raise typer.Exit(1)
 
@@ -376,10 +386,10 @@ def report_effectiveness(
             document["ladder"] = comparison.as_dict()
         typer.echo(json.dumps(document, indent=2, default=str))
         return
-    typer.echo(render_report(report))
+    _report(render_report, report)
     if comparison is not None:
         typer.echo("")
-        typer.echo(render_ladder_text(comparison))
+        _report(render_ladder_text, comparison)
 
 
 def _audit_key(settings: Settings) -> bytes | None:

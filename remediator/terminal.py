@@ -5,11 +5,13 @@ backspace, DEL, C1 controls (0x80-0x9f, 0x9b is a one-byte CSI) or Unicode bidi 
 clear the screen, retitle the terminal, hide or reorder text (a label that makes `describe` lie). `printable`
 shows each such character escaped instead (`\\x1b`, `\\u202e`, `\\n`), so what is printed is what was sent.
 Newlines and tabs are escaped too: a label must not add a line to `describe` or break a table's columns.
-It is applied to the data before it is laid out, at the one place each command prints (see client_cli.py).
+It is applied to the data before it is laid out, at the one place each command prints (client_cli.py `_show`
+and `_stderr`, cli.py `_report`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, TypeVar, overload
 
@@ -33,12 +35,15 @@ def printable(value: str) -> str: ...
 @overload
 def printable(value: _T) -> _T: ...
 def printable(value: Any) -> Any:
-    """`value` with every string in it (mapping keys too, through dicts, lists and tuples) terminal-safe;
-    numbers, booleans and None as they are."""
+    """`value` with every string in it (mapping keys too, through dicts, lists, tuples and dataclass instances)
+    terminal-safe; anything else (numbers, None, timestamps, paths) as it is."""
     if isinstance(value, str):
         return UNSAFE.sub(_escaped, value)
     if isinstance(value, dict):
         return {printable(k): printable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return type(value)(printable(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: printable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
     return value

@@ -105,3 +105,16 @@ def test_db_upgrade_then_audit_verify_detects_an_edit(tmp_path: Path) -> None:
         conn.execute("UPDATE audit_events SET data = ? WHERE id = ?", ('{"i": 42}', second))
     bad = run("audit", "verify", env=env)
     assert bad.returncode == 1 and f"audit event {second}" in bad.stdout
+
+
+def test_simulate_prints_what_the_alert_carries_escaped(tmp_path: Path) -> None:
+    evil = "\x1b]0;pwned\x07\x1b[2J\r\x9b31m\u202eevil\nrule: none"
+    alert = tmp_path / "alert.json"
+    alert.write_text(json.dumps(am_payload(am_alert(xid_labels("gpu-7", 79, uuid="GPU-" + evil)))))
+    env = {"REMEDIATOR_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'never.db'}"}
+    text = run("simulate", str(alert), cwd=tmp_path, env=env)
+    assert text.returncode == 0, text.stderr
+    assert r"gpu=GPU-\x1b]0;pwned\x07\x1b[2J\r\x9b31m\u202eevil\nrule: none kind=" in text.stdout
+    assert not any(c in text.stdout for c in "\x1b\x07\r\x9b\u202e"), ascii(text.stdout)
+    as_json = run("simulate", str(alert), "--json", cwd=tmp_path, env=env)
+    assert json.loads(as_json.stdout)["alerts"][0]["alert"]["gpu_uuid"] == "GPU-" + evil

@@ -4,6 +4,7 @@ text made terminal-safe."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,6 +14,13 @@ from remediator.client_output import age, describe_remediation, dump, render, ta
 from remediator.terminal import printable
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Report:
+    node: str
+    counts: dict[str, list[str]]
+    at: datetime
 
 
 @pytest.mark.parametrize(("ago", "shown"), [
@@ -84,6 +92,8 @@ def test_printable_escapes_what_a_terminal_acts_on_and_dump_stays_exact() -> Non
     assert printable({"k\x1b": ["v\x9b", 1, None, True, ("\u202e",)]}) == {
         r"k\x1b": [r"v\x9b", 1, None, True, (r"\u202e",)]
     }
+    report = Report("n\x1b[2J", {"gpu\u202e": ["\r"]}, NOW)
+    assert printable(report) == Report(r"n\x1b[2J", {r"gpu\u202e": [r"\r"]}, NOW)
     data = {"label": raw, "plain": "é漢"}
     for output, load in (("json", json.loads), ("yaml", yaml.safe_load)):
         text = dump(data, output)
