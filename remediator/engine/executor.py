@@ -46,12 +46,19 @@ from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
-from remediator.errors import ActionError, PermanentError, StepFailed, StoreUnavailable
+from remediator.errors import ActionError, Conflict, PermanentError, StepFailed, StoreUnavailable
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
-from remediator.retrying import WAITING_PREFIX, DependencyWaiting, TransientPolicy, is_transient
+from remediator.retrying import (
+    CONFLICT_ATTEMPTS,
+    WAITING_PREFIX,
+    DependencyWaiting,
+    TransientPolicy,
+    is_transient,
+    on_conflict,
+)
 from remediator.settings import Settings
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX, PAUSE_FLAG
 from remediator.store.models import Remediation, StepRow
@@ -149,9 +156,20 @@ async def run_with_retries(
         log.info("step %s of remediation %s: %s; retrying in %.1fs", ctx.step_name, ctx.remediation_id,
                  failure_reason(exc), wait)
 
+    async def attempt() -> ActionResult:
+        # A 409 that escapes the action (a write guarded by a resourceVersion it read) runs it again at once,
+        # a few times (remediator.retrying.on_conflict); then it is a permanent failure of the step.
+        try:
+            async for conflict in on_conflict(Conflict):
+                with conflict:
+                    return await action.run(ctx, params)
+        except Conflict as exc:
+            raise StepFailed(f"{failure_reason(exc)} ({CONFLICT_ATTEMPTS} attempts)") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     try:
         async with asyncio.timeout(timeout):
-            return await policy.call(lambda: action.run(ctx, params), on_retry=note)
+            return await policy.call(attempt, on_retry=note)
     except TimeoutError:
         if last is not None and first is not None:
             raise DependencyWaiting(last, first) from None

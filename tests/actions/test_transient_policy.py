@@ -14,12 +14,16 @@ import contextlib
 import itertools
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from remediator.actions.base import Action, ActionContext, ActionResult, NoParams
 from remediator.adapters.kube import KubeAdapter
-from remediator.errors import Conflict, Invalid, ServiceUnavailable, TooManyRequests
-from remediator.retrying import Backoff, DependencyWaiting, TransientPolicy, waiting_reason
+from remediator.engine.executor import run_with_retries
+from remediator.errors import Conflict, Invalid, ServiceUnavailable, StepFailed, TooManyRequests
+from remediator.retrying import CONFLICT_ATTEMPTS, Backoff, DependencyWaiting, TransientPolicy, waiting_reason
+from tests.actions.conftest import NODE, MakeCtx
 from tests.fakekube.server import FakeKube
 
 
@@ -161,3 +165,51 @@ def test_a_policy_rejects_nonsense() -> None:
         TransientPolicy(budget=-1)
     with pytest.raises(ValueError, match="base <= cap"):
         TransientPolicy(base=5, cap=1)
+
+
+class _StaleLabel(Action[NoParams]):
+    """Reads the node, then writes a label guarded by the resourceVersion it read (a 409 escapes)."""
+
+    name = "stale_label_test"
+    Params = NoParams
+
+    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
+        kube = ctx.kube
+        assert kube is not None
+        node = await kube.get_node(NODE)
+        rv = node["metadata"]["resourceVersion"]
+        await kube.patch_node(NODE, {"metadata": {"resourceVersion": rv, "labels": {"checked": "yes"}}})
+        return ActionResult(changed=True, message="labelled")
+
+
+async def test_a_conflict_escaping_an_action_runs_it_again_at_once_a_few_times(
+    fake_kube: FakeKube, node: dict[str, Any], make_ctx: MakeCtx
+) -> None:
+    action = _StaleLabel()
+    fake_kube.before(  # another writer gets in between the read and the write, twice
+        "patch", "nodes", lambda call: fake_kube.write("nodes", None, NODE, {"metadata": {"labels": {"x": "y"}}}),
+        times=2,
+    )
+    result = await run_with_retries(action, make_ctx(), NoParams(), timeout=30)
+    assert result.changed
+    assert [c.status for c in fake_kube.requests("patch", "nodes")] == [409, 409, 200]
+
+    fake_kube.before(
+        "patch", "nodes", lambda call: fake_kube.write("nodes", None, NODE, {"metadata": {"labels": {"x": "z"}}}),
+        times=1000,
+    )
+    with pytest.raises(StepFailed, match=f"Conflict: .*\\({CONFLICT_ATTEMPTS} attempts\\)"):
+        await run_with_retries(action, make_ctx(), NoParams(), timeout=30)
+
+
+async def test_a_delay_fault_slows_answers_without_failing_them(
+    fake_kube: FakeKube, kube_adapter: KubeAdapter
+) -> None:
+    fake_kube.add_node("gpu-1")
+    fault = fake_kube.faults.add(None, delay=0.3, path=r"^/api/v1/nodes/gpu-1$")
+    started = asyncio.get_running_loop().time()
+    assert (await kube_adapter.get_node("gpu-1"))["metadata"]["name"] == "gpu-1"
+    assert asyncio.get_running_loop().time() - started >= 0.3 and fault.fired == 1
+    assert not fake_kube.requests("get", "nodes")[0].injected
+    with pytest.raises(ValueError, match="fault status"):
+        fake_kube.faults.add(418)
