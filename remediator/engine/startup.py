@@ -5,7 +5,8 @@ second controller is reported as one line on stderr with its own exit code inste
 
     2  invalid settings (also: binding beyond loopback without a webhook token or an audit key, or an approver
        header without trusted proxies)
-    4  the database cannot be opened: unreachable, unreadable, or a damaged SQLite file
+    4  the database cannot be opened: unreachable, unreadable, or a damaged SQLite file; or the disk holding
+       the SQLite file is full (the line says where and how much is free)
     5  the schema migrations failed
     6  another controller holds this database's single-replica guard
     7  the guard was lost while running: another controller took it while the database was away (a lost
@@ -15,9 +16,11 @@ second controller is reported as one line on stderr with its own exit code inste
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 
 from alembic.util.exc import CommandError
 from sqlalchemy.engine import make_url
@@ -40,6 +43,10 @@ EXIT_MIGRATIONS = 5
 EXIT_REPLICA = 6
 EXIT_GUARD_LOST = 7
 EXIT_WORKER_LOST = 8
+# Below this much free space on the database's disk, `serve` does not start (its first writes would fail: the
+# -shm alone is 32 KiB, each commit appends pages to the -wal).
+START_MIN_FREE_BYTES = 1 << 20
+_SQLITE_FULL = 13
 
 
 @dataclass
@@ -102,6 +109,51 @@ def check_approver_header(settings: Settings) -> None:
         )
 
 
+def _free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged process may still write on the file system holding `path` (None: cannot tell)."""
+    try:
+        st = os.statvfs(path if path.is_dir() else path.parent)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _disk_full_error(exc: BaseException | None) -> bool:
+    """ENOSPC/EDQUOT or SQLITE_FULL anywhere in the chain of `exc`."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(exc, sqlite3.Error) and (
+            getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL or "disk is full" in str(exc)
+        ):
+            return True
+        exc = getattr(exc, "orig", None) or exc.__cause__ or exc.__context__
+    return False
+
+
+def _check_free_space(database: Path, exc: BaseException | None = None) -> None:
+    """Raise StartupFailure (one line: where, how much is free) when the disk holding the database is full:
+    less than START_MIN_FREE_BYTES free, or `exc` (a start-up write's failure) says so."""
+    free = _free_bytes(database)
+    low = free is not None and free < START_MIN_FREE_BYTES
+    if not low and not _disk_full_error(exc):
+        return
+    raise StartupFailure(
+        f"the disk holding {database} is full: {_size(free) if free is not None else 'an unknown amount'} "
+        f"free, at least {_size(START_MIN_FREE_BYTES)} is needed to start: free some space or grow the volume, "
+        "then start again", EXIT_DATABASE,
+    ) from exc
+
+
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
     """Check the settings and the audit key, take the replica guard, migrate. Raises StartupFailure with one
     line.
@@ -120,6 +172,19 @@ def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:
             "REMEDIATOR_WORKER_PROCESS needs a SQLite database file (both processes open it); with PostgreSQL "
             "run more replicas instead (REMEDIATOR_ALLOW_MULTIPLE_REPLICAS)", EXIT_CONFIG,
         )
+    if database is not None:
+        _check_free_space(database)
+    try:
+        return _hold_and_migrate(settings, owner, database)
+    except StartupFailure as failure:
+        # A full disk fails SQLite in many ways ("database or disk is full", "disk I/O error" on its -shm,
+        # ENOSPC from the lock file): whichever, say that the disk is full, where, and how full.
+        if database is not None and failure.exit_code in (EXIT_DATABASE, EXIT_MIGRATIONS):
+            _check_free_space(database, failure.__cause__)
+        raise
+
+
+def _hold_and_migrate(settings: Settings, owner: str, database: Path | None) -> replica_guard.ReplicaGuard:
     exclusive = settings.is_sqlite or not settings.allow_multiple_replicas
     try:
         guard, _ = replica_guard.hold(settings.database_url, owner, exclusive=exclusive)
