@@ -155,9 +155,10 @@ async def test_two_replicas_ride_out_postgres_killed_for_20_s_under_a_webhook_fl
                 before = [len(sender.answers)]
                 pg.kill()
                 killed_at = time.monotonic()
+                await asyncio.sleep(1.5)  # the killed server's backends are gone, the guards have noticed
                 during = Watch(client, procs)
                 watching = asyncio.create_task(during.run())
-                await asyncio.sleep(OUTAGE_S)
+                await asyncio.sleep(OUTAGE_S - 1.5)
                 watching.cancel()
                 await pg.start()
                 restarted_after = time.monotonic() - killed_at
