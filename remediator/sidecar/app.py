@@ -81,6 +81,8 @@ class Sidecar:
     pods: PodQuery
     gate: Gate
     bug_reports: BugReporter
+    # Tells the node detector that a reset of a GPU (by UUID) succeeded; set once the detector exists.
+    reset_succeeded: Callable[[str], None] | None = None
 
     async def call(self, what: str, work: Callable[[Nvml], T]) -> T:
         """Run `work` on the NVML thread (initialising NVML first if needed), mapping its errors."""
@@ -202,7 +204,10 @@ def _routes() -> APIRouter:
     @router.post("/gpus/{uuid}/reset", response_model_exclude_unset=True)
     async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> ResetAnswer:
         dry_run = body.dry_run if body else False
-        return await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
+        answer = await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
+        if answer.changed and answer.healthy and sidecar.reset_succeeded is not None:
+            sidecar.reset_succeeded(uuid)  # the driver initialised the GPU again: an earlier init failure is past
+        return answer
 
     @router.get("/gpus/{gpu}/identity")
     async def identity(gpu: GpuId, sidecar: SidecarDep) -> GpuIdentity:
@@ -278,6 +283,8 @@ def create_app(
     )
 
     detector = DetectorService(settings, sidecar.nvml, sidecar.worker, sidecar.podresources, metrics)
+    sidecar.gate.init_failure = detector.detector.init_failure
+    sidecar.reset_succeeded = detector.detector.reset_succeeded
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

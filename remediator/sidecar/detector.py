@@ -15,6 +15,13 @@ Each event is counted once:
   to) is kept in the state file, written after each batch of records; after a restart, records up to
   it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
 
+GPU failures the driver reports without an Xid (`kmsg.GpuKernelEvent`) are counted by kind in
+`gpu_remediator_kernel_events_total`. A GPU that fell off the bus is counted as Xid 79 too, so the Xid 79
+rule fires whether or not the driver printed an Xid (a `NVRM: GPU ...: GPU has fallen off the bus` line
+and the Xid 79 line beside it are one event, deduplicated like the two sources). A GPU whose
+`RmInitAdapter` failed is remembered for the boot (in the state file, with the boot id), and the gate
+fails it (`init_failure`) until a reset of that GPU succeeds.
+
 Only the kernel's own records count (see `kmsg.py`): a record of another facility (written to
 /dev/kmsg from user space), a syslog/dmesg text copy, or a message that quotes an Xid line instead of
 starting with it is refused and counted in `remediator_sidecar_kernel_lines_refused_total{reason}`.
@@ -38,6 +45,7 @@ from typing import Any, Literal
 
 from remediator.sidecar.devices import GpuIdentity, parse_device_id
 from remediator.sidecar.kmsg import (
+    GpuKernelEvent,
     KernelRecord,
     SxidEvent,
     XidEvent,
@@ -60,6 +68,10 @@ log = logging.getLogger(__name__)
 STATE_KEY = "detector"
 KMSG = "kmsg"
 NVML_EVENTS = "nvml_events"
+# A GPU-lost line without an Xid ("GPU has fallen off the bus", no "Xid 79"): counted as Xid 79 like a source of
+# its own, so the Xid 79 line older drivers print beside it is the same event, not a second one.
+KMSG_FALLEN = "kmsg_fallen_off_bus"
+MAX_INIT_FAILURES = 64
 MAX_DEDUPE_SERIES = 4096
 MAX_PENDING_PER_SOURCE = 64
 _REFUSAL_LOG_SECONDS = 60.0
@@ -116,6 +128,8 @@ class Detector:
         self._inventory: dict[str, GpuRecord] = {}
         self._sequence: int | None = None
         self._saved_sequence: int | None = None
+        # NVML bus id -> {"text", "sequence"} of the GPUs whose init failed in this boot, oldest first.
+        self._init_failures: dict[str, dict[str, Any]] = {}
         self._load()
 
     # -- persisted state ----------------------------------------------------------------------------
@@ -144,11 +158,17 @@ class Detector:
         sequence = doc.get("kmsg_sequence")
         if isinstance(sequence, int) and doc.get("boot_id") == self._boot_id:
             self._sequence = self._saved_sequence = sequence
+        failures = doc.get("init_failures")
+        if isinstance(failures, dict) and doc.get("boot_id") == self._boot_id:
+            for bus, failure in list(failures.items())[-MAX_INIT_FAILURES:]:
+                if isinstance(failure, dict) and isinstance(failure.get("text"), str):
+                    self._init_failures[str(bus)] = {"text": failure["text"], "sequence": failure.get("sequence")}
 
     def _save(self) -> None:
         doc: dict[str, Any] = {
             "boot_id": self._boot_id,
             "kmsg_sequence": self._sequence,
+            "init_failures": self._init_failures,
             "inventory": {
                 g.uuid: {"index": g.index, "pci_bus_id": g.pci_bus_id, "name": g.name}
                 for g in sorted(self._inventory.values(), key=lambda g: g.index)
@@ -196,6 +216,8 @@ class Detector:
                 self._count_kmsg_xid(event)
             elif isinstance(event, SxidEvent):
                 self._count_sxid(event)
+            elif isinstance(event, GpuKernelEvent):
+                self._count_kernel_event(event, record.sequence)
             elif mentions_event(record.message):
                 self._refuse("unanchored", record)
 
@@ -235,14 +257,66 @@ class Detector:
             return
         gpu = self._gpu_by_bus(key)
         bus = nvml_bus_id(key)
-        self._count_xid(gpu, bus, event.xid, KMSG)
+        self._count_xid(gpu, bus, event.xid, KMSG, instance=(event.gpu_instance or "", event.compute_instance or ""))
 
     def _count_sxid(self, event: SxidEvent) -> None:
         key = bus_key(event.pci_bus_id)
         bus = nvml_bus_id(key) if key else event.pci_bus_id
         self.metrics.sxid_events.labels(
-            self.config.hostname, bus, str(event.sxid), "true" if event.fatal else "false"
+            self.config.hostname, bus, str(event.sxid), "true" if event.fatal else "false",
+            "" if event.link is None else str(event.link),
         ).inc()
+
+    def _count_kernel_event(self, event: GpuKernelEvent, sequence: int | None) -> None:
+        """A GPU failure line without an Xid: counted by kind, for the GPU it names where it names one.
+
+        A GPU that fell off the bus is also counted as Xid 79 (the same series, so the same alert, as the
+        Xid line of older drivers; the two lines of one loss count once). A GPU that did not initialise is
+        remembered for this boot (persisted), so the gate fails it until a reset of that GPU succeeds.
+        """
+        key = bus_key(event.pci_bus_id) if event.pci_bus_id else None
+        gpu = self._gpu_by_bus(key) if key is not None else None
+        bus = nvml_bus_id(key) if key is not None else ""
+        self.metrics.kernel_events.labels(
+            self.config.hostname,
+            gpu.uuid if gpu else "",
+            str(gpu.index) if gpu else "",
+            bus,
+            gpu.name if gpu else "",
+            event.kind,
+        ).inc()
+        if event.kind == "fallen_off_bus" and key is not None:
+            self._count_xid(gpu, bus, 79, KMSG_FALLEN)
+        elif event.kind == "gpu_init_failed" and key is not None:
+            self._init_failures.pop(bus, None)
+            self._init_failures[bus] = {"text": event.text[:500], "sequence": sequence}
+            while len(self._init_failures) > MAX_INIT_FAILURES:
+                self._init_failures.pop(next(iter(self._init_failures)))
+            self._save()
+        log.warning("detector: %s%s: %s", event.kind, f" on {bus}" if bus else "", event.text[:300])
+
+    def init_failure(self, uuid: str) -> str | None:
+        """The driver's `RmInitAdapter failed` line for the GPU `uuid` (found by its PCI address in the
+        inventory) in this boot, if the driver printed one since the last reset of that GPU that succeeded."""
+        with self._lock:
+            gpu = self._inventory.get(uuid)
+            key = bus_key(gpu.pci_bus_id) if gpu else None
+            found = self._init_failures.get(nvml_bus_id(key)) if key is not None else None
+            return str(found["text"]) if found else None
+
+    def knows(self, uuid: str) -> bool:
+        """Whether `uuid` is a GPU of this node's inventory (seen since the first start)."""
+        with self._lock:
+            return uuid in self._inventory
+
+    def reset_succeeded(self, uuid: str) -> None:
+        """A reset of the GPU `uuid` succeeded: the driver initialised it again, so an init failure before
+        it is history (a failure after it prints a new line, which is read again)."""
+        with self._lock:
+            gpu = self._inventory.get(uuid)
+            key = bus_key(gpu.pci_bus_id) if gpu else None
+            if key is not None and self._init_failures.pop(nvml_bus_id(key), None) is not None:
+                self._save()
 
     def _gpu_by_bus(self, key: tuple[int, int, int]) -> GpuRecord | None:
         for gpu in self._inventory.values():
@@ -268,7 +342,13 @@ class Detector:
     # -- counting -------------------------------------------------------------------------------------
 
     def _count_xid(
-        self, gpu: GpuRecord | None, bus: str, xid: int, source: str, uuid: str | None = None
+        self,
+        gpu: GpuRecord | None,
+        bus: str,
+        xid: int,
+        source: str,
+        uuid: str | None = None,
+        instance: tuple[str, str] = ("", ""),
     ) -> None:
         uuid = gpu.uuid if gpu else (uuid or "")
         if self._duplicate((uuid or bus, xid), source):
@@ -280,6 +360,7 @@ class Detector:
             bus,
             gpu.name if gpu else "",
             str(xid),
+            *instance,
         ).inc()
 
     def _duplicate(self, key: tuple[str, int], source: str) -> bool:

@@ -4,6 +4,10 @@ The NVML checks run on the NVML thread; dcgmi runs as a child process on the eve
 seconds to minutes and must not hold the NVML thread), one diagnostic at a time per node because DCGM runs
 one at a time. A level 2 or higher diagnostic loads the GPU, so it is not started while a compute process
 runs on it: the DCGM check then errs and the gate fails, rather than disturbing a job.
+
+Where the node detector runs (`init_failure` set), the `driver_init` check fails a GPU whose initialisation the
+driver reported failed in this boot (`NVRM: GPU ...: RmInitAdapter failed!`) and no reset of it succeeded
+since: NVML may still list such a GPU, but nothing can run on it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ class Gate:
         self.dcgmi = dcgmi
         self.default_timeout = default_timeout
         self._dcgm_lock = asyncio.Lock()
+        # uuid -> the driver's init failure line for that GPU (None: none), or None without a node detector.
+        self.init_failure: Callable[[str], str | None] | None = None
 
     async def validate(self, call: NvmlCall[GpuChecks], gpu: str, request: ValidateRequest) -> ValidationReport:
         """Validate the GPU `gpu` (a UUID or an index); `call` runs work on the NVML thread."""
@@ -69,6 +75,9 @@ class Gate:
         checked_at = datetime.now(UTC)
         gpu_checks = await call(f"validate {gpu}", lambda nvml: _checks(nvml, gpu, request))
         checks = list(gpu_checks.checks)
+        uuid = gpu_checks.uuid or (gpu if not gpu.isdigit() else "")
+        if self.init_failure is not None and uuid:
+            checks.append(self._driver_init(uuid, self.init_failure(uuid)))
         dcgm = await self._dcgm(gpu_checks, request, checks)
         failed = blocking(checks)
         return ValidationReport(
@@ -82,6 +91,15 @@ class Gate:
             checked_at=checked_at,
             duration_seconds=round(time.monotonic() - started, 3),
         )
+
+    @staticmethod
+    def _driver_init(uuid: str, failure: str | None) -> Check:
+        if failure is not None:
+            return Check(name="driver_init", verdict="fail", value=False, expected=True,
+                         detail=f"the driver could not initialise this GPU in this boot ({failure}); no reset "
+                                "of it has succeeded since")
+        return Check(name="driver_init", verdict="pass", value=True, expected=True,
+                     detail="no RmInitAdapter failure in the kernel log for this GPU in this boot")
 
     async def _dcgm(self, gpu: GpuChecks, request: ValidateRequest, checks: list[Check]) -> DcgmRun:
         level = request.dcgm_level

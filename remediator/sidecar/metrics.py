@@ -87,14 +87,24 @@ class SidecarMetrics:
         # -- the node detector ----------------------------------------------------------------------
         self.xid_events = Counter(
             "gpu_remediator_xid_events",
-            "Xid errors reported by the GPU driver (kernel log and NVML events, each event once)",
-            [*GPU_LABELS, "xid"],
+            "Xid errors reported by the GPU driver (kernel log and NVML events, each event once; a GPU that "
+            "fell off the bus counts as Xid 79 whether or not its line carries the Xid); gpu_instance and "
+            "compute_instance name the MIG instance the driver attributes it to",
+            [*GPU_LABELS, "xid", "gpu_instance", "compute_instance"],
             registry=self.registry,
         )
         self.sxid_events = Counter(
             "gpu_remediator_sxid_events",
-            "SXid errors reported by the NVSwitch driver in the kernel log",
-            ["Hostname", "pci_bus_id", "sxid", "fatal"],
+            "SXid errors reported by the NVSwitch driver in the kernel log (link: the switch link the line names)",
+            ["Hostname", "pci_bus_id", "sxid", "fatal", "link"],
+            registry=self.registry,
+        )
+        self.kernel_events = Counter(
+            "gpu_remediator_kernel_events",
+            "GPU failures the driver reports in the kernel log without an Xid: fallen_off_bus, gpu_init_failed "
+            "(RmInitAdapter failed), reset_required (NV_ERR_RESET_REQUIRED and siblings), nvlink_rx_detect "
+            "(postRxDetLinkMask), nvlink_training_failed; GPU labels empty where the line names no GPU",
+            [*GPU_LABELS, "kind"],
             registry=self.registry,
         )
         self.gpus_expected = Gauge(

@@ -14,7 +14,7 @@ from typing import TypeVar
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.sidecar.conftest import FakePod, SidecarEnv, running_env
+from tests.sidecar.conftest import AUTH, FakePod, SidecarEnv, running_env
 from tests.sidecar.fakenvml import gpu_uuid
 
 T = TypeVar("T")
@@ -259,3 +259,22 @@ def test_xid_lines_not_from_the_kernel_are_refused_and_counted(env: SidecarEnv) 
     # the kernel's record as the journal exports it is accepted
     k.write(json.dumps({"MESSAGE": lost, "_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0"}) + "\n")
     wait_for(lambda: value(env, XID, **GPU0, xid="79") == lost_before + 1, "the journal's kernel record")
+
+
+def test_a_gpu_whose_init_failed_fails_the_gate_until_a_reset_succeeds(env: SidecarEnv) -> None:
+    """`RmInitAdapter failed` for GPU 1's address: its gate fails on `driver_init`, GPU 0's passes; the line and
+    the kind are counted; after a reset of GPU 1 that succeeds the gate passes it again."""
+    k = kmsg(env)
+    k.write(k.record("NVRM: GPU 0000:19:00.0: RmInitAdapter failed! (0x62:0x65:1792)", 3))
+    kind = "gpu_remediator_kernel_events_total"
+    wait_for(lambda: value(env, kind, **GPU1, kind="gpu_init_failed"), "the init failure to be counted")
+    with httpx.Client(base_url=env.url, headers=AUTH, timeout=30.0) as http:
+        report = http.post(f"/v1/gpus/{gpu_uuid(1)}/validate").json()
+        by_name = {c["name"]: c for c in report["checks"]}
+        assert report["verdict"] == "fail" and report["failed"] == ["driver_init"]
+        assert "RmInitAdapter failed! (0x62:0x65:1792)" in by_name["driver_init"]["detail"]
+        other = http.post(f"/v1/gpus/{gpu_uuid(0)}/validate").json()
+        assert {c["name"]: c["verdict"] for c in other["checks"]}["driver_init"] == "pass"
+        assert http.post(f"/v1/gpus/{gpu_uuid(1)}/reset").json()["healthy"] is True
+        again = http.post(f"/v1/gpus/{gpu_uuid(1)}/validate").json()
+        assert again["verdict"] == "pass", again["failed"]

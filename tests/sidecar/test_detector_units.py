@@ -201,3 +201,65 @@ def test_an_over_long_line_written_in_pieces_is_discarded_to_its_end(tmp_path: P
         reader.stop()
     assert lines == [marker]
     assert len(oversize) == 1
+
+
+FALLEN = "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus."
+
+
+def kernel_events(metrics: SidecarMetrics, kind: str) -> dict[str, float]:
+    return {
+        s.labels["UUID"]: s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if s.name == "gpu_remediator_kernel_events_total" and s.labels["kind"] == kind
+    }
+
+
+def test_a_gpu_lost_without_an_xid_counts_as_xid_79_once_beside_the_xid_line(tmp_path: Path) -> None:
+    clock = Clock()
+    detector, metrics = make(tmp_path, clock)
+    kernel = Kernel(detector)
+    kernel(FALLEN)  # a newer driver: no Xid line at all
+    assert xids(metrics, "79") == 1
+    assert kernel_events(metrics, "fallen_off_bus") == {"GPU-1": 1}
+    clock.now += 60
+    kernel(XID_79)  # an older driver: the Xid line and the fallen-off line of the same loss
+    kernel(FALLEN)
+    assert xids(metrics, "79") == 2
+    assert kernel_events(metrics, "fallen_off_bus") == {"GPU-1": 2}
+
+
+def test_a_mig_xid_carries_its_gpu_instance(tmp_path: Path) -> None:
+    detector, metrics = make(tmp_path)
+    Kernel(detector)("NVRM: Xid (PCI:0000:18:00 GPU-I:05 GPU-CI:01): 94, pid=7194, Contained: CE User Channel")
+    (labels,) = [s.labels for family in metrics.registry.collect() for s in family.samples
+                 if s.name == "gpu_remediator_xid_events_total"]
+    assert (labels["UUID"], labels["xid"], labels["gpu_instance"], labels["compute_instance"]) == (
+        "GPU-1", "94", "5", "1")
+
+
+def test_an_init_failure_is_remembered_for_the_boot_until_a_reset_succeeds(tmp_path: Path) -> None:
+    detector, metrics = make(tmp_path)
+    Kernel(detector)("NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x62:0x65:1792)", 3)
+    assert kernel_events(metrics, "gpu_init_failed") == {"GPU-1": 1}
+    assert "RmInitAdapter failed! (0x62:0x65:1792)" in (detector.init_failure("GPU-1") or "")
+    assert detector.init_failure("GPU-2") is None
+    again, _ = make(tmp_path)  # a restart in the same boot: the record is not read again, the failure stays
+    assert again.init_failure("GPU-1") is not None
+    again.reset_succeeded("GPU-1")
+    assert again.init_failure("GPU-1") is None
+    assert make(tmp_path)[0].init_failure("GPU-1") is None  # the reset is persisted too
+    Kernel(again)("NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x62:0x65:1792)", 3)
+    (tmp_path / "boot_id").write_text("boot-2\n")
+    config = DetectorConfig("node-1", tmp_path / "state.json", tmp_path / "boot_id")
+    assert Detector(config, SidecarMetrics()).init_failure("GPU-1") is None  # a new boot starts clean
+
+
+def test_failures_naming_no_gpu_are_counted_for_the_node(tmp_path: Path) -> None:
+    detector, metrics = make(tmp_path)
+    kernel = Kernel(detector)
+    kernel("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)")
+    kernel("NVRM: knvlinkDiscoverPostRxDetLinks_GH100: Getting peer0's postRxDetLinkMask failed!")
+    assert kernel_events(metrics, "reset_required") == {"": 1}
+    assert kernel_events(metrics, "nvlink_rx_detect") == {"": 1}
+    assert xids(metrics, "79") == 0

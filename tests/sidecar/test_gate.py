@@ -111,14 +111,14 @@ def test_a_healthy_h200_passes_every_nvml_check(http: httpx.Client) -> None:
     report = validate(http, gpu_uuid(0))
     assert (report.verdict, report.failed, report.uuid, report.index) == ("pass", [], gpu_uuid(0), 0)
     by_name = checks(report)
-    assert [c.name for c in report.checks] == [*NVML_CHECKS, "dcgm"]
+    assert [c.name for c in report.checks] == [*NVML_CHECKS, "driver_init", "dcgm"]
     verdicts = {name: c.verdict for name, c in by_name.items()}
     assert verdicts == {
         "present": "pass", "remapped_rows.failure": "pass", "remapped_rows.pending": "pass",
         "retired_pages.pending": "not_applicable",  # Hopper remaps rows instead
         "ecc.volatile_uncorrected": "pass", "ecc.aggregate_uncorrected": "not_applicable",  # no baseline
         "pcie.width": "pass", "pcie.generation": "pass", "clock_events": "pass", "recovery_action": "pass",
-        "temperature": "pass", "dcgm": "not_applicable",
+        "temperature": "pass", "driver_init": "pass", "dcgm": "not_applicable",
     }
     assert by_name["clock_events"].value == {"mask": 1, "reasons": ["gpu_idle"]}
     assert (by_name["temperature"].value, by_name["temperature"].threshold) == (34, 79)

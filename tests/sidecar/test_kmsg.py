@@ -7,7 +7,15 @@ import json
 import pytest
 
 from remediator.sidecar.detector import nvml_bus_id
-from remediator.sidecar.kmsg import SxidEvent, XidEvent, bus_key, mentions_event, parse_event, parse_record
+from remediator.sidecar.kmsg import (
+    GpuKernelEvent,
+    SxidEvent,
+    XidEvent,
+    bus_key,
+    mentions_event,
+    parse_event,
+    parse_record,
+)
 
 # Shapes as the drivers print them (see the design notes' kernel-record facts).
 XID_13 = (
@@ -76,7 +84,8 @@ def test_xid_lines_of_several_drivers() -> None:
 
 def test_sxid_lines() -> None:
     assert parse_event(SXID) == SxidEvent(
-        pci_bus_id="0000:c3:00.0", sxid=24007, fatal=True, switch=0, text="Link 30 sourcetrack timeout error"
+        pci_bus_id="0000:c3:00.0", sxid=24007, fatal=True, switch=0, text="Link 30 sourcetrack timeout error",
+        link=30,
     )
     event = parse_event(SXID_NONFATAL)
     assert isinstance(event, SxidEvent) and event.fatal is False and event.switch == 3 and event.sxid == 20034
@@ -193,3 +202,85 @@ def test_anchored_match_still_reads_every_copy_form(line: str) -> None:
     assert record is not None
     event = parse_event(record.message)
     assert isinstance(event, XidEvent) and event.xid == 79
+
+
+# -- the shapes without an Xid, MIG attribution and SXids without a severity word (siblings of the corpus) --
+
+
+def test_mig_attributed_xids_keep_the_gpu_and_compute_instance() -> None:
+    event = parse_event("NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9).")
+    assert isinstance(event, XidEvent)
+    assert (event.pci_bus_id, event.xid, event.gpu_instance, event.compute_instance) == ("0000:01:00", 94, "5", None)
+    event = parse_event("NVRM: Xid (PCI:0009:3b:00 GPU-I:13 GPU-CI:02): 13, pid=9, name=a, Graphics Exception")
+    assert isinstance(event, XidEvent)
+    assert (event.pci_bus_id, event.xid, event.gpu_instance, event.compute_instance) == ("0009:3b:00", 13, "13", "2")
+    event = parse_event("NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: CE User Channel (0x9).")
+    assert isinstance(event, XidEvent) and event.gpu_instance is None
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "bus", "detail"),
+    [
+        ("NVRM: GPU 0001:c1:00.0: GPU has fallen off the bus.", "fallen_off_bus", "0001:c1:00.0", ""),
+        ("NVRM: The NVIDIA GPU 0000:b3:00.0\\x0a               NVRM: (PCI ID: 10de:2335) installed in this system "
+         "has\\x0a               NVRM: fallen off the bus and is not responding to commands.",
+         "fallen_off_bus", "0000:b3:00.0", ""),  # as /dev/kmsg hands the three-line printk out
+        ("NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)", "gpu_init_failed", "0000:0a:00.0",
+         "0x24:0x72:1568"),
+        ("NVRM: GPU 0000:0a:00.0: RmInitAdapter failed!", "gpu_init_failed", "0000:0a:00.0", ""),
+        ("NVRM: RmInitAdapter failed! (0x26:0xffff:1227)", "gpu_init_failed", None, "0x26:0xffff:1227"),
+        ("NVRM: rm_init_adapter failed for device bearing minor number 0", "gpu_init_failed", None, ""),
+        ("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) "
+         "returned from status @ kernel_channel.c:2874", "reset_required", None, "NV_ERR_RESET_REQUIRED"),
+        ("NVRM: GPU 0000:3e:00.0: rcAndDisableOutstandingClientsWithImportedMemory: GPU in full chip reset "
+         "[NV_ERR_GPU_IN_FULLCHIP_RESET]", "reset_required", "0000:3e:00.0", "NV_ERR_GPU_IN_FULLCHIP_RESET"),
+        ("NVRM: knvlinkDiscoverPostRxDetLinks_GB100_REV2: Getting peer17 postRxDetLinkMask failed!",
+         "nvlink_rx_detect", None, ""),
+        ("NVRM: knvlinkUpdatePostRxDetectLinkMask_IMPL: Failed to update Rx Detect Link mask!",
+         "nvlink_rx_detect", None, ""),
+        ("NVRM: knvlinkTrainLinksToActive: NVLink link training failed for link 3 (GPU 0000:18:00.0)",
+         "nvlink_training_failed", "0000:18:00.0", ""),
+    ],
+)
+def test_gpu_failures_without_an_xid(message: str, kind: str, bus: str | None, detail: str) -> None:
+    event = parse_event(message)
+    assert isinstance(event, GpuKernelEvent)
+    assert (event.kind, event.pci_bus_id, event.detail) == (kind, bus, detail)
+    assert mentions_event("nouveau: quoted " + message)  # counted as refused, not as an event, when quoted
+    assert parse_event("nouveau: quoted " + message) is None
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "NVRM: NVLink link training completed",
+        "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b06) installed in this system is not supported by the",
+        "NVRM: The NVIDIA GPU 0000:b3:00.0",  # the first line of the three-line printk alone proves nothing
+        "NVRM: GPU 0000:01:00.0: RmInitAdapter succeeded",
+        "NVRM: nvAssertOkFailedNoLog: Assertion failed: Invalid state [NV_ERR_INVALID_STATE] (0x00000040)",
+        "NVRM: GPU at PCI:0000:01:00: GPU-efbdfde9-5798-a6e7-4c46-12518fa15375",
+        "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fa",  # cut inside the severity word
+        "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20034, Link 48 LTSSM Fault Up",  # no severity, not an SOE code
+        "nvidia-nvswitch0: SXid (PCI:0004:00:00.0): 26006, Data {0x10000000, 0x0}",  # the data line of a report
+    ],
+)
+def test_lookalikes_of_the_new_shapes_are_no_events(message: str) -> None:
+    assert parse_event(message) is None
+
+
+def test_sxids_without_a_severity_word_and_their_link() -> None:
+    event = parse_event("nvidia-nvswitch5: SXid (PCI:0007:c3:00.0): 26006, SOE HALTED")
+    assert isinstance(event, SxidEvent)
+    assert (event.sxid, event.fatal, event.switch, event.link, event.severity_stated) == (26006, True, 5, None, False)
+    event = parse_event("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 26008, SOE Watchdog error")
+    assert isinstance(event, SxidEvent) and (event.fatal, event.severity_stated) == (False, False)
+    event = parse_event("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up")
+    assert isinstance(event, SxidEvent) and (event.fatal, event.link) == (True, 48)
+    event = parse_event("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20009, Nonfatal, Link 04 RX Short Error Rate")
+    assert isinstance(event, SxidEvent) and (event.fatal, event.link) == (False, 4)
+
+
+def test_mentions_are_bounded_for_a_line_crafted_to_be_costly() -> None:
+    message = "x NVRM: " * 8000 + "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus."
+    assert mentions_event(message) is False  # the 8001st place is never looked at
+    assert mentions_event("x " + message[-60:]) is True
