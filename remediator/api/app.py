@@ -31,6 +31,7 @@ from remediator.api.routes import (
     records,
     remediations,
     reports,
+    silences,
     slack,
     ui,
     unacted,
@@ -141,6 +142,7 @@ def create_app(
     app.include_router(reports.api_router)
     app.include_router(fleet.api_router)
     app.include_router(unacted.api_router)
+    app.include_router(silences.router)
     _add_ui(app, settings, listen_host)
     app.add_middleware(alerts.WebhookFastPath)
     # Every body is bounded while it streams in, before routing, parsing and authentication.
@@ -178,6 +180,7 @@ def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
         app.include_router(module.router)
     app.include_router(fleet.router)
     app.include_router(unacted.router)
+    app.include_router(silences.ui_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 

@@ -160,6 +160,8 @@ class AlertOut(BaseModel):
     received_at: UtcDatetime
     processed_at: UtcDatetime | None
     repeat_of: int | None
+    # outcome `silenced`: the silence that held it (id, createdBy, comment, endsAt)
+    silence: dict[str, Any] | None = None
 
 
 class ApprovalOut(BaseModel):
@@ -185,12 +187,12 @@ class ApprovalOut(BaseModel):
     alertname: str
 
 
-def alert_out(row: AlertRow) -> AlertOut:
+def alert_out(row: AlertRow, silence: dict[str, Any] | None = None) -> AlertOut:
     return AlertOut(
         id=row.id, alertname=row.alertname, status=row.status, state=row.state, outcome=row.outcome, note=row.note,
         remediation_id=row.remediation_id, fingerprint=row.fingerprint, labels=row.labels,
         annotations=row.annotations, starts_at=row.starts_at, ends_at=row.ends_at, received_at=row.received_at,
-        processed_at=row.processed_at, repeat_of=row.repeat_of,
+        processed_at=row.processed_at, repeat_of=row.repeat_of, silence=silence,
     )
 
 

@@ -20,9 +20,10 @@ from remediator.engine.states import shown_state
 from remediator.engine.worker import normalize_row
 from remediator.kube_names import EXCLUDE_LABEL
 from remediator.plan_snapshot import plan_of
-from remediator.store.models import AlertRow, Remediation
+from remediator.silencing import silence_id_of
+from remediator.store.models import AlertRow, Remediation, Silence
 
-__all__ = ["REASONS", "Unacted", "alertmanager_payload", "unacted_alerts"]
+__all__ = ["REASONS", "Unacted", "alertmanager_payload", "silence_summary", "unacted_alerts"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ REASONS: Final[dict[str, str]] = {
     "no_target": "a rule matched but the alert names no node to act on",
     "cooldown": "the rule's cooldown after an earlier remediation of the same target is still running",
     "linked": "a remediation of the same target and playbook was already active; the alert was linked to it",
+    "silenced": "an active silence matched the alert's labels",
     "paused": "the controller is paused",
     "excluded": "the node is excluded (labelled remediator.io/exclude=true)",
     "guardrail": "a guardrail holds the remediation (circuit breaker, rate limit, maintenance, flapping)",
@@ -41,7 +43,7 @@ REASONS: Final[dict[str, str]] = {
     "error": "processing the alert failed",
 }
 
-_ALERT_OUTCOMES: Final = ("unmatched", "no_target", "cooldown", "linked", "error")
+_ALERT_OUTCOMES: Final = ("unmatched", "no_target", "cooldown", "linked", "silenced", "error")
 _STARTED_BUT: Final = frozenset({"held", "cancelled", "rejected", "expired"})
 
 
@@ -63,6 +65,7 @@ class Unacted:
     generator_url: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    silence: dict[str, Any] | None = None  # the silence that held it: id, createdBy, comment, endsAt
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -80,7 +83,14 @@ class Unacted:
             "until": _iso(self.until),
             "generator_url": self.generator_url,
             "labels": dict(self.labels),
+            "silence": dict(self.silence) if self.silence is not None else None,
         }
+
+
+def silence_summary(silence: Silence) -> dict[str, Any]:
+    """What an alert's views show of the silence that held it."""
+    return {"id": silence.id, "createdBy": silence.created_by, "comment": silence.comment,
+            "endsAt": _iso(silence.ends_at)}
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -123,6 +133,8 @@ def _classify(rt: Runtime, row: AlertRow, rem: Remediation | None) -> tuple[str,
         return "no_target", row.note or REASONS["no_target"], None
     if outcome == "error":
         return "error", row.note or REASONS["error"], None
+    if outcome == "silenced":
+        return "silenced", row.note or REASONS["silenced"], None
     if outcome == "linked":
         state = f" ({rem.state})" if rem is not None else ""
         return "linked", f"linked to remediation {row.remediation_id}{state}, already active on this target", None
@@ -152,6 +164,9 @@ async def unacted_alerts(
     """Newest first: alerts that started nothing (or whose remediation did nothing), with the reason."""
     rows = await rt.repo.processed_alerts(outcomes=(*_ALERT_OUTCOMES, "started"), since=since, limit=limit * 5)
     rems = await rt.repo.get_remediations(sorted({r.remediation_id for r in rows if r.remediation_id}))
+    silences = await rt.repo.silences_by_id(
+        [sid for r in rows if r.outcome == "silenced" and (sid := silence_id_of(r.note)) is not None]
+    )
     out: list[Unacted] = []
     for row in rows:
         rem = rems.get(row.remediation_id or "")
@@ -161,6 +176,10 @@ async def unacted_alerts(
         if classified is None or (reason is not None and classified[0] != reason):
             continue
         why, detail, until = classified
+        held = silences.get(silence_id_of(row.note) or "") if why == "silenced" else None
+        silence = silence_summary(held) if held is not None else None
+        if silence is not None:
+            detail = f"silenced by {silence['id']} ({silence['createdBy']}): {silence['comment']}"
         try:
             alert = normalize_row(rt, row)
             node, gpu = alert.node, alert.gpu_index or alert.gpu_uuid
@@ -173,7 +192,7 @@ async def unacted_alerts(
             remediation_id=row.remediation_id,
             remediation_state=shown_state(rem.state, rem.state_reason) if rem is not None else None,
             until=until, generator_url=row.generator_url or "", labels=dict(row.labels),
-            annotations=dict(row.annotations),
+            annotations=dict(row.annotations), silence=silence,
         ))
         if len(out) >= limit:
             break

@@ -10,7 +10,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "RevokedSession",
-    "SlackMessage", "StepRow",
+    "Silence", "SlackMessage", "StepRow",
 ]
 
 Json = dict[str, Any]
@@ -222,3 +222,26 @@ class RevokedSession(Base):
     name: Mapped[str] = mapped_column(String(256))
     revoked_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class Silence(Base):
+    """A silence in Alertmanager's model (remediator/silencing.py): firing alerts whose labels all its matchers
+    match between `starts_at` and `ends_at` are recorded as `silenced` and start nothing.
+
+    Never deleted: expiring one sets `ends_at` to then (and `expired_by`), so an alert it held keeps naming it.
+    `created_by` is the author as stated (Alertmanager's `createdBy`); `actor` is who created it as
+    authenticated (the signed-in person, or the API caller)."""
+
+    __tablename__ = "silences"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    matchers: Mapped[list[Any]]
+    starts_at: Mapped[datetime]
+    # The decision path reads the silences whose end is still ahead: few, however many have expired.
+    ends_at: Mapped[datetime] = mapped_column(index=True)
+    created_by: Mapped[str] = mapped_column(String(256))
+    comment: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    expired_by: Mapped[str | None] = mapped_column(String(256))

@@ -14,11 +14,14 @@ from remediator.store.flag_store import FlagStore
 from remediator.store.intake_store import IntakeStore
 from remediator.store.read_store import ReadStore
 from remediator.store.session_store import SessionStore
+from remediator.store.silence_store import SilenceStore
 from remediator.store.step_store import StepStore
 from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StoredBatch, utcnow
 
 __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
 
-class Repository(IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore):
+class Repository(
+    IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore, SilenceStore
+):
     """The store's whole API: one instance per process, shared by the API and the worker."""

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Query
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep
 from remediator.api.schemas import AlertOut, ApprovalOut, alert_out, approval_out
+from remediator.engine.unacted import silence_summary
+from remediator.silencing import silence_id_of
 
 __all__ = ["router"]
 
@@ -33,7 +35,11 @@ async def list_alerts(
     rows = await rt.repo.recent_alerts(
         state=state, status=status, node=node, node_labels=rt.settings.node_label_precedence, limit=limit
     )
-    return [alert_out(r) for r in rows]
+    held = {r.id: sid for r in rows if r.outcome == "silenced" and (sid := silence_id_of(r.note)) is not None}
+    silences = await rt.repo.silences_by_id(list(held.values()))
+    return [
+        alert_out(r, silence_summary(silences[held[r.id]]) if held.get(r.id) in silences else None) for r in rows
+    ]
 
 
 @router.get("/approvals", response_model=list[ApprovalOut])
