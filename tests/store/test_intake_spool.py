@@ -160,3 +160,50 @@ async def test_without_a_spool_file_there_is_nothing_to_move(repo: Repository, t
     await repo.store_batch(xid_79("g1"))  # straight into the database
     assert await repo.move_spooled(1000) == 0
     assert not spool_path(tmp_path / "store.db").exists()
+
+
+async def test_a_spool_replaced_by_another_file_refuses_webhooks_and_the_worker_moves_what_it_held(
+    web: Repository, repo: Repository, tmp_path: Path
+) -> None:
+    """A copy put in its place (a restore, a remount) is not the file the web process writes: webhooks are
+    refused with the reason, and the worker still reads and moves the batch from the file it holds."""
+    problems: list[str] = []
+    web.watch_spool(problems.append)
+    await web.store_batch(xid_79("r1"))
+    assert await repo.spooled_alert_count() == 1  # the worker holds the file from here on
+    spool = spool_path(tmp_path / "store.db")
+    spool.rename(tmp_path / "elsewhere.db")
+    spool.write_bytes(b"")  # an empty file where the spool was
+    with pytest.raises(StoreUnavailable, match="was replaced by another file while in use"):
+        await web.store_batch(xid_79("r2"))
+    assert "replaced by another file" in (await web.spool_problem() or "")
+    assert problems == ["displaced"]
+    assert await repo.spooled_alert_count() == 1  # never "empty" for a file no longer at the path
+    assert await repo.move_spooled(100) == 1
+    assert database_rows(tmp_path, "SELECT count(*) FROM alerts") == [(1,)]
+    assert await repo.spooled_alert_count() == 0
+    assert spool.read_bytes() == b""  # the file put there is left alone
+
+
+async def test_a_wal_left_without_its_spool_is_set_aside_before_a_fresh_spool_starts(
+    repo: Repository, tmp_path: Path
+) -> None:
+    """A -wal whose main file was removed (then a crash) belongs to no spool: read as the fresh spool's own, its
+    frames would come back as batches; it is renamed aside instead."""
+    spool = spool_path(tmp_path / "store.db")
+    old = sqlite3.connect(tmp_path / "old.db")
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE spooled (seq INTEGER PRIMARY KEY, batch_id TEXT, received_at TEXT, "
+                "alert_count INTEGER, body BLOB)")
+    Path(f"{tmp_path / 'old.db'}-wal").rename(f"{spool}-wal")
+    old.close()
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'store.db'}")
+    web = Repository(make_sessionmaker(engine))
+    try:
+        await web.spool_webhooks()
+        await web.store_batch(xid_79("w1"))
+        assert spooled_alerts(tmp_path) == 1
+    finally:
+        await web.close()
+        await engine.dispose()
+    assert [p.name.rsplit("-", 1)[-1] for p in tmp_path.glob(f"{spool.name}.damaged-*")] == ["wal"]
