@@ -39,11 +39,13 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import generate_latest
+from sqlalchemy.exc import SQLAlchemyError
 
 from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
+from remediator.errors import StoreUnavailable
 from remediator.gc_freeze import freeze_startup_objects
 from remediator.logs import configure_logging
 from remediator.settings import Settings
@@ -227,7 +229,21 @@ class WorkerProcess:
 
 
 async def _serve_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """The worker process's life, once its settings have arrived."""
+    """The worker process's life, once its settings have arrived. A store that fails before the worker runs
+    (a full disk, an unreadable file) is one ERROR line and exit code 1, not a traceback; the web process then
+    stops with its own line (exit 8)."""
+    started: list[bool] = []
+    try:
+        await _run_worker(reader, writer, started)
+    except (OSError, SQLAlchemyError, StoreUnavailable) as exc:
+        if started:
+            raise
+        text = str(getattr(exc, "orig", None) or exc).strip()
+        log.error("the worker process could not start: %s", text.splitlines()[0] if text else type(exc).__name__)
+        raise SystemExit(1) from None
+
+
+async def _run_worker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: list[bool]) -> None:
     first = json.loads(await reader.readline())
     settings = _unpack(first["settings"])
     configure_logging(settings.log_level, settings.log_format)
@@ -249,6 +265,7 @@ async def _serve_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         await worker.start()
         freeze_startup_objects()
         writer.write(_line({"ready": True, "pid": os.getpid()}))
+        started.append(True)
         inventory = asyncio.create_task(_send_inventory(rt, writer))
         listen = asyncio.create_task(_listen(reader, writer, rt, worker, reloader))
         stopped = asyncio.create_task(stop.wait())

@@ -2,7 +2,7 @@
 
 A full volume cannot be made without privileges here, so the serve process is given a full disk through a
 sitecustomize: the file system reports (almost) no free space, or a start-up write fails with ENOSPC as on a
-full disk.
+full disk. A worker process that meets the full disk after those checks says so in one line too.
 """
 
 from __future__ import annotations
@@ -86,3 +86,22 @@ async def test_enospc_from_a_start_up_write_is_one_line_with_the_path_and_the_fr
     assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
     assert f"the disk holding {tmp_path / 'c.db'} is full: " in stderr
     assert " free, at least 1.0 MiB is needed to start" in stderr
+
+
+# In the worker process only: every SQLite file fails as on a disk that filled after the start-up checks.
+_WORKER_DISK_IO_ERROR = """
+import os, sqlite3
+if os.environ.get("REMEDIATOR_WORKER_LINK_FD"):
+    def connect(*args, **kwargs):
+        raise sqlite3.OperationalError("disk I/O error")
+    sqlite3.connect = connect
+"""
+
+
+async def test_a_worker_process_meeting_a_full_disk_at_start_says_so_in_one_line(tmp_path: Path) -> None:
+    code, stderr = await asyncio.to_thread(
+        _serve_with, tmp_path, _WORKER_DISK_IO_ERROR, REMEDIATOR_WORKER_PROCESS="true")
+    assert code == 8, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert " ERROR __main__: the worker process could not start: disk I/O error\n" in stderr
+    assert stderr.endswith("error: the worker process exited with code 1 before it started: stopped\n")
