@@ -18,6 +18,7 @@ import typer
 from remediator import client_cli
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
+from remediator.silence_cli import silence_app
 from remediator.terminal import printable
 
 __all__ = ["app", "main"]
@@ -32,6 +33,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
 client_cli.register(app)
+app.add_typer(silence_app, name="silence", rich_help_panel="Against a running controller")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from remediator.silencing import Matcher, matcher_text
 from remediator.terminal import UNSAFE
 
 __all__ = [
@@ -159,7 +160,7 @@ _ALERTS: list[Column] = [
     ("ALERTNAME", _field("alertname")),
     ("STATUS", _field("status")),
     ("NODE", lambda r, _n: _node_of_labels(r.get("labels"))),
-    ("OUTCOME", lambda r, _n: str(r.get("outcome") or ("pending" if r.get("state") == "new" else ""))),
+    ("OUTCOME", lambda r, _n: _outcome(r)),
     ("REMEDIATION", lambda r, _n: short_id(r.get("remediation_id")) if r.get("remediation_id") else ""),
     ("AGE", lambda r, n: age(r.get("received_at"), n)),
 ]
@@ -168,13 +169,53 @@ _ALERTS_WIDE: list[Column] = [
     ("GPU", lambda r, _n: str((r.get("labels") or {}).get("UUID") or (r.get("labels") or {}).get("gpu") or "")),
     ("FINGERPRINT", _field("fingerprint")),
     ("RECEIVED (UTC)", lambda r, _n: utc(r.get("received_at"))),
-    ("NOTE", lambda r, _n: truncate(r.get("note"))),
+    ("NOTE", lambda r, _n: truncate(_silence_note(r), 160) if r.get("silence") else truncate(r.get("note"))),
 ]
+_SILENCES: list[Column] = [
+    ("ID", _field("id")),
+    ("MATCHERS", lambda r, _n: " ".join(_matcher(m) for m in r.get("matchers") or [])),
+    ("STATE", lambda r, _n: str((r.get("status") or {}).get("state") or "")),
+    ("STARTS (UTC)", lambda r, _n: utc(r.get("startsAt"))),
+    ("ENDS (UTC)", lambda r, _n: utc(r.get("endsAt"))),
+    ("CREATED BY", _field("createdBy")),
+    ("COMMENT", lambda r, _n: truncate(r.get("comment"))),
+]
+_SILENCES_WIDE: list[Column] = [
+    *_SILENCES[:-1],
+    ("ACTOR", _field("actor")),
+    ("EXPIRED BY", _field("expiredBy")),
+    ("COMMENT", lambda r, _n: truncate(r.get("comment"), 200)),
+]
+
+
+def _outcome(row: Row) -> str:
+    silence = row.get("silence")
+    if isinstance(silence, dict) and silence.get("id"):
+        return f"silenced ({short_id(silence['id'])})"
+    return str(row.get("outcome") or ("pending" if row.get("state") == "new" else ""))
+
+
+def _silence_note(row: Row) -> str:
+    """The silence that held an alert: its id, author and comment."""
+    silence = row.get("silence")
+    if not isinstance(silence, dict) or not silence.get("id"):
+        return ""
+    return f"silence {silence['id']} by {silence.get('createdBy')}: {silence.get('comment')}"
+
+
+def _matcher(m: Any) -> str:
+    """A matcher as amtool writes it: name, operator, quoted value."""
+    try:
+        return matcher_text(Matcher.of(m))
+    except (KeyError, TypeError, AttributeError):
+        return str(m)
+
 
 RESOURCES: dict[str, tuple[list[Column], list[Column]]] = {
     "remediations": (_REMEDIATIONS, _REMEDIATIONS_WIDE),
     "approvals": (_APPROVALS, _APPROVALS_WIDE),
     "alerts": (_ALERTS, _ALERTS_WIDE),
+    "silences": (_SILENCES, _SILENCES_WIDE),
 }
 
 

@@ -108,6 +108,10 @@ class ControllerApi:
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return self._run(self._send("POST", path, json=body))
 
+    def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        return self._run(self._send("DELETE", path, params=query))
+
     def _run(self, call: Coroutine[Any, Any, _T]) -> _T:
         """`call` on this client's loop, cut off at the deadline wherever it is (connect, headers, body)."""
 
