@@ -302,7 +302,9 @@ def monitoring_objects() -> tuple[dict[str, Any], ...]:
 
 SIDECAR_GROUP = "gpu-remediator-sidecar"
 CONTROLLER_GROUP = "gpu-remediator.controller"
-SIDECAR_XID_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "xid"]
+# gpu_instance is present only on an Xid the driver attributes to a MIG GPU instance: without it the label set is
+# the one dcgm-exporter's GPUXidError carries.
+SIDECAR_XID_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "xid", "gpu_instance"]
 
 
 def all_rules() -> list[dict[str, Any]]:
@@ -408,7 +410,7 @@ def test_rules_raise_the_contract_and_failure_mode_alert_names() -> None:
     names = [rule["alert"] for rule in rules()]
     # GPUXidError has two rules: the gauge (both exporter shapes) and the counter DCGM_EXP_XID_ERRORS_COUNT;
     # the node sidecar's group adds GPULost (and its own GPUXidError).
-    assert set(names) - {"GPULost"} == ROUTED_ALERTS - {"GPULost"}
+    assert set(names) - {"GPULost", "GPUDriverFailure"} == ROUTED_ALERTS - {"GPULost"}
     assert names.count("GPUXidError") >= 2
 
 
@@ -660,6 +662,8 @@ def test_controller_metric_names_match_the_code() -> None:
 SIDECAR_DETECTOR_METRICS = {
     "gpu_remediator_xid_events_total",
     "gpu_remediator_xid_events_created",
+    "gpu_remediator_kernel_events_total",
+    "gpu_remediator_kernel_events_created",
     "gpu_remediator_gpu_lost",
     "gpu_remediator_gpus_visible",
     "gpu_remediator_gpus_expected",
@@ -668,7 +672,7 @@ SIDECAR_DETECTOR_METRICS = {
 
 def test_sidecar_rules_raise_xid_and_lost_alerts_on_sidecar_series() -> None:
     found = sidecar_rules()
-    assert [r["alert"] for r in found] == ["GPUXidError", "GPULost"]
+    assert [r["alert"] for r in found] == ["GPUXidError", "GPULost", "GPUDriverFailure"]
     for rule in found:
         assert metric_names(rule["expr"]) <= SIDECAR_DETECTOR_METRICS, rule["alert"]
 
