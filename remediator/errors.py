@@ -93,10 +93,12 @@ class DefinitionSetError(RemediatorError):
 class IllegalTransition(RemediatorError):
     """The transition table has no move for (state, event)."""
 
-    def __init__(self, state: str, event: str) -> None:
-        self.state = state
-        self.event = event
-        super().__init__(f"illegal transition: event {event!r} in state {state!r}")
+    def __init__(self, state: str, event: str, allowed: tuple[str, ...] = ()) -> None:
+        self.state = str(state)
+        self.event = str(event)
+        self.allowed = allowed
+        then = f"allowed in {self.state}: {', '.join(allowed)}" if allowed else f"nothing can be done in {self.state}"
+        super().__init__(f"cannot {self.event} a remediation that is {self.state}; {then}")
 
 
 class StoreUnavailable(RemediatorError):

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
-from remediator.engine.approval_decisions import decision_of
-from remediator.engine.states import phase_of
+from remediator.engine.approval_decisions import approval_status, decision_of
+from remediator.engine.states import phase_of, shown_state
 from remediator.plan_snapshot import plan_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
@@ -99,8 +99,8 @@ class AuditOut(BaseModel):
 
 def summary_out(rem: Remediation) -> RemediationOut:
     return RemediationOut(
-        id=rem.id, state=rem.state, state_reason=rem.state_reason, rule=rem.rule, playbook=rem.playbook,
-        target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index,
+        id=rem.id, state=shown_state(rem.state, rem.state_reason), state_reason=rem.state_reason, rule=rem.rule,
+        playbook=rem.playbook, target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index,
         namespace=rem.namespace, alertname=rem.alertname, created_at=rem.created_at, updated_at=rem.updated_at,
         finished_at=rem.finished_at, current_step=rem.current_step, phase=phase_of(rem.state),
         linked_alerts=rem.linked_alerts, definitions_version=rem.definitions_version,
@@ -196,12 +196,15 @@ def alert_out(row: AlertRow, silence: dict[str, Any] | None = None) -> AlertOut:
     )
 
 
-def approval_out(approval: Approval, rem: Remediation) -> ApprovalOut:
+def approval_out(approval: Approval, rem: Remediation, now: datetime | None = None) -> ApprovalOut:
+    """One request; `status` is approval_decisions.approval_status, the word the UI shows too."""
+    status = approval_status(approval, rem, now or datetime.now(UTC))
     return ApprovalOut(
-        id=approval.id, remediation_id=approval.remediation_id, status=approval.decision or "pending",
+        id=approval.id, remediation_id=approval.remediation_id, status=status,
         step_index=approval.step_index, step_name=approval.step_name, created_at=approval.created_at,
         expires_at=approval.expires_at, requested_to=list(approval.requested_to), decided_by=approval.decided_by,
-        decided_at=approval.decided_at, decision_source=approval.decision_source, remediation_state=rem.state,
+        decided_at=approval.decided_at, decision_source=approval.decision_source,
+        remediation_state=shown_state(rem.state, rem.state_reason),
         rule=rem.rule, playbook=rem.playbook, target=rem.target_key, node=rem.node, gpu_uuid=rem.gpu_uuid,
         alertname=rem.alertname,
     )

@@ -1,8 +1,8 @@
 """What the pages say about a remediation beyond its row: the state a person should read, the alert's
 severity and Xid, and the links out to Prometheus, Alertmanager and Grafana.
 
-A plan-only controller finishes its remediations in the `succeeded` state with every step `planned`: the UI
-calls that `planned`, because nothing in the cluster changed. Links to other tools are built from settings
+A plan-only controller finishes its remediations in the `planned` state (engine/states.py), which the pages
+show as the API and the CLI do. Links to other tools are built from settings
 (`REMEDIATOR_ALERTMANAGER_URL`, `REMEDIATOR_GRAFANA_URL`, `REMEDIATOR_GRAFANA_DASHBOARD`); a link whose base
 is not configured is not shown.
 """
@@ -36,17 +36,9 @@ class _Stated(Protocol):
 
 
 def display_state(rem: _Stated, steps: Iterable[StepRow] | None = None) -> str:
-    """`planned` for a remediation that finished without changing anything (plan-only), else its state."""
-    if rem.state != "succeeded":
-        return rem.state
-    if shown_state(rem.state, rem.state_reason) == "planned":
-        return "planned"
-    forward = [s for s in steps or () if s.phase == "forward"]
-    if forward and all(s.status in ("planned", "skipped") for s in forward) and any(
-        s.status == "planned" for s in forward
-    ):
-        return "planned"
-    return rem.state
+    """The state the API and the CLI say too (a plan-only run is stored `planned`; rows from before read so)."""
+    del steps  # the stored state says it all
+    return shown_state(rem.state, rem.state_reason)
 
 
 def http_link(url: str | None) -> str | None:

@@ -4,14 +4,39 @@ the executor, the API and the UI read it from there through these functions.
 An expired request means what the playbook's `on_expiry` said when the remediation started (the playbook
 snapshot in its plan): `abort` ends the remediation in `expired`; `continue` runs the gated step as if
 approved, so for such a playbook an expired request reads as `approved`.
+
+A request's status has one vocabulary wherever it is shown (API, CLI, UI), `approval_status`: `pending`
+(waiting for a decision), `approved`, `rejected`, `expired`, `superseded` (a later wait replaced it) and
+`closed` (the remediation stopped waiting without a decision, e.g. it was cancelled).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Literal
+
 from remediator.plan_snapshot import stored_playbook_field
 from remediator.store.models import Approval, Remediation
 
-__all__ = ["decision_of", "on_expiry", "step_approved"]
+__all__ = ["APPROVAL_STATUSES", "ApprovalStatus", "approval_status", "decision_of", "on_expiry", "step_approved"]
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "superseded", "closed"]
+APPROVAL_STATUSES: tuple[ApprovalStatus, ...] = ("pending", "approved", "rejected", "expired", "superseded", "closed")
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def approval_status(approval: Approval, rem: Remediation, now: datetime) -> ApprovalStatus:
+    """What a request stands at: its stored decision, else `expired` past its expiry, `pending` while its
+    remediation waits for it, `closed` once it no longer does."""
+    for known in APPROVAL_STATUSES:
+        if approval.decision == known:
+            return known
+    if _utc(approval.expires_at) <= _utc(now):
+        return "expired"
+    return "pending" if rem.state == "awaiting_approval" else "closed"
 
 
 def on_expiry(rem: Remediation) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from remediator.adapters.notifier import PodLine
 from remediator.definitions import Step
-from remediator.engine.approval_decisions import on_expiry
+from remediator.engine.approval_decisions import ApprovalStatus, approval_status, on_expiry
 from remediator.engine.notifications import pods_of
 from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.engine.runtime import Runtime
@@ -48,7 +48,7 @@ TOKEN_BYTES = 32
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 
 Decision = Literal["approved", "rejected"]
-Status = Literal["open", "decided", "expired", "closed"]
+Status = ApprovalStatus  # one vocabulary with the API and the CLI (approval_decisions.approval_status)
 
 
 def new_token() -> str:
@@ -64,13 +64,8 @@ def approval_link(public_url: str, token: str) -> str:
     return f"{public_url.rstrip('/')}/approvals/{token}"
 
 
-def _waits_for(rem: Remediation, approval: Approval) -> bool:
-    """Is `approval` the request `rem` waits for? A remediation has at most one open request."""
-    return rem.state == "awaiting_approval" and approval.decision is None
-
-
 def _not_decided(status: Status) -> Literal["already", "expired", "closed"]:
-    return "already" if status == "decided" else "expired" if status == "expired" else "closed"
+    return "already" if status in ("approved", "rejected") else "expired" if status == "expired" else "closed"
 
 
 def _aware(ts: datetime) -> datetime:
@@ -192,15 +187,7 @@ class Approvals:
     async def _view(self, approval: Approval, rem: Remediation) -> ApprovalView:
         now = self.rt.repo._clock()
         left = int((_aware(approval.expires_at) - now).total_seconds())
-        status: Status
-        if approval.decision in ("approved", "rejected"):
-            status = "decided"
-        elif approval.decision == "expired" or (approval.decision is None and left <= 0):
-            status = "expired"
-        elif approval.decision is None and _waits_for(rem, approval):
-            status = "open"
-        else:
-            status = "closed"
+        status: Status = approval_status(approval, rem, now)
         rows = await self.rt.repo.steps(rem.id)
         return ApprovalView(
             approval=approval,
@@ -301,7 +288,7 @@ class Approvals:
         self, view: ApprovalView, decision: Decision, *, actor: str, source: str, comment: str | None = None
     ) -> Outcome:
         """Record the decision if the request is still open; otherwise say why it cannot be."""
-        if view.status != "open":
+        if view.status != "pending":
             return Outcome(_not_decided(view.status), view)
         won = await self.rt.repo.decide_approval(
             view.approval.id,

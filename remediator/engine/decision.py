@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from remediator.definitions import DefinitionSet
 from remediator.engine.planning import Proposal, propose, target_for
+from remediator.engine.states import RETURNED_STATES
 from remediator.intake.normalize import GpuAlert, parse_xid
 from remediator.plan_snapshot import stored_alert_field, stored_xid_code
 
@@ -144,7 +145,8 @@ def utc(value: datetime) -> datetime:
 
 def returned_at(rem: LadderRemediation) -> datetime | None:
     """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
-    if rem.finished_at is not None and (rem.state == "reverted" or (rem.state == "succeeded" and not rem.quarantined)):
+    returned = rem.state == "reverted" or (rem.state in RETURNED_STATES and not rem.quarantined)
+    if rem.finished_at is not None and returned:
         return utc(rem.finished_at)
     return None
 

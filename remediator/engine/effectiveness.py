@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from remediator.durations import format_duration
+from remediator.engine.states import RETURNED_STATES
 from remediator.plan_snapshot import stored_alert_field, stored_xid_code
 
 __all__ = [
@@ -67,7 +68,7 @@ DEFAULT_WINDOW = timedelta(hours=24)
 RECURRENCE_WINDOWS: tuple[timedelta, ...] = (timedelta(hours=24), timedelta(days=7))
 
 # States in which a remediation has acted on its target: the runs the report counts.
-ACTED_STATES = frozenset({"running", "succeeded", "failed", "reverting", "reverted"})
+ACTED_STATES = frozenset({"running", "succeeded", "planned", "failed", "reverting", "reverted"})
 # States that never acted and never will: not a rung a subject stands on.
 _NEVER_ACTED = frozenset({"cancelled", "rejected", "expired"})
 NO_XID = "none"
@@ -156,7 +157,7 @@ def returned_at(rem: RemediationLike) -> datetime | None:
     """When the remediation gave its target back to service, or None when it has not."""
     if rem.finished_at is None:
         return None
-    if rem.state == "reverted" or (rem.state == "succeeded" and not rem.quarantined):
+    if rem.state == "reverted" or (rem.state in RETURNED_STATES and not rem.quarantined):
         return _aware(rem.finished_at)
     return None
 

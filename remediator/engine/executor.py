@@ -720,7 +720,8 @@ class Executor:
     async def _finish(self, rem: Remediation, playbook: Playbook) -> None:
         reason = "plan-only: nothing was changed" if self.rt.plan_only else "all steps done"
         still = rem.quarantined and await self._node_still_quarantined(rem)
-        fresh = await move(self.rt, rem.id, Event.SUCCEED, reason=reason, owner=self.rt.owner,
+        ending = Event.PLAN if self.rt.plan_only else Event.SUCCEED  # plan-only runs end `planned`
+        fresh = await move(self.rt, rem.id, ending, reason=reason, owner=self.rt.owner,
                            changes={"quarantined": still})
         if rem.quarantined and not still:
             await self.rt.repo.wake_held()  # the playbook lifted its own quarantine: room for held ones

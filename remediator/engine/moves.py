@@ -36,6 +36,7 @@ class Effect:
 # and the admission with their own wording; they are not in this table.
 ON_ENTER: Final[Mapping[State, Effect]] = MappingProxyType({
     State.SUCCEEDED: Effect("succeeded", "succeeded"),
+    State.PLANNED: Effect("planned", "planned"),
     State.FAILED: Effect("failed", "failed"),
     State.CANCELLED: Effect("cancelled", "cancelled"),
     State.REVERTING: Effect(None, "reverting"),

@@ -41,6 +41,7 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "started": ("Remediation started", "info"),
     "held": ("Held by a guardrail", "warning"),
     "succeeded": ("Remediation succeeded", "good"),
+    "planned": ("Remediation planned (plan-only: nothing was changed)", "info"),
     "failed": ("Remediation failed", "danger"),
     "cancelled": ("Cancelled", "warning"),
     "reverting": ("Reverting", "info"),

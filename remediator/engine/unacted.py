@@ -4,7 +4,7 @@ An SRE who sees a hot GPU alert fire and no drain follow asks this first. Every 
 its outcome (engine/decision.py `decide`, store/decision_store.py `record_decisions`): no rule matched, no node
 to act on, a cooldown after an earlier remediation, linked to one already running. An alert that did start a
 remediation can still have changed nothing: a guardrail holds it (paused, node opted out, circuit breaker,
-maintenance window), or it ended before acting (resolved, rejected, approval expired). Both kinds are
+maintenance window), or it ended before acting (resolved, cancelled, rejected, approval expired). Both kinds are
 listed here with the reason in words, the remediation they point at and, for a cooldown, when it ends.
 """
 
@@ -40,6 +40,7 @@ REASONS: Final[dict[str, str]] = {
     "resolved": "the alert resolved before any step acted",
     "rejected": "a person rejected the approval request",
     "expired": "the approval request expired",
+    "cancelled": "the remediation was cancelled (by a person through the API, CLI or UI, or by its own step)",
     "error": "processing the alert failed",
 }
 
@@ -153,7 +154,7 @@ def _classify(rt: Runtime, row: AlertRow, rem: Remediation | None) -> tuple[str,
         if rem.state == "held":
             return _held_reason(reason), reason or REASONS["guardrail"], None
         if rem.state == "cancelled":
-            return ("resolved" if "resolved" in reason.lower() else "error"), reason or "cancelled", None
+            return ("resolved" if "resolved" in reason.lower() else "cancelled"), reason or "cancelled", None
         return rem.state, reason or REASONS[rem.state], None
     return None
 

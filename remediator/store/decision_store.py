@@ -130,7 +130,8 @@ class DecisionStore(RemediationStore):
         history: dict[str, list[Remediation]] = defaultdict(list)
         wanted = sorted(set(nodes))
         returned = or_(
-            Remediation.state == "reverted", and_(Remediation.state == "succeeded", Remediation.quarantined.is_(False))
+            Remediation.state == "reverted",
+            and_(Remediation.state.in_(("succeeded", "planned")), Remediation.quarantined.is_(False)),
         )
         async with self.reading() as session:
             for i in range(0, len(wanted), _CHUNK):

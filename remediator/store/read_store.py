@@ -140,16 +140,18 @@ class ReadStore(RepositoryBase):
 
     async def list_remediations(
         self, *, state: str | None = None, node: str | None = None, limit: int = 100, offset: int = 0,
-        id_prefix: str | None = None, leave_out: Collection[str] = (),
+        id_prefix: str | None = None, leave_out: Collection[str] = (), gpu: str | None = None,
     ) -> list[Remediation]:
         """Remediations newest first, without the columns named in `leave_out` (of LARGE_COLUMNS): touching
-        one of those on a returned row raises instead of loading it."""
+        one of those on a returned row raises instead of loading it. `gpu`: only those of this GPU UUID."""
         async with self.transaction() as session:
             query = select(Remediation)
             if leave_out:
                 query = query.options(*(defer(getattr(Remediation, c), raiseload=True) for c in leave_out))
             if id_prefix:
                 query = query.where(Remediation.id.startswith(id_prefix, autoescape=True))
+            if gpu:
+                query = query.where(Remediation.gpu_uuid == gpu)
             query = _filtered(query, state, node).limit(limit).offset(offset)
             return list((await session.scalars(query)).all())
 
@@ -185,12 +187,16 @@ class ReadStore(RepositoryBase):
             return list((await session.scalars(query)).all())
 
     async def list_audit(
-        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000
+        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000, node: str | None = None
     ) -> list[AuditEvent]:
+        """Audit events oldest first; `node`: only those of remediations on that node."""
         async with self.transaction() as session:
             query = select(AuditEvent).where(AuditEvent.id > after_id)
             if remediation_id:
                 query = query.where(AuditEvent.remediation_id == remediation_id)
+            if node:
+                on_node = select(Remediation.id).where(Remediation.node == node)
+                query = query.where(AuditEvent.remediation_id.in_(on_node))
             query = query.order_by(AuditEvent.id).limit(limit)
             return list((await session.scalars(query)).all())
 

@@ -139,7 +139,7 @@ class RemediationStore(RepositoryBase):
                         results[-1] = (rem.id, "cancelled+reverting")
                 elif rem.state == "running":
                     results.append((rem.id, "marked"))
-                elif rem.state in ("succeeded", "failed") and on_resolved == "revert":
+                elif rem.state in ("succeeded", "planned", "failed") and on_resolved == "revert":
                     await self._start_revert(session, rem, "alert resolved")
                     results.append((rem.id, "reverting"))
                 else:

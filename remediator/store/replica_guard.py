@@ -177,32 +177,59 @@ class SqliteFileGuard(ReplicaGuard):
             self._fd = None
 
     def _close_database_fd(self) -> None:
-        # Closing a descriptor of the database drops this process's POSIX locks on it (SQLite's): the guard
-        # is released when the controller is done with the database.
         if self._database_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._database_fd)
+            _unlock_database_file(self._database_fd)
             self._database_fd = None
+
+
+# Database files this process opened for the guard, by (device, inode): descriptor and whether a guard holds
+# it now. They stay open once opened: closing any descriptor of a file drops every POSIX lock the process has
+# on it, SQLite's own among them, while its connections may still be open.
+_DATABASE_FDS: dict[tuple[int, int], tuple[int, bool]] = {}
+_DATABASE_FDS_LOCK = threading.Lock()
+
+
+def _refused(database: Path, dev: int, ino: int) -> ReplicaGuardError:
+    return ReplicaGuardError(
+        f"another controller replica is running on the SQLite database {database} under another name (the "
+        f"same file, device {dev} inode {ino}: a hard link); SQLite supports one replica: stop it first, or use "
+        "REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
+    )
 
 
 def _lock_database_file(database: Path) -> int:
     """An exclusive flock on the database file itself (created empty if missing, as SQLite would); raises
     ReplicaGuardError when another controller holds it, under this name or another."""
-    try:
-        fd = os.open(database, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreUnavailable(f"cannot open {database}: {exc.strerror or exc}") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    with _DATABASE_FDS_LOCK:
+        try:
+            st = os.stat(database)
+            known = _DATABASE_FDS.get((st.st_dev, st.st_ino))
+        except FileNotFoundError:
+            known = None
+        if known is not None and known[1]:
+            raise _refused(database, st.st_dev, st.st_ino)
+        if known is not None:
+            fd = known[0]
+        else:
+            try:
+                fd = os.open(database, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise StoreUnavailable(f"cannot open {database}: {exc.strerror or exc}") from exc
         st = os.fstat(fd)
-        os.close(fd)
-        raise ReplicaGuardError(
-            f"another controller replica is running on the SQLite database {database} under another name (the "
-            f"same file, device {st.st_dev} inode {st.st_ino}: a hard link); SQLite supports one replica: stop "
-            "it first, or use REMEDIATOR_DATABASE_URL=postgresql+asyncpg://... for several"
-        ) from None
-    return fd
+        _DATABASE_FDS[(st.st_dev, st.st_ino)] = (fd, False)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _refused(database, st.st_dev, st.st_ino) from None
+        _DATABASE_FDS[(st.st_dev, st.st_ino)] = (fd, True)
+        return fd
+
+
+def _unlock_database_file(fd: int) -> None:
+    with _DATABASE_FDS_LOCK, contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        st = os.fstat(fd)
+        _DATABASE_FDS[(st.st_dev, st.st_ino)] = (fd, False)
 
 
 class InheritedGuard(ReplicaGuard):

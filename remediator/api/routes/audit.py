@@ -1,4 +1,5 @@
-"""GET /api/v1/audit: the audit log, oldest first, optionally for one remediation."""
+"""GET /api/v1/audit: the audit log, oldest first, optionally for one remediation (its ID or a unique prefix)
+or for the remediations of one node."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from remediator.api.deps import Auth, RepoDep
+from remediator.api.query_check import KnownQuery
+from remediator.api.routes.remediations import remediation_ref
 from remediator.api.schemas import AuditOut, audit_out
 
 __all__ = ["router"]
@@ -14,11 +17,16 @@ __all__ = ["router"]
 router = APIRouter(prefix="/api/v1/audit", dependencies=[Auth], tags=["audit"])
 
 
-@router.get("", response_model=list[AuditOut])
+@router.get("", response_model=list[AuditOut], dependencies=[KnownQuery])
 async def list_audit(
     repo: RepoDep,
-    remediation: Annotated[str | None, Query(max_length=64)] = None,
+    remediation: Annotated[
+        str | None, Query(max_length=64, description="a remediation ID or a prefix of exactly one")
+    ] = None,
+    node: Annotated[str | None, Query(max_length=253, description="events of remediations on this node")] = None,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> list[AuditOut]:
-    return [audit_out(e) for e in await repo.list_audit(remediation_id=remediation, after_id=after, limit=limit)]
+    rem_id = await remediation_ref(repo, remediation) if remediation is not None else None
+    events = await repo.list_audit(remediation_id=rem_id, node=node, after_id=after, limit=limit)
+    return [audit_out(e) for e in events]

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import as_utc
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
@@ -55,7 +56,7 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
     }
 
 
-@api_router.get("/fleet")
+@api_router.get("/fleet", dependencies=[KnownQuery])
 async def fleet_api(rt: RuntimeDep) -> dict[str, Any]:
     return fleet_json(await fleet_view(rt))
 

@@ -10,7 +10,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep
+from remediator.api.query_check import KnownQuery
+from remediator.api.routes.remediations import remediation_ref
 from remediator.api.schemas import AlertOut, ApprovalOut, alert_out, approval_out
+from remediator.engine.approval_decisions import ApprovalStatus
 from remediator.engine.unacted import silence_summary
 from remediator.silencing import silence_id_of
 
@@ -18,10 +21,9 @@ __all__ = ["router"]
 
 router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["records"])
 
-ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "superseded"]
 
 
-@router.get("/alerts", response_model=list[AlertOut])
+@router.get("/alerts", response_model=list[AlertOut], dependencies=[KnownQuery])
 async def list_alerts(
     rt: RuntimeDep,
     status: Annotated[Literal["firing", "resolved"] | None, Query(description="as Alertmanager sent it")] = None,
@@ -42,7 +44,7 @@ async def list_alerts(
     ]
 
 
-@router.get("/approvals", response_model=list[ApprovalOut])
+@router.get("/approvals", response_model=list[ApprovalOut], dependencies=[KnownQuery])
 async def list_approvals(
     repo: RepoDep,
     status: Annotated[ApprovalStatus | None, Query(description="pending: not decided yet")] = None,
@@ -50,9 +52,12 @@ async def list_approvals(
     remediation: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ApprovalOut]:
-    """Approval requests, newest first, each with the remediation it gates (tokens are never shown)."""
+    """Approval requests, newest first, each with the remediation it gates (tokens are never shown). `status`
+    is the word the UI shows too (engine/approval_decisions.py `approval_status`)."""
+    rem_id = await remediation_ref(repo, remediation) if remediation is not None else None
+    undecided = status in (None, "pending", "expired", "closed")
     rows = await repo.list_approvals(
-        decision=None if status == "pending" else status, pending=status == "pending", node=node,
-        remediation_id=remediation, limit=limit,
+        decision=None if undecided else status, pending=status in ("pending", "closed"), node=node,
+        remediation_id=rem_id, limit=limit if status in (None, "approved", "rejected", "superseded") else 100000,
     )
     return [approval_out(a, r) for a, r in rows]

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.query_check import KnownQuery
 from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
 from remediator.durations import parse_duration
@@ -50,7 +51,7 @@ def _window(since: str | None, until: str | None) -> tuple[datetime | None, date
     return start, end
 
 
-@api_router.get("/idle")
+@api_router.get("/idle", dependencies=[KnownQuery])
 async def idle_json(rt: RuntimeDep, since: When = None, until: When = None) -> dict[str, Any]:
     start, end = _window(since, until)
     report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
@@ -87,7 +88,7 @@ async def _effectiveness(rt: RuntimeDep, window: str, since: str) -> Effectivene
     return await effectiveness_report(rt.repo, since=now - back, window=span, now=now)
 
 
-@api_router.get("/effectiveness")
+@api_router.get("/effectiveness", dependencies=[KnownQuery])
 async def effectiveness_json(rt: RuntimeDep, window: Duration = "24h", since: Duration = "30d") -> dict[str, Any]:
     """Outcomes (healed, recurred, escalated, open) per playbook, Xid and GPU model; recurrences; rungs."""
     report = await _effectiveness(rt, window, since)

@@ -19,6 +19,7 @@ from remediator.api.routes.approvals import csrf_of, identity_of, message_page, 
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.api.ui_facts import display_state, event_step, list_facts, remediation_facts
+from remediator.engine.approval_decisions import approval_status
 from remediator.engine.approvals import Approvals, Decision
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.notifications import pods_of
@@ -94,6 +95,7 @@ async def detail(
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
     alert = await rt.repo.get_alert(rem.alert_id) if rem.alert_id is not None else None
+    now = rt.repo._clock()
     context = {
         "nav_here": None,
         "signed_in": who,
@@ -108,7 +110,7 @@ async def detail(
             {"ts": e.ts, "kind": e.kind, "actor": e.actor, "data": e.data, "step": event_step(e)}
             for e in await rt.repo.list_audit(remediation_id=rem_id, limit=2000)
         ],
-        "approvals": await rt.repo.approvals_of(rem_id),
+        "approvals": [(a, approval_status(a, rem, now)) for a in await rt.repo.approvals_of(rem_id)],
         "view": view,
         "pods": pods_of(rem.context),
         "banner": await _banner(rt),

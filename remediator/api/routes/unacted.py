@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
+from remediator.api.query_check import KnownQuery
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import SECURITY_HEADERS, page
 from remediator.api.ui_facts import grafana_link, http_link, silence_link
@@ -52,7 +53,7 @@ def simulate_command(item: Unacted) -> str:
     return f"remediator simulate alert-{item.alert_id}.json"
 
 
-@api_router.get("/unacted")
+@api_router.get("/unacted", dependencies=[KnownQuery])
 async def unacted_api(rt: RuntimeDep, reason: Reason = None, limit: Limit = 200) -> list[dict[str, Any]]:
     """Alerts that started nothing (or whose remediation changed nothing), newest first, with the reason."""
     items = await unacted_alerts(rt, reason=_reason(reason), limit=limit)
