@@ -1,7 +1,8 @@
 """The remediation state machine as an explicit table (pure). Any move not listed raises IllegalTransition.
 
     pending ──start──> running ──succeed──> succeeded ──revert──> reverting ──reverted──> reverted
-       │  ╲              │ ╲──fail──> failed ──revert──> reverting      └──revert_failed──> failed
+       │  ╲              │ ╲──plan──> planned ──revert──> reverting     └──revert_failed──> failed
+       │   ╲             │ ╲──fail──> failed ──revert──> reverting
        │   hold          │  await_approval──> awaiting_approval ──approve──> running
        │    ╲            │                          ├──reject──> rejected
        │     held <─hold─┘                          └──expire──> expired
@@ -11,6 +12,13 @@
 
 Cancelling an undo (`reverting` --cancel--> `cancelled`) stops it before its next step and leaves the target
 as it is at that moment; a revert can be requested again later (`cancelled` --revert--> `reverting`).
+
+`planned` is where a plan-only run ends (no cluster credentials, or DRY_RUN): every step was described and
+recorded, nothing was changed. It is its own stored state, so the API, the CLI, the UI, the metrics and the
+`?state=` filter all read the same name; otherwise it behaves like `succeeded` (final, can be reverted).
+
+`ACTIONS` are the moves a person asks for through the API, the CLI or the UI; `allowed_actions(state)` names
+those the table allows in a state, for the 409 that refuses one.
 """
 
 from __future__ import annotations
@@ -21,13 +29,16 @@ from typing import Final
 from remediator.errors import IllegalTransition
 
 __all__ = [
+    "ACTIONS",
     "ACTIVE_STATES",
     "EVENTS",
     "FINAL_STATES",
+    "RETURNED_STATES",
     "STATES",
     "TRANSITIONS",
     "Event",
     "State",
+    "allowed_actions",
     "is_active",
     "next_state",
     "phase_of",
@@ -42,6 +53,7 @@ class State(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
+    PLANNED = "planned"
     FAILED = "failed"
     CANCELLED = "cancelled"
     REJECTED = "rejected"
@@ -61,6 +73,7 @@ class Event(StrEnum):
     REJECT = "reject"
     EXPIRE = "expire"
     SUCCEED = "succeed"
+    PLAN = "plan"
     FAIL = "fail"
     CANCEL = "cancel"
     REVERT = "revert"
@@ -80,6 +93,7 @@ TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
     (State.HELD, Event.CANCEL): State.CANCELLED,
     (State.HELD, Event.HOLD): State.HELD,
     (State.RUNNING, Event.SUCCEED): State.SUCCEEDED,
+    (State.RUNNING, Event.PLAN): State.PLANNED,
     (State.RUNNING, Event.FAIL): State.FAILED,
     (State.RUNNING, Event.HOLD): State.HELD,
     (State.RUNNING, Event.AWAIT_APPROVAL): State.AWAITING_APPROVAL,
@@ -89,6 +103,7 @@ TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
     (State.AWAITING_APPROVAL, Event.EXPIRE): State.EXPIRED,
     (State.AWAITING_APPROVAL, Event.CANCEL): State.CANCELLED,
     (State.SUCCEEDED, Event.REVERT): State.REVERTING,
+    (State.PLANNED, Event.REVERT): State.REVERTING,
     (State.FAILED, Event.REVERT): State.REVERTING,
     (State.CANCELLED, Event.REVERT): State.REVERTING,
     (State.REJECTED, Event.REVERT): State.REVERTING,
@@ -109,6 +124,16 @@ ACTIVE_STATES: Final[frozenset[State]] = frozenset(
     {State.PENDING, State.HELD, State.AWAITING_APPROVAL, State.RUNNING, State.REVERTING}
 )
 FINAL_STATES: Final[frozenset[State]] = frozenset(set(STATES) - ACTIVE_STATES)
+# Final states that end a run without an error: a target left in them (and not quarantined) is back in service.
+RETURNED_STATES: Final[frozenset[State]] = frozenset({State.SUCCEEDED, State.PLANNED})
+
+# The moves a person asks for (API, CLI, UI), in the order they are listed.
+ACTIONS: Final[tuple[Event, ...]] = (Event.APPROVE, Event.REJECT, Event.CANCEL, Event.RELEASE, Event.REVERT)
+
+
+def allowed_actions(state: str) -> tuple[str, ...]:
+    """The actions (of ACTIONS) the transition table allows in `state`; empty for an unknown state."""
+    return tuple(str(event) for event in ACTIONS if (state, event) in TRANSITIONS)
 
 
 def next_state(state: str, event: str) -> State:
@@ -116,7 +141,7 @@ def next_state(state: str, event: str) -> State:
     try:
         return TRANSITIONS[(State(state), Event(event))]
     except (KeyError, ValueError):
-        raise IllegalTransition(state, event) from None
+        raise IllegalTransition(str(state), str(event), allowed_actions(state)) from None
 
 
 def is_active(state: str) -> bool:
@@ -129,7 +154,8 @@ def phase_of(state: str) -> str:
 
 
 def shown_state(state: str, reason: str | None) -> str:
-    """The state a person reads: `planned` for a plan-only run that finished without changing anything."""
+    """The state a person reads: the stored one. A row written before `planned` was a state of its own (a
+    plan-only run ended `succeeded` with a `plan-only` reason) still reads `planned`."""
     if state == "succeeded" and (reason or "").startswith("plan-only"):
         return "planned"
     return state

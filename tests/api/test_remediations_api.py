@@ -59,6 +59,6 @@ async def test_pause_holds_new_remediations_and_resume_releases_them(controller:
     await controller.client.post("/api/v1/resume")
     await controller.worker.drain_idle()
     detail = (await controller.client.get(f"/api/v1/remediations/{rem_id}")).json()
-    assert detail["state"] == "succeeded"
+    assert detail["state"] == "planned"  # plan-only: nothing was changed
     kinds = [e["kind"] for e in (await controller.client.get("/api/v1/audit")).json()]
     assert "controller.paused" in kinds and "controller.resumed" in kinds

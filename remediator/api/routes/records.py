@@ -49,7 +49,9 @@ async def list_approvals(
     repo: RepoDep,
     status: Annotated[ApprovalStatus | None, Query(description="pending: not decided yet")] = None,
     node: Annotated[str | None, Query(max_length=253)] = None,
-    remediation: Annotated[str | None, Query(max_length=64)] = None,
+    remediation: Annotated[
+        str | None, Query(max_length=64, description="a remediation ID or a prefix of exactly one")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[ApprovalOut]:
     """Approval requests, newest first, each with the remediation it gates (tokens are never shown). `status`
@@ -60,4 +62,6 @@ async def list_approvals(
         decision=None if undecided else status, pending=status in ("pending", "closed"), node=node,
         remediation_id=rem_id, limit=limit if status in (None, "approved", "rejected", "superseded") else 100000,
     )
-    return [approval_out(a, r) for a, r in rows]
+    now = repo._clock()
+    out = [approval_out(a, r, now) for a, r in rows]
+    return [o for o in out if status is None or o.status == status][:limit]

@@ -7,15 +7,16 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep, WorkerDep
+from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.engine.moves import move
-from remediator.engine.states import STATES, Event
+from remediator.engine.states import STATES, Event, allowed_actions
 from remediator.errors import IllegalTransition
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
-from remediator.store.repository import LARGE_COLUMNS
+from remediator.store.repository import LARGE_COLUMNS, Repository
 
-__all__ = ["actor_of", "router"]
+__all__ = ["actor_of", "remediation_ref", "router"]
 
 router = APIRouter(prefix="/api/v1/remediations", dependencies=[Auth], tags=["remediations"])
 
@@ -26,11 +27,29 @@ def actor_of(request: Request) -> str:
     return f"api:{who}" if who else "api"
 
 
-@router.get("", response_model=list[RemediationOut])
+async def remediation_ref(repo: Repository, ref: str) -> str:
+    """The remediation `ref` names: its ID or a prefix of exactly one ID (422 naming the candidates when a
+    prefix fits several, 422 when it fits none)."""
+    ref = ref.strip().lower()
+    if not ref or any(c not in "0123456789abcdef-" for c in ref):
+        raise HTTPException(422, f"remediation: {ref!r} is not a remediation ID or a prefix of one")
+    if await repo.get(ref) is not None:
+        return ref
+    matches = [r.id for r in await repo.list_remediations(id_prefix=ref, limit=11, leave_out=LARGE_COLUMNS)]
+    if not matches:
+        raise HTTPException(422, f"remediation: no remediation ID starts with {ref!r}")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:10]) + (", ..." if len(matches) > 10 else "")
+        raise HTTPException(422, f"remediation: {ref!r} fits several remediations ({shown}); give more of the ID")
+    return matches[0]
+
+
+@router.get("", response_model=list[RemediationOut], dependencies=[KnownQuery])
 async def list_remediations(
     repo: RepoDep,
     state: Annotated[str | None, Query(description="filter by state")] = None,
     node: Annotated[str | None, Query(max_length=253)] = None,
+    gpu: Annotated[str | None, Query(max_length=128, description="remediations of this GPU UUID")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
     id_prefix: Annotated[
@@ -41,7 +60,7 @@ async def list_remediations(
         raise HTTPException(422, f"unknown state {state!r}; one of {', '.join(STATES)}")
     rows = await repo.list_remediations(
         state=state, node=node, limit=limit, offset=offset, id_prefix=id_prefix.lower() if id_prefix else None,
-        leave_out=LARGE_COLUMNS,
+        leave_out=LARGE_COLUMNS, gpu=gpu,
     )
     return [summary_out(r) for r in rows]
 
@@ -72,7 +91,7 @@ async def release(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerD
     if rem is None:
         raise HTTPException(404, f"no remediation {rem_id}")
     if rem.state != "held":
-        raise HTTPException(409, f"remediation is {rem.state}, not held")
+        raise IllegalTransition(rem.state, Event.RELEASE, allowed_actions(rem.state))
     actor = actor_of(request)
     await rt.repo.set_flag(
         f"{OVERRIDE_FLAG_PREFIX}{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor
