@@ -40,6 +40,7 @@ from remediator.silencing import (
     validate_matchers,
 )
 from remediator.store.models import Silence
+from remediator.validation_errors import field_of
 
 __all__ = ["SilenceIn", "router", "silence_out", "ui_router"]
 
@@ -246,7 +247,7 @@ async def _ui_create(request: Request, rt: Runtime, who: str, form: Any, confirm
         return message_page("Cannot create the silence", str(exc), 422, link="/silences")
     except RequestValidationError as exc:
         error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"][1:])
+        field = field_of(error["loc"])
         return message_page("Cannot create the silence", f"{field}: {error['msg']}", 422, link="/silences")
     if not confirmed:
         context, nonce, fresh = _form_context(request, who)
