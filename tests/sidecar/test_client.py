@@ -147,3 +147,29 @@ async def test_exactly_one_power_argument() -> None:
         await client.set_power_limit("127.0.0.1", UUID)
     with pytest.raises(ValueError):
         await client.set_power_limit("127.0.0.1", UUID, watts=1, percent_of_default=1)
+
+
+async def test_transient_failures_name_the_node_agent_and_carry_retry_after() -> None:
+    """The one classification of this client: 429/5xx and unreachable agents are transient, name the node agent
+    as the dependency a remediation waits for, and keep the agent's Retry-After; a 4xx is permanent."""
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, headers={"Retry-After": "4"}, json={"error": "busy"})
+
+    with pytest.raises(ServiceUnavailable) as caught:
+        await make(httpx.MockTransport(busy), attempts=1).gpus("127.0.0.1")
+    assert caught.value.dependency == "node agent" and caught.value.retry_after == 4.0
+
+    def refused(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    with pytest.raises(ServiceUnavailable) as down:
+        await make(httpx.MockTransport(refused), attempts=1).gpus("127.0.0.1")
+    assert down.value.dependency == "node agent" and down.value.status is None
+
+    def missing(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"error": "no such GPU"})
+
+    with pytest.raises(NotFound) as gone:
+        await make(httpx.MockTransport(missing), attempts=1).gpus("127.0.0.1")
+    assert getattr(gone.value, "dependency", None) is None
