@@ -73,7 +73,14 @@ FIELD_HELP: dict[type[BaseModel], dict[str, str]] = {
         "params": "The action's parameters; string values are Jinja2 templates over the variables below.",
         "when": "CEL condition over the same variables; the step is skipped when it is false.",
         "timeout": "Deadline for the whole step, retries included.",
-        "retries": "Further attempts after a temporary error (429, 409, 5xx, connection), with backoff.",
+        "retries": (
+            "`0`: a transient error (429, 5xx, connection refused or timed out) is not retried within t"
+            "he step: the remediation waits for the dependency at once and runs the step again after `R"
+            "EMEDIATOR_DEPENDENCY_RECHECK_S` (for long or costly actions). Any other value: transient e"
+            "rrors are retried within `REMEDIATOR_TRANSIENT_BUDGET_S` (a time budget, not a count; docs"
+            "/operations.md). A transient error never fails a step; a permanent one (other 4xx) fails i"
+            "t at once."
+        ),
         "on_failure": "`abort` fails the remediation; `continue` records the failure and goes on.",
         "revert": "How to undo the step: omitted means the action's own undo (see the table of actions), "
                   "`false` means never undone, a mapping `{action, params}` names another action.",

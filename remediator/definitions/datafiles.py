@@ -1,7 +1,9 @@
 """Readers for the two data files beside the rules, kept as data so SREs update facts without code.
 
-xid-catalog.yaml holds `unknown_resolution: CONTACT_SUPPORT` and an `xids` mapping of code -> {resolution,
-mnemonic, description, cause}; alert-kinds.yaml maps alertname -> kind (`GPUXidError: xid`).
+xid-catalog.yaml holds `unknown_resolution: CONTACT_SUPPORT` and an `xids` mapping of code -> {nvidia | project,
+nvidia_note, mnemonic, description, cause}: `nvidia` is the immediate action NVIDIA publishes for the code, `project`
+the bucket chosen here where NVIDIA publishes none (exactly one of the two; `resolution`, the older spelling, counts
+as `project`). alert-kinds.yaml maps alertname -> kind (`GPUXidError: xid`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ __all__ = ["ALERT_KINDS_FILE", "XID_CATALOG_FILE", "parse_alert_kinds", "parse_x
 
 XID_CATALOG_FILE = "xid-catalog.yaml"
 ALERT_KINDS_FILE = "alert-kinds.yaml"
-_ENTRY_KEYS = frozenset({"resolution", "cause", "description", "mnemonic"})
+_BUCKET_KEYS = ("nvidia", "project", "resolution")
+_ENTRY_KEYS = frozenset({*_BUCKET_KEYS, "nvidia_note", "cause", "description", "mnemonic"})
 
 
 def _code(key: Any) -> int | None:
@@ -63,11 +66,17 @@ def parse_xid_catalog(doc: Document, problems: Problems) -> XidCatalog:
             if field not in _ENTRY_KEYS:
                 expected = ", ".join(sorted(_ENTRY_KEYS))
                 problems.add(doc, (*path, field), f"unknown field {field!r} (expected {expected})")
-        resolution = entry.get("resolution")
-        if resolution not in RESOLUTIONS:
-            problems.add(doc, (*path, "resolution"), f"unknown resolution bucket {resolution!r}")
+        given = [key for key in _BUCKET_KEYS if key in entry]
+        if len(given) != 1:
+            problems.add(doc, path, "an Xid entry needs exactly one of nvidia (NVIDIA's published immediate action) "
+                         f"or project (the bucket chosen where NVIDIA publishes none); got {given or 'neither'}")
             continue
-        texts = {f: entry.get(f, "") for f in ("cause", "description", "mnemonic")}
+        bucket_key = given[0]
+        resolution = entry[bucket_key]
+        if resolution not in RESOLUTIONS:
+            problems.add(doc, (*path, bucket_key), f"unknown resolution bucket {resolution!r}")
+            continue
+        texts = {f: entry.get(f, "") for f in ("cause", "description", "mnemonic", "nvidia_note")}
         bad = [f for f, v in texts.items() if not isinstance(v, str)]
         for f in bad:
             problems.add(doc, (*path, f), f"{f} must be a string")
@@ -79,6 +88,8 @@ def parse_xid_catalog(doc: Document, problems: Problems) -> XidCatalog:
             cause=texts["cause"],
             description=texts["description"],
             mnemonic=texts["mnemonic"],
+            nvidia=str(resolution) if bucket_key == "nvidia" else None,
+            nvidia_note=texts["nvidia_note"],
         )
     return XidCatalog(entries=entries, unknown_resolution=unknown)
 

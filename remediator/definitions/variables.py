@@ -34,7 +34,11 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
     },
     "xid": {
         "code": "int | None: the Xid code; every xid field is None when the alert has no Xid",
-        "resolution": "str | None: NVIDIA immediate resolution bucket, e.g. RESET_GPU",
+        "resolution": "str | None: the catalog's bucket: NVIDIA's immediate action, or the project's where NVIDIA "
+        "publishes none, e.g. RESET_GPU",
+        "nvidia": "str | None: NVIDIA's published immediate action; None where NVIDIA publishes none",
+        "action": "str | None: the immediate action this alert asks for (the message decoded for 45, 74, 144-150, "
+        "154; else `resolution`); the rules route on it as label xid_action",
         "cause": "str | None: short cause from the Xid catalog",
         "description": "str | None: NVIDIA's description",
         "recovery_action": "str | None: GPU_RESET | NODE_REBOOT | DRAIN_P2P | DRAIN_AND_RESET (Xid 154 text)",

@@ -46,13 +46,24 @@ RECOVERY_ACTIONS: tuple[str, ...] = ("GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "D
 
 @dataclass(frozen=True)
 class XidInfo:
-    """What NVIDIA says about one Xid code."""
+    """What NVIDIA says about one Xid code, and the bucket the controller acts on.
+
+    `resolution` is that bucket: NVIDIA's published immediate action (`nvidia`) where there is one, else the
+    project's own choice (`nvidia` None; `nvidia_note` then holds what NVIDIA writes in that column).
+    """
 
     code: int
     resolution: str
     cause: str
     description: str
     mnemonic: str = ""
+    nvidia: str | None = None
+    nvidia_note: str = ""
+
+    @property
+    def chosen_by(self) -> str:
+        """"nvidia" when the bucket is NVIDIA's published immediate action, "project" when chosen here."""
+        return "nvidia" if self.nvidia is not None else "project"
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ from remediator.definitions.conditions import compile_condition
 from remediator.definitions.memo import derived
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
+from remediator.definitions.xid_decode import decoded_action
 from remediator.intake.normalize import GpuAlert
 from remediator.matching import RuleIndex
 
 __all__ = [
-    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "pending_step",
-    "plan_steps", "propose", "target_for", "target_of", "waiting_note",
+    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "match_labels",
+    "pending_step", "plan_steps", "propose", "target_for", "target_of", "waiting_note", "xid_action", "xid_message",
 ]
 
 
@@ -95,7 +96,7 @@ def target_of(rem: Any) -> Target:
 def propose(alert: GpuAlert, defs: DefinitionSet) -> Proposal | None:
     """The highest-priority enabled rule that matches, with its playbook; None when nothing matches."""
     index = derived(defs, "rule_index", lambda: RuleIndex(defs.rules))
-    matches = index.match(alert.labels)
+    matches = index.match(match_labels(alert, defs))
     if not matches:
         return None
     match = matches[0]
@@ -111,11 +112,44 @@ def propose(alert: GpuAlert, defs: DefinitionSet) -> Proposal | None:
     )
 
 
+# Where an Xid's message text reaches the controller: dcgm-exporter's `err_msg` (3.3.6+), kept by the shipped
+# rules for the codes that need it, or an annotation a site's rule fills.
+_MESSAGE_KEYS = ("err_msg", "xid_message", "message")
+
+
+def xid_message(alert: GpuAlert) -> str:
+    """The Xid's message text the alert carries (a label, else an annotation), or ""."""
+    for source in (alert.labels, alert.annotations):
+        for key in _MESSAGE_KEYS:
+            if source.get(key):
+                return str(source[key])
+    return ""
+
+
+def xid_action(alert: GpuAlert, defs: DefinitionSet) -> str | None:
+    """The immediate action of an Xid alert: the `xid_action` label when the source decoded it (the node
+    detector), else NVIDIA's decode of the message (45, 74, 144-150, 154), else the catalog's bucket."""
+    if alert.xid is None:
+        return None
+    given = alert.labels.get("xid_action")
+    if given:
+        return given
+    return decoded_action(alert.xid, xid_message(alert)) or defs.xid.lookup(alert.xid).resolution
+
+
+def match_labels(alert: GpuAlert, defs: DefinitionSet) -> Mapping[str, str]:
+    """The labels rules are matched against: the alert's, with `xid_action` (see `xid_action`) on Xid alerts."""
+    action = xid_action(alert, defs)
+    if action is None or alert.labels.get("xid_action") == action:
+        return alert.labels
+    return {**alert.labels, "xid_action": action}
+
+
 def xid_variables(alert: GpuAlert, defs: DefinitionSet | None, xid_facts: Mapping[str, Any] | None) -> dict[str, Any]:
     if xid_facts is not None:
         return dict(xid_facts)
     empty: dict[str, Any] = {"code": None, "resolution": None, "cause": None, "description": None,
-                             "recovery_action": None}
+                             "recovery_action": None, "action": None, "nvidia": None}
     if alert.xid is None or defs is None:
         return empty
     info = defs.xid.lookup(alert.xid)
@@ -126,6 +160,8 @@ def xid_variables(alert: GpuAlert, defs: DefinitionSet | None, xid_facts: Mappin
         "cause": info.cause,
         "description": info.description,
         "recovery_action": recovery_action_from_message(message),
+        "action": xid_action(alert, defs),
+        "nvidia": info.nvidia,
     }
 
 

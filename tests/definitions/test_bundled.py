@@ -13,16 +13,16 @@ from remediator.definitions import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.conditions import compile_condition
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
 from remediator.definitions.templates import render_params
-from remediator.engine.planning import EMPTY_ESCALATION
+from remediator.definitions.xid import RESOLUTIONS
+from remediator.definitions.xid_decode import DECODED_ACTIONS
+from remediator.engine.planning import EMPTY_ESCALATION, match_labels
+from remediator.intake.normalize import GpuAlert
 from remediator.matching import match_rules
 
 # The shipped playbooks are checked against the real actions' parameter models.
 KNOWN_ACTIONS: dict[str, type[BaseModel]] = {name: a.Params for name, a in default_registry().items()}
 
 ROOT = Path(__file__).resolve().parents[2]
-FATAL_BUCKETS = ("RESET_GPU", "WORKFLOW_XID_48", "RESTART_BM")
-RESET_BUCKETS = ("RESET_GPU", "WORKFLOW_XID_48")
-REBOOT_BUCKETS = ("RESTART_BM",)
 
 
 @pytest.fixture(scope="module")
@@ -73,39 +73,87 @@ def test_alert_kinds(defs: DefinitionSet) -> None:
         "GPUPCIeReplayRateHigh": "other",
         "GPUPCIeLinkDegraded": "other",
         "GPUOrphanedMemory": "idle",
+        "GPURecoveryActionRequired": "other",
+        "GPUNVSwitchFatalSXid": "other",
     }
 
 
-def _regex_codes(defs: DefinitionSet, rule_name: str) -> list[int]:
-    [rule] = [r for r in defs.rules if r.name == rule_name]
-    [matcher] = [m for m in rule.match if m.name == "xid"]
-    assert matcher.op == "=~"
-    return sorted(int(code) for code in matcher.value.split("|"))
+# Every immediate action an Xid can ask for -> (rule, playbook) of the shipped rules; None: nothing starts.
+ACTION_ROUTES: dict[str, tuple[str, str] | None] = {
+    "RESET_GPU": ("xid-reset-gpu", "reset-gpu"),
+    "WORKFLOW_XID_48": ("xid-reset-gpu", "reset-gpu"),
+    "DRAIN_AND_RESET": ("xid-reset-gpu", "reset-gpu"),
+    "RESTART_BM": ("xid-reboot-node", "reboot-node"),
+    "RESTART_VM": ("xid-restart-vm", "reboot-node"),
+    "DRAIN_P2P": ("xid-drain-p2p", "quarantine-node"),
+    "RESTART_APP": ("xid-application", "notify-pods"),
+    "XID_154_EVAL": ("xid-application", "notify-pods"),
+    "RESTART_FM": ("xid-fabric-manager", "observe-node"),
+    "IGNORE": None,
+    **{
+        bucket: ("xid-needs-human", "observe-node")
+        for bucket in ("CONTACT_SUPPORT", "CHECK_MECHANICALS", "UPDATE_SWFW", "CHECK_UVM", "WORKFLOW_NVLINK_ERR",
+                       "WORKFLOW_NVLINK5_ERR", "WORKFLOW_XID_45", "XID_154")
+    },
+}
 
 
-def test_fatal_xid_regexes_are_the_catalog_fatal_buckets(defs: DefinitionSet) -> None:
-    reset = sorted(code for bucket in RESET_BUCKETS for code in defs.xid.codes(bucket))
-    reboot = sorted(code for bucket in REBOOT_BUCKETS for code in defs.xid.codes(bucket))
-    assert _regex_codes(defs, "xid-reset-gpu") == reset
-    assert _regex_codes(defs, "xid-reboot-node") == reboot
-    every_fatal = sorted(code for bucket in FATAL_BUCKETS for code in defs.xid.codes(bucket))
-    assert sorted(reset + reboot) == every_fatal
+def _xid_alert(labels: dict[str, str]) -> GpuAlert:
+    return GpuAlert(alertname=labels.get("alertname", ""), status="firing", fingerprint="f", kind="xid",
+                    node="gpu-1", node_source="Hostname", xid=int(labels["xid"]) if "xid" in labels else None,
+                    labels=labels)
 
 
-def test_application_xid_regex_is_the_restart_app_bucket(defs: DefinitionSet) -> None:
-    assert _regex_codes(defs, "xid-application") == defs.xid.codes("RESTART_APP")
+def _route(defs: DefinitionSet, labels: dict[str, str]) -> tuple[str, str] | None:
+    matches = match_rules(match_labels(_xid_alert(labels), defs), defs.rules)
+    return (matches[0].rule.name, matches[0].rule.playbook) if matches else None
 
 
-def test_nvlink_xid_regex_is_the_nvlink_workflow_buckets(defs: DefinitionSet) -> None:
-    nvlink = defs.xid.codes("WORKFLOW_NVLINK_ERR") + defs.xid.codes("WORKFLOW_NVLINK5_ERR")
-    assert _regex_codes(defs, "xid-nvlink") == sorted(nvlink) == [74, *range(144, 151)]
+def test_every_action_a_bucket_or_decode_gives_has_a_route() -> None:
+    assert set(RESOLUTIONS) | set(DECODED_ACTIONS) == set(ACTION_ROUTES)
+
+
+@pytest.mark.parametrize("code", range(1, 173))
+def test_every_catalog_code_routes_by_its_action(defs: DefinitionSet, code: int) -> None:
+    # Without a message the decoded codes keep their workflow bucket (a person reads the message).
+    expected = ACTION_ROUTES[defs.xid.lookup(code).resolution]
+    assert _route(defs, {"alertname": "GPUXidError", "xid": str(code)}) == expected
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "action"),
+    [
+        (45, "Ch 00000001 caused by previous Xid 149", "IGNORE"),
+        (45, "Ch 00000008", "RESTART_FM"),
+        (74, "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)", "CONTACT_SUPPORT"),
+        (74, "NVLink: fatal error detected on link 3(0x100, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)", "CHECK_MECHANICALS"),
+        (74, "NVLink: fatal error detected on link 3(0x800001, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)", "IGNORE"),
+        (149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001 0x0 0x0 0x0 0x0)", "IGNORE"),
+        (149, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x0 0x0 0x0 0x0)", "RESET_GPU"),
+        (145, "RLW_SRC_TRACK Nonfatal XC1 i0 Link 12 (0x040988e2 0x00000008 0x0 0x0 0x0 0x0)", "XID_154_EVAL"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", "RESTART_BM"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", "DRAIN_P2P"),
+        (154, "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", "DRAIN_AND_RESET"),
+        (154, "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", "IGNORE"),
+    ],
+)
+def test_decoded_xids_route_by_their_message(defs: DefinitionSet, code: int, message: str, action: str) -> None:
+    labels = {"alertname": "GPUXidError", "xid": str(code), "err_msg": message}
+    assert match_labels(_xid_alert(labels), defs)["xid_action"] == action
+    assert _route(defs, labels) == ACTION_ROUTES[action]
+
+
+def test_the_sources_decoded_action_wins(defs: DefinitionSet) -> None:
+    # The node detector labels what it decoded; the controller does not decode again.
+    labels = {"alertname": "GPUXidError", "xid": "145", "xid_action": "RESET_GPU"}
+    assert _route(defs, labels) == ("xid-reset-gpu", "reset-gpu")
 
 
 def test_catalog_follows_nvidias_current_catalog(defs: DefinitionSet) -> None:
     assert defs.xid.lookup(160).resolution == "IGNORE"  # Blackwell channel retirement: informational
-    assert defs.xid.lookup(162).resolution == "IGNORE"  # no action
-    assert all(code in defs.xid.entries for code in range(163, 173))
-    assert defs.xid.lookup(167).description == "PCIE Fatal Timeout"
+    assert defs.xid.lookup(108).resolution == "IGNORE"
+    assert all(code in defs.xid.entries for code in range(1, 173))
+    assert defs.xid.lookup(167).mnemonic == "PCIE_FATAL_TIMEOUT"
     assert defs.xid.lookup(167).resolution == "RESTART_BM"
     assert defs.xid.lookup(169).resolution == "RESET_GPU"
 
@@ -123,14 +171,25 @@ def test_thermal_rules_have_no_cooldown(defs: DefinitionSet) -> None:
         ({"alertname": "GPUXidError", "xid": "167"}, "xid-reboot-node", "reboot-node"),
         ({"alertname": "GPUXidError", "xid": "160"}, None, None),
         ({"alertname": "GPUXidError", "xid": "162"}, None, None),
-        ({"alertname": "GPUXidError", "xid": "74"}, "xid-nvlink", "reset-gpu"),
-        ({"alertname": "GPUXidError", "xid": "145"}, "xid-nvlink", "reset-gpu"),
+        ({"alertname": "GPUXidError", "xid": "74"}, "xid-needs-human", "observe-node"),
+        ({"alertname": "GPUXidError", "xid": "145"}, "xid-needs-human", "observe-node"),
+        ({"alertname": "GPUXidError", "xid": "151"}, "xid-restart-vm", "reboot-node"),
+        ({"alertname": "GPUXidError", "xid": "45"}, "xid-needs-human", "observe-node"),
+        ({"alertname": "GPUXidError", "xid": "108"}, None, None),
+        ({"alertname": "GPURecoveryActionRequired", "recovery_action": "1"}, "recovery-action-reset", "reset-gpu"),
+        ({"alertname": "GPURecoveryActionRequired", "recovery_action": "2"}, "recovery-action-reboot",
+         "reboot-node"),
+        ({"alertname": "GPURecoveryActionRequired", "recovery_action": "3"}, "recovery-action-drain-p2p",
+         "quarantine-node"),
+        ({"alertname": "GPURecoveryActionRequired", "recovery_action": "4"}, "recovery-action-reset", "reset-gpu"),
+        ({"alertname": "GPURecoveryActionRequired", "recovery_action": "0"}, None, None),
+        ({"alertname": "GPUNVSwitchFatalSXid", "sxid": "20034"}, "nvswitch-fatal-sxid", "quarantine-nvswitch-gpus"),
         ({"alertname": "GPUXidError", "xid": "169"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "48"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "119"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "13"}, "xid-application", "notify-pods"),
         ({"alertname": "GPUXidError", "xid": "63"}, None, None),
-        ({"alertname": "GPUXidError", "xid": "999"}, None, None),
+        ({"alertname": "GPUXidError", "xid": "999"}, "xid-needs-human", "observe-node"),
         ({"alertname": "GPUECCUncorrectableError"}, "ecc-uncorrectable", "reset-gpu"),
         ({"alertname": "GPUECCCorrectableRateHigh"}, "ecc-correctable-rate", "observe-node"),
         ({"alertname": "GPUTemperatureHigh"}, "thermal-high", "power-cap-gpu"),
@@ -156,7 +215,7 @@ def test_thermal_rules_have_no_cooldown(defs: DefinitionSet) -> None:
 def test_shipped_rule_for_alert(
     defs: DefinitionSet, labels: dict[str, str], rule: str, playbook: str
 ) -> None:
-    matches = match_rules(labels, defs.rules)
+    matches = match_rules(match_labels(_xid_alert(labels), defs), defs.rules)
     if rule is None:
         assert matches == []
         return
@@ -225,11 +284,19 @@ def _variables(
         ("GPURowRemapPending", None),
         ("GPUNVLinkErrors", None),
         ("GPUOrphanedMemory", None),
+        ("GPUXidError", 151),
+        ("GPUXidError", 45),
+        ("GPURecoveryActionRequired", None),
+        ("GPUNVSwitchFatalSXid", None),
     ],
 )
 def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str, xid: int | None) -> None:
     labels = {"alertname": alertname, **({"xid": str(xid)} if xid is not None else {})}
-    [match, *_] = match_rules(labels, defs.rules)
+    if alertname == "GPURecoveryActionRequired":
+        labels["recovery_action"] = "2"
+    if alertname == "GPUNVSwitchFatalSXid":
+        labels.update(sxid="20034", pci_bus_id="0000:06:00.0", link="48")
+    [match, *_] = match_rules(match_labels(_xid_alert(labels), defs), defs.rules)
     playbook = defs.playbooks[match.rule.playbook]
     variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
     for step in (*playbook.steps, *playbook.return_gate):
@@ -243,12 +310,23 @@ def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str,
 
 def _rendered(defs: DefinitionSet, alertname: str, xid: int | None, step: str) -> dict[str, Any]:
     labels = {"alertname": alertname, **({"xid": str(xid)} if xid else {})}
-    [match, *_] = match_rules(labels, defs.rules)
+    [match, *_] = match_rules(match_labels(_xid_alert(labels), defs), defs.rules)
     playbook = defs.playbooks[match.rule.playbook]
     variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
     found = playbook.step(step)
     assert found is not None
     return render_params(found.params, variables)
+
+
+def _rendered_sxid(defs: DefinitionSet) -> dict[str, dict[str, Any]]:
+    playbook = defs.playbooks["quarantine-nvswitch-gpus"]
+    variables = _variables(defs, "GPUNVSwitchFatalSXid", None, dict(playbook.params))
+    variables["alert"]["labels"] = {"alertname": "GPUNVSwitchFatalSXid", "sxid": "20034", "pci_bus_id": "0000:06:00.0"}
+    variables["gpu"] = {"uuid": None, "index": None, "pci_bus_id": None, "model": None, "device": None}
+    rendered = {step.name: render_params(step.params, variables) for step in (*playbook.steps, *playbook.return_gate)}
+    assert rendered["validate"]["gpu"] == "all"
+    assert "no NVSwitch topology" in playbook.description
+    return rendered
 
 
 def test_quarantine_taint_values(defs: DefinitionSet) -> None:
@@ -265,6 +343,9 @@ def test_quarantine_taint_values(defs: DefinitionSet) -> None:
     common = {"grace_period": 300, "timeout": "30m", "skip_namespaces": ["kube-system"]}
     assert _rendered(defs, "GPUXidError", 79, "drain") == {"pods": "gpu", **common}
     assert _rendered(defs, "GPUXidError", 119, "drain") == {"pods": f"gpu:{GPU}", **common}
+    sxid = _rendered_sxid(defs)
+    assert sxid["taint"] == {"key": "remediator.io/gpu-unhealthy", "value": "sxid-20034", "effect": "NoSchedule"}
+    assert sxid["drain"] == {"pods": "gpu", **common}  # every GPU pod of the node: no NVSwitch topology
     quarantine = defs.playbooks["quarantine-node"]
     drain_step = next(s for s in quarantine.steps if s.name == "drain")
     drain = render_params(drain_step.params, _variables(defs, "GPUXidError", 79, dict(quarantine.params)))
