@@ -176,8 +176,9 @@ async def test_a_step_whose_budget_runs_out_waits_and_is_retried_later(make_clus
     await cluster.worker._refresh_gauges()
     metrics = (await cluster.api.get("/metrics")).text
     assert 'remediator_remediations_waiting{dependency="kubernetes API"} 1.0' in metrics
-    page = (await cluster.api.get("/")).text
-    assert "waiting: kubernetes API answering 429" in page
+    for path in ("/", "/fleet"):  # the remediations list and the fleet page say what it waits for
+        page = (await cluster.api.get(path)).text
+        assert "waiting: kubernetes API answering 429" in page, path
     node = fake.node("gpu-1")
     assert node is not None and not node["spec"].get("unschedulable")  # tainted, the cordon waits
 
