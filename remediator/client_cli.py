@@ -1,5 +1,7 @@
-"""Operator commands against a running controller: `get`, `describe`, `approve|reject`, `revert|cancel|release`,
-`pause|resume`. They talk to its JSON API only (never to the database), so they work from a laptop.
+"""Operator commands against a running controller: `get`, `describe`, `approve|reject`,
+`revert|cancel|release|return`, `pause|resume`. Each move names its actor (`--by`, default $REMEDIATOR_USER)
+and a reason (`--reason`, required to cancel, return and pause). They talk to its JSON API only (never to the
+database), so they work from a laptop.
 
 Where to connect: `--server`, else REMEDIATOR_SERVER, else `server:` in the config file
 (REMEDIATOR_CONFIG_FILE, default ~/.config/remediator/config.yaml), else http://127.0.0.1:8080. The bearer
@@ -312,7 +314,9 @@ def _decide(decision: str, rem_id: str, comment: str | None, by: str | None, ser
     _print_outcome(rem, "approved" if decision == "approve" else "rejected", output)
 
 
-CommentOpt = Annotated[str | None, typer.Option("--comment", "-m", help="why (kept with the decision)")]
+CommentOpt = Annotated[
+    str | None, typer.Option("--comment", "--reason", "-m", help="why (kept with the decision)")
+]
 ByOpt = Annotated[
     str | None,
     typer.Option("--by", envvar="REMEDIATOR_USER", help="who decides (needed when REMEDIATOR_APPROVERS is set)"),
@@ -331,39 +335,74 @@ def reject(rem_id: IdArg, comment: CommentOpt = None, by: ByOpt = None, server: 
     _decide("reject", rem_id, comment, by, server, output)
 
 
-def _move(verb: str, done: str, rem_id: str, server: str | None, output: DataOutput | None) -> None:
+ReasonOpt = Annotated[str | None, typer.Option("--reason", "-m", help="why (kept with the move)")]
+ReasonReq = Annotated[str, typer.Option("--reason", "-m", help="why (required; kept with the move)")]
+MoverOpt = Annotated[
+    str | None, typer.Option("--by", envvar="REMEDIATOR_USER", help="who asks (recorded in the audit log)")
+]
+
+
+def _body(**fields: Any) -> dict[str, Any] | None:
+    body = {k: v for k, v in fields.items() if v not in (None, "", [])}
+    return body or None
+
+
+def _move(verb: str, done: str, rem_id: str, server: str | None, output: DataOutput | None,
+          body: dict[str, Any] | None = None) -> None:
     with _session(server) as session:
         full = session.resolve(rem_id)
-        rem = session.post(ControllerApi.path("remediations", full, verb))
+        rem = session.post(ControllerApi.path("remediations", full, verb), body)
     _print_outcome(rem, done, output)
 
 
-def revert(rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None) -> None:
-    """Undo what a finished remediation did, step by step in reverse."""
-    _move("revert", "revert requested", rem_id, server, output)
+def revert(rem_id: IdArg, reason: ReasonOpt = None, by: MoverOpt = None, server: ServerOpt = None,
+           output: DataOpt = None) -> None:
+    """Undo what a finished remediation did, step by step in reverse (its return gate first)."""
+    _move("revert", "revert requested", rem_id, server, output, _body(reason=reason, by=by))
 
 
-def cancel(rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None) -> None:
-    """Stop an open remediation where it is (nothing is undone)."""
-    _move("cancel", "cancelled", rem_id, server, output)
+def cancel(rem_id: IdArg, reason: ReasonReq, by: MoverOpt = None, server: ServerOpt = None,
+           output: DataOpt = None) -> None:
+    """Stop an open remediation where it is (nothing is undone); its open approval requests are superseded."""
+    _move("cancel", "cancelled", rem_id, server, output, _body(reason=reason, by=by))
 
 
-def release(rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None) -> None:
+def release(rem_id: IdArg, reason: ReasonOpt = None, by: MoverOpt = None, server: ServerOpt = None,
+            output: DataOpt = None) -> None:
     """Let a held remediation past the flapping and repeat-offender holds (not the circuit breaker)."""
-    _move("release", "released", rem_id, server, output)
+    _move("release", "released", rem_id, server, output, _body(reason=reason, by=by))
 
 
-def pause(server: ServerOpt = None) -> None:
+def return_(
+    rem_id: IdArg,
+    reason: ReasonReq,
+    skip_reboot: Annotated[
+        bool, typer.Option("--skip-reboot", help="do not wait for the node to run a new boot")
+    ] = False,
+    skip_validation: Annotated[
+        bool, typer.Option("--skip-validation", help="do not run the GPU validation gate")
+    ] = False,
+    by: MoverOpt = None,
+    server: ServerOpt = None,
+    output: DataOpt = None,
+) -> None:
+    """Return a node or GPU to service now, whatever the remediation is doing: stop what remains, undo what
+    holds it (taint, cordon, labels, condition, power limit) and end `returned`."""
+    skip = [name for name, on in (("reboot", skip_reboot), ("validation", skip_validation)) if on]
+    _move("return", "return to service started", rem_id, server, output, _body(reason=reason, skip=skip, by=by))
+
+
+def pause(reason: ReasonReq, by: MoverOpt = None, server: ServerOpt = None) -> None:
     """Kill switch: start no new step anywhere until `resume`."""
     with _session(server) as session:
-        session.post(ControllerApi.path("pause"))
+        session.post(ControllerApi.path("pause"), _body(reason=reason, by=by))
     typer.echo("controller paused: no new steps start until `remediator resume`")
 
 
-def resume(server: ServerOpt = None) -> None:
+def resume(reason: ReasonOpt = None, by: MoverOpt = None, server: ServerOpt = None) -> None:
     """Lift the kill switch; held remediations are looked at again."""
     with _session(server) as session:
-        session.post(ControllerApi.path("resume"))
+        session.post(ControllerApi.path("resume"), _body(reason=reason, by=by))
     typer.echo("controller resumed")
 
 
@@ -372,3 +411,4 @@ def register(app: typer.Typer) -> None:
     panel = "Against a running controller"
     for command in (get, describe, approve, reject, revert, cancel, release, pause, resume):
         app.command(rich_help_panel=panel)(command)
+    app.command("return", rich_help_panel=panel)(return_)

@@ -84,6 +84,8 @@ class RemediationDetail(RemediationOut):
     # Set when this remediation is a rung of the escalation ladder: from, reason, rung, ladder,
     # recurrence_seconds, history, gate (see remediator/engine/ladder.py).
     escalation: dict[str, Any] | None = None
+    # A person's forced return to service (engine/returns.py): actor, reason, skip, at, from.
+    return_request: dict[str, Any] | None = None
 
 
 class AuditOut(BaseModel):
@@ -131,7 +133,7 @@ def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None
         approval_expires_at=approval.expires_at if approval is not None else None,
         decided_by=approval.decided_by if approval is not None else None, decision=decision_of(rem, approval),
         versions=dict(plan.versions or {"definitions": rem.definitions_version}),
-        escalation=plan.escalation_json,
+        escalation=plan.escalation_json, return_request=rem.return_request,
     )
 
 

@@ -44,9 +44,17 @@ from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
+from remediator.engine.returns import gate_step_kind, returned_reason, skip_of, skipped_note
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
-from remediator.errors import ActionError, Conflict, PermanentError, StepFailed, StoreUnavailable
+from remediator.errors import (
+    ActionError,
+    Conflict,
+    IllegalTransition,
+    PermanentError,
+    StepFailed,
+    StoreUnavailable,
+)
 from remediator.intake.normalize import GpuAlert
 from remediator.kube_names import excluded
 from remediator.logs import log_fields
@@ -64,7 +72,7 @@ from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX, PAUSE_FLAG
 from remediator.store.models import Remediation, StepRow
 from remediator.store.read_store import SteadyCounts, SteadyQuery
 from remediator.store.remediation_store import AdmissionRequest
-from remediator.store.repository import LeaseLost
+from remediator.store.repository import LeaseLost, StateMoved
 
 __all__ = [
     "Executor", "RevertStep", "StepFailure", "failure_reason", "last_line", "run_with_retries", "transient_policy",
@@ -262,10 +270,19 @@ class Executor:
                         return
                 else:
                     return
+        except StateMoved:
+            log.info("remediation %s was moved on by a person while driven; it goes on from its new state", rem_id)
         except LeaseLost:
             log.warning("lease on remediation %s lost; another replica continues it", rem_id)
         except StoreUnavailable:
             raise
+        except IllegalTransition as exc:
+            # A person's move (cancel, return) committed between this driver's read and its own move.
+            fresh = await self.rt.repo.get(rem_id)
+            if fresh is None or fresh.state == exc.state:
+                await self._crashed(rem_id, exc)
+            else:
+                log.info("remediation %s moved to %s while driven; it goes on from there", rem_id, fresh.state)
         except DependencyWaiting as waiting:
             next_run = await self._waiting(rem_id, waiting)
         except Exception as exc:
@@ -811,12 +828,27 @@ class Executor:
         rows = await self.rt.repo.steps(rem.id)
         idx = rem.current_step
         gate = playbook.return_gate
+        returning = rem.return_request  # a person's forced return (engine/returns.py)
         if idx < len(gate):  # proof before return to service: nothing is undone until every gate step passed
-            return await self._gate(rem, gate[idx], idx, rows)
+            step = gate[idx]
+            kind = gate_step_kind(step.action, bool(getattr(self.rt.actions.get(step.action), "gate", False)))
+            if returning and kind is not None and kind in skip_of(returning):
+                await self.rt.repo.finish_step(
+                    rem.id, self.rt.owner, phase="revert", idx=idx, name=f"gate:{step.name}", action=step.action,
+                    status="skipped", output={"reason": skipped_note(returning, kind), "skip": kind},
+                    extra={"by": returning.get("actor")},
+                )
+                return None
+            return await self._gate(rem, step, idx, rows)
         plan = self.revert_plan(playbook, rows)
         if idx >= len(gate) + len(plan):
-            await move(self.rt, rem.id, Event.REVERTED, reason="prior state restored", owner=self.rt.owner,
-                       changes={"quarantined": False})
+            if returning:
+                await move(self.rt, rem.id, Event.RETURNED, reason=returned_reason(returning), owner=self.rt.owner,
+                           actor=str(returning.get("actor") or "controller"), changes={"quarantined": False},
+                           data={"return": {k: returning.get(k) for k in ("actor", "reason", "skip", "from")}})
+            else:
+                await move(self.rt, rem.id, Event.REVERTED, reason="prior state restored", owner=self.rt.owner,
+                           changes={"quarantined": False})
             if rem.quarantined:
                 self._observe_return(rem, rows)
             await self.rt.repo.wake_held()  # quarantine room may have freed
@@ -824,7 +856,7 @@ class Executor:
         undo = plan[idx - len(gate)]
         forward, action_name = undo.forward, undo.action
         action = self.rt.actions.get(action_name)
-        if action is None or action.mutating:
+        if (action is None or action.mutating) and not returning:  # a person's return is itself the override
             if await self._paused():  # the kill switch stops an undo too, before its next mutating step
                 if rem.state_reason != REVERT_PAUSED:
                     await self.rt.repo.note_revert_pause(rem.id, self.rt.owner, paused=True, reason=REVERT_PAUSED)
@@ -982,6 +1014,10 @@ class Executor:
     @staticmethod
     def _render(params: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
         return render_params(params, variables)
+
+    def context_for(self, rem: Remediation, name: str, prior: Mapping[str, Any] | None) -> ActionContext:
+        """An undo action's context outside the remediation's steps (a release's clean-up: engine/hand_changes.py)."""
+        return self._context(rem, name, 60.0, "revert", rem.current_step, {}, prior)
 
     def _context(
         self, rem: Remediation, step_name: str, timeout: float, phase: str, idx: int, progress: dict[str, Any],

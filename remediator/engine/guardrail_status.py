@@ -22,6 +22,7 @@ async def guardrail_status(rt: Runtime) -> dict[str, Any]:
     return {
         "paused": bool(flag.get("paused")),
         "paused_by": flag.get("by"),
+        "paused_reason": flag.get("reason") if flag.get("paused") else None,
         "plan_only": rt.plan_only,
         "circuit_breaker": {
             "tripped": tripped,

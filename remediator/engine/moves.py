@@ -41,6 +41,7 @@ ON_ENTER: Final[Mapping[State, Effect]] = MappingProxyType({
     State.CANCELLED: Effect("cancelled", "cancelled"),
     State.REVERTING: Effect(None, "reverting"),
     State.REVERTED: Effect("reverted", "reverted"),
+    State.RETURNED: Effect("returned", "returned"),
 })
 
 

@@ -17,6 +17,13 @@ as it is at that moment; a revert can be requested again later (`cancelled` --re
 recorded, nothing was changed. It is its own stored state, so the API, the CLI, the UI, the metrics and the
 `?state=` filter all read the same name; otherwise it behaves like `succeeded` (final, can be reverted).
 
+`return` is a person's forced return to service (`remediator return`, `POST .../return`): from any state in
+which the remediation may still hold its node or GPU it moves to `reverting` with the return recorded on the
+row (who, why, which gate steps to skip: engine/returns.py); the undo then runs as a revert does, skipping the
+named gate steps, and ends in `returned` (`reverting` --returned--> `returned`) instead of `reverted`. Whether
+a remediation still holds anything is decided from its steps, not here (the API answers 409 when it holds
+nothing).
+
 `ACTIONS` are the moves a person asks for through the API, the CLI or the UI; `allowed_actions(state)` names
 those the table allows in a state, for the 409 that refuses one.
 """
@@ -60,6 +67,7 @@ class State(StrEnum):
     EXPIRED = "expired"
     REVERTING = "reverting"
     REVERTED = "reverted"
+    RETURNED = "returned"
 
 
 class Event(StrEnum):
@@ -79,6 +87,8 @@ class Event(StrEnum):
     REVERT = "revert"
     REVERTED = "reverted"
     REVERT_FAILED = "revert_failed"
+    RETURN = "return"
+    RETURNED = "returned"
     CRASH = "crash"
 
 
@@ -115,6 +125,12 @@ TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
     (State.HELD, Event.CRASH): State.FAILED,
     (State.RUNNING, Event.CRASH): State.FAILED,
     (State.REVERTING, Event.CRASH): State.FAILED,
+    # A person's forced return to service (see the module docstring).
+    **{(state, Event.RETURN): State.REVERTING for state in (
+        State.PENDING, State.HELD, State.AWAITING_APPROVAL, State.RUNNING, State.SUCCEEDED, State.FAILED,
+        State.CANCELLED, State.REJECTED, State.EXPIRED, State.REVERTING,
+    )},
+    (State.REVERTING, Event.RETURNED): State.RETURNED,
 }
 
 EVENTS: Final[tuple[Event, ...]] = tuple(sorted({event for _, event in TRANSITIONS}))
@@ -125,10 +141,12 @@ ACTIVE_STATES: Final[frozenset[State]] = frozenset(
 )
 FINAL_STATES: Final[frozenset[State]] = frozenset(set(STATES) - ACTIVE_STATES)
 # Final states that end a run without an error: a target left in them (and not quarantined) is back in service.
-RETURNED_STATES: Final[frozenset[State]] = frozenset({State.SUCCEEDED, State.PLANNED})
+RETURNED_STATES: Final[frozenset[State]] = frozenset({State.SUCCEEDED, State.PLANNED, State.RETURNED})
 
 # The moves a person asks for (API, CLI, UI), in the order they are listed.
-ACTIONS: Final[tuple[Event, ...]] = (Event.APPROVE, Event.REJECT, Event.CANCEL, Event.RELEASE, Event.REVERT)
+ACTIONS: Final[tuple[Event, ...]] = (
+    Event.APPROVE, Event.REJECT, Event.CANCEL, Event.RELEASE, Event.REVERT, Event.RETURN,
+)
 
 
 def allowed_actions(state: str) -> tuple[str, ...]:

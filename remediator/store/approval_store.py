@@ -11,7 +11,7 @@ from remediator.store.models import (
     Approval,
     Remediation,
 )
-from remediator.store.unit_of_work import RepositoryBase
+from remediator.store.unit_of_work import RepositoryBase, StateMoved
 
 __all__ = ["ApprovalStore"]
 
@@ -63,6 +63,8 @@ class ApprovalStore(RepositoryBase):
         now = self._clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
+            if rem.state != "running":  # cancelled or returned since the driver read it: nothing to ask
+                raise StateMoved(rem_id)
             await session.execute(
                 update(Approval)
                 .where(Approval.remediation_id == rem_id, Approval.decision.is_(None))

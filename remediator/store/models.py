@@ -119,6 +119,8 @@ class Remediation(Base):
     crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     not_before: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
+    # A person's forced return to service while it runs (engine/returns.py): actor, reason, skip, at.
+    return_request: Mapped[Json | None] = mapped_column(JSON, nullable=True)
 
 
 class StepRow(Base):

@@ -14,8 +14,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.engine.guardrails import GuardrailFacts, Verdict
-from remediator.engine.states import TRANSITIONS
-from remediator.errors import StoreUnavailable
+from remediator.engine.returns import return_reason
+from remediator.engine.states import TRANSITIONS, allowed_actions
+from remediator.errors import IllegalTransition, StoreUnavailable
 from remediator.jsondata import jsonable
 from remediator.plan_snapshot import stored_playbook_field
 from remediator.retrying import WAITING_PREFIX, on_conflict
@@ -171,9 +172,40 @@ class RemediationStore(RepositoryBase):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             await self._transition(session, rem, "revert", reason=reason, actor=actor)
+            rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
             rem.current_step = 0
             rem.next_run_at = self._clock()
             rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
+            return rem
+
+    async def start_return(
+        self, rem_id: str, *, actor: str, reason: str, skip: Sequence[str], from_state: str | None = None,
+    ) -> Remediation:
+        """A person's forced return to service: move the remediation (event `return`) to `reverting` with the
+        request on the row (`return_request`: actor, reason, skip, at), in one transaction with its audit
+        event. An undo already under way keeps its place (what it undid stays undone); any other state starts
+        the undo from the first gate step. Open approval requests are superseded (`_transition`).
+
+        `from_state`: the state the caller checked the remediation in; IllegalTransition (naming the state it is
+        in now) when it moved since, so the caller's check (does it still hold anything?) still stands."""
+        now = self._clock()
+        async with self.transaction() as session:
+            rem = await self._get_for_update(session, rem_id, None)
+            if from_state is not None and rem.state != from_state:
+                raise IllegalTransition(rem.state, "return", allowed_actions(rem.state))
+            undoing = rem.state == "reverting"
+            request = {"actor": actor, "reason": reason, "skip": sorted(set(skip)), "at": now.isoformat(),
+                       "from": rem.state}
+            await self._transition(
+                session, rem, "return", actor=actor,
+                reason=return_reason(actor, reason, request["skip"]),
+                data={"return": {k: v for k, v in request.items() if k != "at"}},
+            )
+            rem.return_request = request
+            if not undoing:
+                rem.current_step = 0
+            rem.next_run_at = now
+            rem.crashes, rem.not_before = 0, None  # the return gets its own crash budget
             return rem
 
     async def claim_remediations(self, owner: str, limit: int, lease: timedelta) -> list[str]:

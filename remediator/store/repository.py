@@ -16,9 +16,9 @@ from remediator.store.read_store import ReadStore
 from remediator.store.session_store import SessionStore
 from remediator.store.silence_store import SilenceStore
 from remediator.store.step_store import StepStore
-from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StoredBatch, utcnow
+from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StateMoved, StoredBatch, utcnow
 
-__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
+__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateMoved", "StoredBatch", "utcnow"]
 
 
 class Repository(

@@ -9,12 +9,14 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.engine.states import phase_of
 from remediator.jsondata import jsonable
 from remediator.store.models import (
     StepRow,
 )
 from remediator.store.unit_of_work import (
     RepositoryBase,
+    StateMoved,
 )
 
 __all__ = ["BeginStep", "StepKey", "StepStore", "begin_step_in", "steps_begun"]
@@ -96,7 +98,10 @@ class StepStore(RepositoryBase):
         `progress`: what the action observed before its first write (`Action.observe`), stored only with a
         new row: a resumed one keeps what it saved, which may predate writes of the earlier attempt."""
         async with self.transaction() as session:
-            await self._get_for_update(session, rem_id, owner)
+            rem = await self._get_for_update(session, rem_id, owner)
+            if rem.state not in (("pending", "running") if phase == "forward" else ("reverting",)):
+                # A person moved it on (cancel, return) since the driver read it: this step no longer runs.
+                raise StateMoved(rem_id)
             return await begin_step_in(
                 self, session, rem_id, BeginStep(phase, idx, name, action, params, progress)
             )
@@ -151,7 +156,7 @@ class StepStore(RepositoryBase):
             step.output = jsonable(output or {})
             step.error = error
             step.finished_at = now
-            if advance:
+            if advance and phase_of(rem.state) == phase:  # not a forward step ending after a return began
                 rem.current_step = idx + 1
             rem.updated_at = now
             rem.crashes = 0  # a recorded step result is progress: crash backoff starts over

@@ -28,6 +28,7 @@ from remediator.store.intake_spool import IntakeSpool, spool_path
 from remediator.store.models import (
     AlertBatch,
     AlertRow,
+    Approval,
     AuditEvent,
     Remediation,
     StepRow,
@@ -35,8 +36,8 @@ from remediator.store.models import (
 from remediator.store.sqlite_intake import SqliteIntake
 
 __all__ = [
-    "BREAKER_MEMO", "INTAKE_PRIORITY_WAIT_S", "LARGE_COLUMNS", "BreakerMemo", "LeaseLost", "NewRemediation",
-    "RepositoryBase", "StoredBatch",
+    "BREAKER_MEMO", "INTAKE_PRIORITY_WAIT_S", "LARGE_COLUMNS", "SUPERSEDING_EVENTS", "BreakerMemo", "LeaseLost",
+    "NewRemediation", "RepositoryBase", "StateMoved", "StoredBatch",
     "utcnow",
 ]
 
@@ -63,6 +64,16 @@ def utcnow() -> datetime:
 
 class LeaseLost(Exception):
     """This worker no longer owns the remediation; another replica took it over."""
+
+
+class StateMoved(LeaseLost):
+    """A person moved the remediation on (cancel, return) while this worker drove it: a forward step or an
+    approval request it was about to begin no longer belongs to the state it is in. The driver stops and
+    releases the lease; the next claim goes on from the new state."""
+
+
+# Events after which a remediation no longer waits for any approval request (store: `_supersede_approvals`).
+SUPERSEDING_EVENTS = frozenset({"cancel", "return"})
 
 
 @dataclass(frozen=True)
@@ -379,10 +390,34 @@ class RepositoryBase:
             session, f"state.{new}", remediation_id=rem.id, actor=actor,
             data={"from": old, "to": new, "event": event, "reason": reason, **(data or {})},
         )
+        if event in SUPERSEDING_EVENTS:
+            await self._supersede_approvals(session, rem.id, actor=actor, event=event, now=now)
         return new
+
+    async def _supersede_approvals(
+        self, session: AsyncSession, rem_id: str, *, actor: str, event: str, now: datetime
+    ) -> list[int]:
+        """Close every open approval request of a remediation that was cancelled or returned: `superseded`,
+        by whom (`decided_by`), when, and by what (`decision_source` = the event), each with its audit event.
+        Approving one afterwards answers that it was superseded instead of a bare 409."""
+        ids = list((await session.scalars(
+            select(Approval.id).where(Approval.remediation_id == rem_id, Approval.decision.is_(None))
+        )).all())
+        if not ids:
+            return []
+        await session.execute(
+            update(Approval).where(Approval.id.in_(ids), Approval.decision.is_(None))
+            .values(decision="superseded", decided_by=actor[:256], decided_at=now, decision_source=event)
+            .execution_options(synchronize_session=False)
+        )
+        for approval_id in ids:
+            await self.audit(session, "approval.superseded", remediation_id=rem_id, actor=actor,
+                             data={"approval_id": approval_id, "by": event})
+        return ids
 
     async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
         await self._transition(session, rem, "revert", reason=reason)
+        rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
         rem.current_step = 0
         rem.next_run_at = self._clock()
         rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget

@@ -17,7 +17,7 @@ async def _one_pending(controller: Controller) -> str:
 
 async def test_unknown_remediation_is_404(controller: Controller) -> None:
     assert (await controller.client.get("/api/v1/remediations/nope")).status_code == 404
-    assert (await controller.client.post("/api/v1/remediations/nope/cancel")).status_code == 404
+    assert (await controller.client.post("/api/v1/remediations/nope/cancel", json={"reason": "test"})).status_code == 404
 
 
 async def test_unknown_state_filter_is_422(controller: Controller) -> None:
@@ -34,9 +34,9 @@ async def test_filters_by_state_and_node(controller: Controller) -> None:
 
 async def test_cancel_then_cancel_again_is_409(controller: Controller) -> None:
     rem_id = await _one_pending(controller)
-    r = await controller.client.post(f"/api/v1/remediations/{rem_id}/cancel")
+    r = await controller.client.post(f"/api/v1/remediations/{rem_id}/cancel", json={"reason": "test"})
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
-    again = await controller.client.post(f"/api/v1/remediations/{rem_id}/cancel")
+    again = await controller.client.post(f"/api/v1/remediations/{rem_id}/cancel", json={"reason": "test"})
     assert again.status_code == 409
     audit = (await controller.client.get(f"/api/v1/audit?remediation={rem_id}")).json()
     cancel = [e for e in audit if e["kind"] == "state.cancelled"]
@@ -49,7 +49,7 @@ async def test_api_requires_the_token(controller: Controller) -> None:
 
 
 async def test_pause_holds_new_remediations_and_resume_releases_them(controller: Controller) -> None:
-    assert (await controller.client.post("/api/v1/pause")).json() == {"paused": True}
+    assert (await controller.client.post("/api/v1/pause", json={"reason": "test"})).json() == {"paused": True}
     rem_id = await _one_pending(controller)
     await controller.worker.drain_idle()
     detail = (await controller.client.get(f"/api/v1/remediations/{rem_id}")).json()

@@ -189,7 +189,7 @@ async def test_exit_codes_for_not_found_conflict_usage_and_unreachable(live: Liv
     assert bad_state.exit_code == 1 and "422" in bad_state.stderr
     nobody = await live.cli("get", "remediations", REMEDIATOR_SERVER=f"http://127.0.0.1:{free_port()}")
     assert nobody.exit_code == 4 and "cannot reach the controller" in nobody.stderr
-    assert (await live.cli("pause", REMEDIATOR_SERVER="ftp://127.0.0.1")).exit_code == 2
+    assert (await live.cli("pause", "--reason", "t", REMEDIATOR_SERVER="ftp://127.0.0.1")).exit_code == 2
     wrong = await live.cli("get", "remediations", REMEDIATOR_TOKEN="nope")
     assert wrong.exit_code == 1 and "401" in wrong.stderr and "REMEDIATOR_TOKEN" in wrong.stderr
 
@@ -197,10 +197,10 @@ async def test_exit_codes_for_not_found_conflict_usage_and_unreachable(live: Liv
 async def test_cancel_revert_pause_and_resume(live: Live) -> None:
     rem = await live.gated.fire()
     assert (await live.cli("revert", rem.id)).exit_code == 1  # nothing finished to undo yet: 409
-    result = await live.cli("cancel", rem.id[:8], "-o", "json")
+    result = await live.cli("cancel", rem.id[:8], "--reason", "test", "-o", "json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["state"] == "cancelled"
-    paused = await live.cli("pause")
+    paused = await live.cli("pause", "--reason", "test")
     assert paused.exit_code == 0 and "paused" in paused.stdout
     assert (await live.gated.rt.repo.get_flag(PAUSE_FLAG) or {}).get("paused") is True
     assert (await live.cli("resume")).exit_code == 0

@@ -142,7 +142,7 @@ async def test_pause_stops_a_running_remediation_before_its_next_mutating_step(m
     async with asyncio.timeout(30):
         while not any(c.verb == "evict" and c.status == 429 for c in fake.calls):
             await asyncio.sleep(0.02)
-    assert (await cluster.api.post("/api/v1/pause")).json() == {"paused": True}
+    assert (await cluster.api.post("/api/v1/pause", json={"reason": "test"})).json() == {"paused": True}
     fake.remove("poddisruptionbudgets", "ml", "hold")
     await running
     rem = (await cluster.api.get("/api/v1/remediations")).json()[0]

@@ -197,4 +197,4 @@ async def test_the_crash_backoff_is_persisted_and_respected_after_a_restart(
     rem = await second.rt.repo.get(rem_id)
     assert rem is not None and rem.state == "running" and rem.crashes == 1
     assert not second.fake.writes("nodes")
-    assert (await second.api.post(f"/api/v1/remediations/{rem_id}/cancel")).status_code == 200
+    assert (await second.api.post(f"/api/v1/remediations/{rem_id}/cancel", json={"reason": "test"})).status_code == 200

@@ -61,14 +61,14 @@ async def test_cancel_during_an_undo_stops_it_before_its_next_step(make_cluster:
     async with asyncio.timeout(20):
         await reached.wait()  # the first undo step (unannotate) is writing
 
-    r = await cluster.api.post(f"/api/v1/remediations/{rem_id}/cancel")
+    r = await cluster.api.post(f"/api/v1/remediations/{rem_id}/cancel", json={"reason": "test"})
     assert r.status_code == 200, r.text
     assert r.json()["state"] == "cancelled"
     release.set()
     await undo
 
     detail = (await cluster.api.get(f"/api/v1/remediations/{rem_id}")).json()
-    assert detail["state"] == "cancelled" and detail["state_reason"] == "cancelled through the API"
+    assert detail["state"] == "cancelled" and detail["state_reason"] == "cancelled by api: test"
     # The write in flight when the cancel came finished; nothing after it ran: the node stays as it is.
     assert await revert_rows(cluster, rem_id) == [("revert:note", "running")]
     assert node_state(cluster) == {"cordoned": True, "tainted": True, "annotated": False}
@@ -95,7 +95,7 @@ async def test_pause_stops_an_undo_before_its_next_mutating_step(make_cluster: M
     async with asyncio.timeout(20):
         await reached.wait()
 
-    assert (await cluster.api.post("/api/v1/pause")).json() == {"paused": True}
+    assert (await cluster.api.post("/api/v1/pause", json={"reason": "test"})).json() == {"paused": True}
     release.set()
     await undo  # the step in flight finishes, then the undo waits
 

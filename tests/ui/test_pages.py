@@ -73,7 +73,7 @@ async def test_ui_decision_goes_through_csrf_and_the_same_path(gated: Gated) -> 
 
 
 async def test_banner_shows_pause_and_unknown_remediation_is_a_404_page(gated: Gated) -> None:
-    assert (await gated.client.post("/api/v1/pause", headers=AUTH)).status_code == 200
+    assert (await gated.client.post("/api/v1/pause", headers=AUTH, json={"reason": "test"})).status_code == 200
     assert "Paused" in (await gated.client.get("/")).text
     missing = await gated.client.get("/remediations/does-not-exist")
     assert missing.status_code == 404 and "There is no remediation" in missing.text

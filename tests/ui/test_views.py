@@ -172,7 +172,7 @@ async def test_why_nothing_happened_lists_cooldown_with_end_time_and_other_reaso
 
 
 async def test_held_by_pause_is_listed_as_paused(views: Gated) -> None:
-    assert (await views.client.post("/api/v1/pause", headers=AUTH)).status_code == 200
+    assert (await views.client.post("/api/v1/pause", headers=AUTH, json={"reason": "test"})).status_code == 200
     await post(views, hot_labels())
     items = (await views.client.get("/api/v1/alerts/unacted", headers=AUTH)).json()
     assert [i["reason"] for i in items] == ["paused"] and items[0]["remediation_state"] == "held"

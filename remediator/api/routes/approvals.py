@@ -130,6 +130,10 @@ def outcome_notice(outcome: Outcome) -> str:
         )
     if outcome.result == "expired":
         return "This request expired before a decision; nothing was changed."
+    if approval.decision == "superseded":
+        when = f" at {approval.decided_at:%Y-%m-%d %H:%M:%S} UTC" if approval.decided_at else ""
+        return (f"This request was superseded by {approval.decided_by}{when} ({approval.decision_source}); "
+                f"the remediation is {outcome.view.remediation.state} and nothing was decided.")
     return f"The remediation is no longer waiting for this decision (it is {outcome.view.remediation.state})."
 
 

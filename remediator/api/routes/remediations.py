@@ -1,22 +1,25 @@
-"""The remediation API: list, inspect, cancel and revert (bearer token when tokens are configured)."""
+"""The remediation API: list, inspect, cancel, revert, release and return to service (bearer token when tokens
+are configured). Every move names its actor (the trusted approver header, else `by` in the body, else `api`)
+and a reason (required to cancel and to return); engine/overrides.py records and announces it."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import BaseModel, Field, field_validator
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep, WorkerDep
 from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
-from remediator.engine.moves import move
-from remediator.engine.states import STATES, Event, allowed_actions
-from remediator.errors import IllegalTransition
-from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
+from remediator.engine import overrides
+from remediator.engine.returns import Skip
+from remediator.engine.states import STATES
+from remediator.store.models import Remediation
 from remediator.store.repository import LARGE_COLUMNS, Repository
 
-__all__ = ["actor_of", "remediation_ref", "router"]
+__all__ = ["MoveIn", "ReasonIn", "ReturnIn", "actor_of", "person_of", "remediation_ref", "router"]
 
 router = APIRouter(prefix="/api/v1/remediations", dependencies=[Auth], tags=["remediations"])
 
@@ -25,6 +28,48 @@ def actor_of(request: Request) -> str:
     """Who called: the approver header when configured and sent by a trusted proxy, else 'api'."""
     who = sign_in_of(request).header_identity(request)
     return f"api:{who}" if who else "api"
+
+
+class MoveIn(BaseModel):
+    """The body of a person's move: who (when no trusted proxy header names them) and why."""
+
+    model_config = {"extra": "forbid"}
+
+    by: str | None = Field(default=None, max_length=100, description="who asks (the CLI's --by)")
+    reason: str | None = Field(default=None, max_length=500, description="why; kept with the move")
+
+    @field_validator("by", "reason")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        value = (value or "").strip()
+        if value and not value.replace("\n", " ").isprintable():
+            raise ValueError("printable characters only")
+        return value or None
+
+
+class ReasonIn(MoveIn):
+    """A move that must say why (cancel)."""
+
+    reason: str = Field(min_length=1, max_length=500, description="why; required")
+
+    @field_validator("reason")
+    @classmethod
+    def _given(cls, value: str | None) -> str:
+        if not value or not value.strip():  # blank: what `_printable` left of it is None
+            raise ValueError("a reason is required")
+        return value.strip()
+
+
+class ReturnIn(ReasonIn):
+    """A forced return to service: why, and which gate steps to skip."""
+
+    skip: list[Skip] = Field(default_factory=list, max_length=2, description="reboot and/or validation")
+
+
+def person_of(request: Request, by: str | None) -> str:
+    """Who asks: the trusted approver header's person, else the name given as `by`, else 'api'."""
+    actor = actor_of(request)
+    return f"api:{by}" if actor == "api" and by else actor
 
 
 async def remediation_ref(repo: Repository, ref: str) -> str:
@@ -73,41 +118,59 @@ async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
     return detail_out(rem, await repo.steps(rem_id), await repo.current_approval(rem_id))
 
 
-@router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def cancel(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
-    return await _move(rem_id, Event.CANCEL, "cancelled through the API", request, rt, worker)
+@router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}, 422: {}})
+async def cancel(rem_id: str, body: ReasonIn, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
+    """Stop an open remediation where it is (nothing is undone); a reason is required. Its open approval
+    requests are superseded."""
+    await _exists(rt.repo, rem_id)
+    rem = await overrides.cancel(rt, rem_id, actor=person_of(request, body.by), reason=body.reason)
+    return _woken(rem, worker)
 
 
 @router.post("/{rem_id}/revert", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def revert(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
-    return await _move(rem_id, Event.REVERT, "revert requested through the API", request, rt, worker)
+async def revert(
+    rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep, body: MoveIn | None = None
+) -> RemediationOut:
+    """Undo what a finished remediation did (its return gate first). 409 naming the state, and pointing at
+    `return` where that is allowed instead."""
+    await _exists(rt.repo, rem_id)
+    body = body or MoveIn()
+    rem = await overrides.revert(rt, rem_id, actor=person_of(request, body.by), reason=body.reason)
+    return _woken(rem, worker)
 
 
 @router.post("/{rem_id}/release", response_model=RemediationOut, responses={404: {}, 409: {}})
-async def release(rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep) -> RemediationOut:
+async def release(
+    rem_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep, body: MoveIn | None = None
+) -> RemediationOut:
     """A human lets a held remediation past the flapping and repeat-offender holds (not the breaker): the
     `release` event moves it back to `pending`, and its admission honours the override."""
-    rem = await rt.repo.get(rem_id)
-    if rem is None:
-        raise HTTPException(404, f"no remediation {rem_id}")
-    if rem.state != "held":
-        raise IllegalTransition(rem.state, Event.RELEASE, allowed_actions(rem.state))
-    actor = actor_of(request)
-    await rt.repo.set_flag(
-        f"{OVERRIDE_FLAG_PREFIX}{rem_id}", {"by": actor}, audit_kind="guardrail.override", actor=actor
-    )
-    return await _move(rem_id, Event.RELEASE, f"released by {actor}", request, rt, worker)
+    await _exists(rt.repo, rem_id)
+    body = body or MoveIn()
+    rem = await overrides.release(rt, rem_id, actor=person_of(request, body.by), reason=body.reason)
+    return _woken(rem, worker)
 
 
-async def _move(
-    rem_id: str, event: Event, reason: str, request: Request, rt: RuntimeDep, worker: WorkerDep
+@router.post("/{rem_id}/return", response_model=RemediationOut, responses={404: {}, 409: {}, 422: {}})
+async def return_to_service(
+    rem_id: str, body: ReturnIn, request: Request, rt: RuntimeDep, worker: WorkerDep
 ) -> RemediationOut:
-    if await rt.repo.get(rem_id) is None:
+    """Forced return to service: stop what remains and undo what holds the node or GPU (untaint, uncordon,
+    the project's labels and condition, the power limit), skipping the reboot wait and/or the validation gate
+    when asked; ends `returned`. 409 naming the state when the remediation holds nothing."""
+    await _exists(rt.repo, rem_id)
+    rem = await overrides.return_to_service(
+        rt, rem_id, actor=person_of(request, body.by), reason=body.reason, skip=body.skip
+    )
+    return _woken(rem, worker)
+
+
+async def _exists(repo: Repository, rem_id: str) -> None:
+    if await repo.get(rem_id) is None:
         raise HTTPException(404, f"no remediation {rem_id}")
-    try:
-        rem = await move(rt, rem_id, event, reason=reason, actor=actor_of(request))
-    except IllegalTransition as exc:
-        raise HTTPException(409, str(exc)) from exc
+
+
+def _woken(rem: Remediation, worker: WorkerDep) -> RemediationOut:
     if worker is not None:
         worker.wake()
     return summary_out(rem)
