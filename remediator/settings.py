@@ -163,6 +163,9 @@ class Settings(BaseSettings):
     transient_budget_s: float = Field(default=300.0, ge=0, le=86400)
     transient_backoff_max_s: float = Field(default=5.0, ge=0.5, le=300)
     dependency_recheck_s: float = Field(default=15.0, gt=0, le=3600)
+    # A remediation waiting for its node's reboot (await_reboot) looks again as soon as the node watch sees the
+    # node Ready from a new boot (engine/hand_changes.py); false leaves it to the step's own poll (30 s).
+    reboot_watch_wake: bool = True
     replica_id: str | None = None
     allow_multiple_replicas: bool = False
     log_level: str = "INFO"

@@ -50,6 +50,7 @@ __all__ = [
     "qualified_name_problem",
     "require_kube",
     "target_node",
+    "unmark_patch",
 ]
 
 DEFAULT_TAINT_KEY = QUARANTINE_TAINT
@@ -135,6 +136,11 @@ def _unmark_patch(node: Mapping[str, Any], remediation_id: str) -> dict[str, Any
     if _meta_map(node, "labels").get(STATE_LABEL) == QUARANTINE_STATE:
         patch["labels"] = {STATE_LABEL: None}
     return patch
+
+
+def unmark_patch(node: Mapping[str, Any], remediation_id: str) -> dict[str, Any]:
+    """The metadata patch that removes this remediation's marks from `node` (empty when they are not its)."""
+    return _unmark_patch(node, remediation_id)
 
 
 def _should_unmark(ctx: ActionContext) -> bool:

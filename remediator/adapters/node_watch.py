@@ -15,6 +15,11 @@ would still miss the allocatable-only GPU nodes. The cost of full objects is onl
 Resilience: a watch that ends normally (timeoutSeconds) is reopened from the last resourceVersion seen,
 bookmarks included; 410 Gone (the version was compacted away), as an HTTP status or as an ERROR event,
 makes it list again; any other error reopens it after an exponential backoff with jitter (1 s to 30 s).
+
+`on_node(event_type, node)` sees every node object the list and the watch bring (`LISTED` for a node of a
+list, else the watch event's type), before it is reduced to its facts: the engine's node marks
+(remediator/engine/hand_changes.py) read a person's uncordon or taint removal and a reboot from it, as they
+happen, instead of polling the API server.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.errors import RemediatorError
@@ -47,12 +53,14 @@ class NodeWatch:
         inventory: NodeInventory | None = None,
         *,
         on_change: Callable[[NodeInventory], None] | None = None,
+        on_node: Callable[[str, Mapping[str, Any]], None] | None = None,
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (1.0, 30.0),
     ) -> None:
         self.kube = kube
         self.inventory = inventory if inventory is not None else NodeInventory()
         self.on_change = on_change
+        self.on_node = on_node
         self.watch_timeout = watch_timeout
         self.backoff = backoff
         self.lists = 0
@@ -62,6 +70,14 @@ class NodeWatch:
         if self.on_change is not None:
             self.on_change(self.inventory)
 
+    def _seen(self, kind: str, node: Mapping[str, Any]) -> None:
+        if self.on_node is None:
+            return
+        try:
+            self.on_node(kind, node)
+        except Exception:  # a consumer's bug must not stop the inventory
+            log.exception("node watch consumer failed on a %s event", kind)
+
     async def sync(self) -> None:
         """List every node (paged) and replace the inventory; raises RemediatorError on failure."""
         facts: dict[str, NodeFacts] = {}
@@ -69,6 +85,7 @@ class NodeWatch:
         async for items, page_version in self.kube.node_pages():
             for node in items:
                 facts[str((node.get("metadata") or {}).get("name", ""))] = facts_of(node)
+                self._seen("LISTED", node)
             version = page_version or version
         self.lists += 1
         self.inventory.replace_facts(facts, version)
@@ -89,6 +106,7 @@ class NodeWatch:
                 raise RemediatorError(f"node watch error: {obj.get('message', obj)}")
             self.inventory.apply(kind, obj)
             if kind != "BOOKMARK":
+                self._seen(kind, obj)
                 self._changed()
 
     async def run(self) -> None:

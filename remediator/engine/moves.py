@@ -42,6 +42,7 @@ ON_ENTER: Final[Mapping[State, Effect]] = MappingProxyType({
     State.REVERTING: Effect(None, "reverting"),
     State.REVERTED: Effect("reverted", "reverted"),
     State.RETURNED: Effect("returned", "returned"),
+    State.RELEASED: Effect("released", "released"),
 })
 
 

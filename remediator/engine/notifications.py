@@ -48,6 +48,7 @@ EVENTS: Mapping[str, tuple[str, Tone]] = {
     "reverted": ("Reverted", "good"),
     "return_requested": ("Return to service requested", "warning"),
     "returned": ("Returned to service by a person", "good"),
+    "released": ("Released: a person lifted the quarantine by hand", "warning"),
     "approval_superseded": ("Approval superseded", "info"),
     "return_waiting": ("Still quarantined", "warning"),
     "return_refused": ("Return to service refused", "danger"),

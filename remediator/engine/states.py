@@ -24,6 +24,11 @@ named gate steps, and ends in `returned` (`reverting` --returned--> `returned`) 
 a remediation still holds anything is decided from its steps, not here (the API answers 409 when it holds
 nothing).
 
+`released` is where a remediation ends when a person lifted its quarantine by hand (an uncordon, or the
+project's taint removed, seen by the node watch: engine/hand_changes.py): from any state in which it may
+still hold its node (`hand_changed`), the controller lets go: the hand change is audited with the field
+manager that made it, the project's labels and condition are cleaned up, and nothing is applied again.
+
 `ACTIONS` are the moves a person asks for through the API, the CLI or the UI; `allowed_actions(state)` names
 those the table allows in a state, for the 409 that refuses one.
 """
@@ -68,6 +73,7 @@ class State(StrEnum):
     REVERTING = "reverting"
     REVERTED = "reverted"
     RETURNED = "returned"
+    RELEASED = "released"
 
 
 class Event(StrEnum):
@@ -89,6 +95,7 @@ class Event(StrEnum):
     REVERT_FAILED = "revert_failed"
     RETURN = "return"
     RETURNED = "returned"
+    HAND_CHANGED = "hand_changed"
     CRASH = "crash"
 
 
@@ -131,6 +138,11 @@ TRANSITIONS: Final[dict[tuple[State, Event], State]] = {
         State.CANCELLED, State.REJECTED, State.EXPIRED, State.REVERTING,
     )},
     (State.REVERTING, Event.RETURNED): State.RETURNED,
+    # A person lifted the quarantine by hand (see the module docstring).
+    **{(state, Event.HAND_CHANGED): State.RELEASED for state in (
+        State.PENDING, State.HELD, State.AWAITING_APPROVAL, State.RUNNING, State.SUCCEEDED, State.FAILED,
+        State.CANCELLED, State.REJECTED, State.EXPIRED, State.REVERTING,
+    )},
 }
 
 EVENTS: Final[tuple[Event, ...]] = tuple(sorted({event for _, event in TRANSITIONS}))

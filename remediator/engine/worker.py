@@ -29,6 +29,7 @@ from remediator.engine.decision import (
     utc,
 )
 from remediator.engine.executor import Executor
+from remediator.engine.hand_changes import NodeMarks
 from remediator.engine.ladder import count_recurrence, new_remediation, remediation_plan
 from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
@@ -115,6 +116,9 @@ class Worker:
         self._verified: tuple[int, str] | None = None  # the newest audit event the periodic check passed
         self._audit_broken = False
         self._watch: NodeWatch | None = None
+        # A person's uncordon or taint removal, and a node back from its reboot, as the node watch sees them.
+        self.node_marks = NodeMarks(self.executor, stop=self._stop_drive, wake=self.wake,
+                                    reboot_wake=rt.settings.reboot_watch_wake)
 
     def wake(self, *, alerts: bool = False) -> None:
         """Run the loop now. `alerts`: a webhook has just stored alerts, so the next claim need not look first
@@ -214,6 +218,7 @@ class Worker:
 
     async def stop(self) -> None:
         self._stopping = True
+        await self.node_marks.close()
         for task in [*self._tasks, *self._running.values()]:
             task.cancel()
         for task in [*self._tasks, *self._running.values()]:
@@ -300,8 +305,14 @@ class Worker:
         if kube is None:
             return None
         if self._watch is None or self._watch.kube is not kube:
-            self._watch = NodeWatch(kube, on_change=self._publish_inventory)
+            self._watch = NodeWatch(kube, on_change=self._publish_inventory, on_node=self.node_marks.seen)
         return self._watch
+
+    def _stop_drive(self, rem_id: str) -> None:
+        """Stop this replica's drive of a remediation that was let go (its lease was cleared with the move)."""
+        task = self._running.get(rem_id)
+        if task is not None and not task.done():
+            task.cancel()
 
     def _publish_inventory(self, inventory: NodeInventory) -> None:
         self.rt.gpu_nodes = inventory.gpu_nodes

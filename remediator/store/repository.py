@@ -12,6 +12,7 @@ from remediator.store.approval_store import ApprovalStore
 from remediator.store.decision_store import DecisionStore
 from remediator.store.flag_store import FlagStore
 from remediator.store.intake_store import IntakeStore
+from remediator.store.node_hold_store import NodeHoldStore
 from remediator.store.read_store import ReadStore
 from remediator.store.session_store import SessionStore
 from remediator.store.silence_store import SilenceStore
@@ -22,6 +23,7 @@ __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateM
 
 
 class Repository(
-    IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore, SilenceStore
+    IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore, SilenceStore,
+    NodeHoldStore,
 ):
     """The store's whole API: one instance per process, shared by the API and the worker."""

@@ -18,7 +18,7 @@ def test_contract_states_are_exactly_these() -> None:
         "expired", "reverting", "reverted",
     }
     assert contract <= set(STATES)
-    assert "planned" in set(STATES) - contract <= {"planned", "returned"}
+    assert "planned" in set(STATES) - contract <= {"planned", "returned", "released"}
     assert set(STATES) == ACTIVE_STATES | FINAL_STATES
     assert not ACTIVE_STATES & FINAL_STATES
 
@@ -71,9 +71,16 @@ def test_the_target_is_handed_back_only_through_an_undo() -> None:
     into_reverting = {(source, event) for (source, event), target in TRANSITIONS.items() if target == "reverting"}
     assert {event for _, event in into_reverting} == {"revert", "return"}
     returns = {source for source, event in into_reverting if event == "return"}
-    assert returns == set(STATES) - {"planned", "reverted", "returned"}
+    assert returns == set(STATES) - {"planned", "reverted", "returned", "released"}
     assert "returned" in FINAL_STATES and not any(source == "returned" for source, _ in TRANSITIONS)
 
+
+
+def test_a_hand_change_releases_from_every_state_that_may_hold_the_node_and_released_is_final() -> None:
+    sources = {source for (source, event), target in TRANSITIONS.items() if event == "hand_changed"}
+    assert sources == set(STATES) - {"planned", "reverted", "returned", "released"}
+    assert {target for (_, event), target in TRANSITIONS.items() if event == "hand_changed"} == {"released"}
+    assert "released" in FINAL_STATES and not any(source == "released" for source, _ in TRANSITIONS)
 
 @given(st.lists(st.sampled_from(EVENTS), max_size=60))
 def test_a_random_walk_never_deadlocks_in_an_active_state(events: list[str]) -> None:

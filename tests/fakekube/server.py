@@ -34,6 +34,7 @@ from tests.fakekube import builders
 from tests.fakekube.copies import deep_copy
 from tests.fakekube.disruption import compute_budget, is_healthy, pdb_selects
 from tests.fakekube.faults import Faults
+from tests.fakekube.managed_fields import manager_of, update_managed_fields
 from tests.fakekube.patching import (
     PatchError,
     UnsupportedPatch,
@@ -127,6 +128,8 @@ class Call:
     injected: bool = False  # answered by a scheduled fault (tests/fakekube/faults.py), not by the store
     uid: str | None = None  # uid of the object acted on, when it existed
     bytes: int = 0  # response body bytes sent (for a watch: every event so far)
+    manager: str = ""  # the field manager a write is made as (`fieldManager`, else the User-Agent's product)
+    user: str = ""  # who made the request (its bearer token in `FakeKube.users`), as an apiserver's audit log says
 
     @property
     def ok(self) -> bool:
@@ -273,6 +276,9 @@ class FakeKube:
         self.replacement_node: str | None = None
         self.pdb_retry_after = 0
         self.calls: list[Call] = []
+        # Bearer token -> user name: who made a request (`Call.user`); the controller's kubeconfig token is
+        # its service account. Tests add people: `fake.users["alice-token"] = "alice@example.com"`.
+        self.users: dict[str, str] = {"fake-token": CONTROLLER_USER}
         self._rules: list[_Rule] = []
         self._deadlines: dict[tuple[str, str], float] = {}
         self._replaced: set[str] = set()
@@ -442,7 +448,10 @@ class FakeKube:
             content_type=headers.get("content-type", "").split(";")[0].strip(),
             time=self.clock.now(),
             at=time.monotonic(),
+            manager=manager_of(request.params, headers),
         )
+        auth = headers.get("authorization", "")
+        call.user = self.users.get(auth.removeprefix("Bearer ").strip(), "system:anonymous") if auth else ""
         self.calls.append(call)
         return call
 
@@ -463,7 +472,7 @@ class FakeKube:
             return 200, self._list(rt, namespace, request.params)
         if route.name is None:
             if verb == "create":
-                return 201, self._create(rt, namespace, request.data, request.params)
+                return 201, self._create(rt, namespace, request.data, request.params, call)
             raise _error(405, "MethodNotAllowed", f"{call.method} on a collection is not emulated")
         if rt.namespaced and namespace is None:
             raise _error(404, "NotFound", "the server could not find the requested resource")
@@ -489,7 +498,9 @@ class FakeKube:
         if call.verb == "get":
             return 200, current
         if call.verb == "update":
-            return 200, self._replace(rt, current, request.data, status_only=sub == "status", dry_run=dry_run)
+            return 200, self._replace(
+                rt, current, request.data, call, status_only=sub == "status", dry_run=dry_run
+            )
         if call.verb == "patch":
             return 200, self._patch(
                 rt, current, request.data, call, status_only=sub == "status", dry_run=dry_run
@@ -692,7 +703,7 @@ class FakeKube:
         pod.setdefault("status", {}).setdefault("phase", "Pending")
 
     def _create(
-        self, rt: ResourceType, namespace: str | None, body: Any, params: Mapping[str, str]
+        self, rt: ResourceType, namespace: str | None, body: Any, params: Mapping[str, str], call: Call | None = None
     ) -> dict[str, Any]:
         if not isinstance(body, Mapping):
             raise bad_request("the body of the request must be a JSON object")
@@ -731,6 +742,10 @@ class FakeKube:
         meta["generation"] = 1
         if rt.plural == "pods":
             self._default_pod(obj)
+        meta.pop("managedFields", None)
+        if call is not None:
+            update_managed_fields({}, obj, manager=call.manager, api_version=rt.api_version,
+                                  now=self.clock.wall(), subresource=None)
         self._validate(rt, obj, namespace)
         if params.get("dryRun") == "All":
             return obj
@@ -778,7 +793,8 @@ class FakeKube:
             )
 
     def _finish_write(
-        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, status_only: bool, dry_run: bool
+        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, status_only: bool, dry_run: bool,
+        call: Call | None = None,
     ) -> dict[str, Any]:
         """Keep what the endpoint may not change, validate, and store unless nothing changed."""
         if status_only:
@@ -796,8 +812,15 @@ class FakeKube:
                 new["metadata"][key] = old["metadata"][key]
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        # managedFields are the server's: what a request sends there is replaced by the old object's
+        new["metadata"].pop("managedFields", None)
+        if "managedFields" in old["metadata"]:
+            new["metadata"]["managedFields"] = deep_copy(old["metadata"]["managedFields"])
         if new == old:
             return old
+        if call is not None:
+            update_managed_fields(old, new, manager=call.manager, api_version=rt.api_version,
+                                  now=self.clock.wall(), subresource="status" if status_only else None)
         if (new.get("spec") != old.get("spec")) and not status_only:
             new["metadata"]["generation"] = int(old["metadata"].get("generation", 1)) + 1
         self._validate(rt, new, old["metadata"].get("namespace"))
@@ -806,7 +829,7 @@ class FakeKube:
         return self.store.put(rt, old["metadata"].get("namespace"), old["metadata"]["name"], new)
 
     def _replace(
-        self, rt: ResourceType, old: dict[str, Any], body: Any, *, status_only: bool, dry_run: bool
+        self, rt: ResourceType, old: dict[str, Any], body: Any, call: Call, *, status_only: bool, dry_run: bool
     ) -> dict[str, Any]:
         if not isinstance(body, Mapping):
             raise bad_request("the body of the request must be a JSON object")
@@ -825,7 +848,7 @@ class FakeKube:
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
         self._check_update(rt, old, new)
-        return self._finish_write(rt, old, new, status_only=status_only, dry_run=dry_run)
+        return self._finish_write(rt, old, new, status_only=status_only, dry_run=dry_run, call=call)
 
     def _patch(
         self,
@@ -838,7 +861,7 @@ class FakeKube:
         dry_run: bool,
     ) -> dict[str, Any]:
         manager = call.params.get("fieldManager", "")
-        if len(manager) > 128:
+        if len(manager) > 128 or len(call.manager) > 128:
             raise invalid(rt, old["metadata"]["name"], [("fieldManager", "must be at most 128 characters")])
         try:
             new = self._apply_patch(call.content_type, deep_copy(old), body)
@@ -860,7 +883,7 @@ class FakeKube:
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
         self._check_update(rt, old, new)
-        return self._finish_write(rt, old, new, status_only=status_only, dry_run=dry_run)
+        return self._finish_write(rt, old, new, status_only=status_only, dry_run=dry_run, call=call)
 
     @staticmethod
     def _apply_patch(content_type: str, old: dict[str, Any], body: Any) -> Any:

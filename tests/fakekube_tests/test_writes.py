@@ -245,3 +245,42 @@ def test_nodes_only_take_loopback_addresses(fake_kube: FakeKube) -> None:
     with pytest.raises(ValueError, match="loopback"):
         fake_kube.add_node("n1", ip="10.0.0.1")
     assert fake_kube.add_node("n2")["status"]["addresses"][0]["address"].startswith("127.0.0.")
+
+
+async def test_managed_fields_kept_as_an_apiserver_keeps_them_for_updates() -> None:
+    """The manager is the fieldManager parameter, else the User-Agent's product; a write takes the fields it set
+    from every other manager; a field removed is owned by no one; atomic spec.taints is one field."""
+    import httpx
+
+    from tests.fakekube.managed_fields import owned_paths
+    from tests.fakekube.server import FakeKube
+
+    async with FakeKube() as fake:
+        fake.add_node("n1")
+        async with httpx.AsyncClient(base_url=fake.url) as client:
+            async def patch(body: object, manager: str | None, kind: str = "strategic-merge-patch+json") -> dict:
+                r = await client.patch("/api/v1/nodes/n1", params={"fieldManager": manager} if manager else {},
+                                       json=body, headers={"Content-Type": f"application/{kind}",
+                                                           "User-Agent": "kubectl/v1.31.2 (linux/amd64)"})
+                assert r.status_code == 200, r.text
+                return dict(r.json())
+
+            def owners(obj: dict) -> dict[str, set]:
+                return {e["manager"]: owned_paths(e["fieldsV1"]) for e in obj["metadata"].get("managedFields", [])}
+
+            taint = {"key": "a", "value": "", "effect": "NoSchedule"}
+            obj = await patch({"spec": {"unschedulable": True, "taints": [taint]},
+                               "metadata": {"labels": {"x": "1"}}}, "remediator")
+            assert owners(obj) == {"remediator": {("f:spec", "f:unschedulable"), ("f:spec", "f:taints"),
+                                                  ("f:metadata", "f:labels", "f:x")}}
+            entry = obj["metadata"]["managedFields"][0]
+            assert (entry["operation"], entry["apiVersion"], entry["fieldsType"]) == ("Update", "v1", "FieldsV1")
+            assert entry["time"]
+            obj = await patch({"spec": {"unschedulable": False}}, "kubectl-patch")
+            assert owners(obj)["kubectl-patch"] == {("f:spec", "f:unschedulable")}
+            assert ("f:spec", "f:unschedulable") not in owners(obj)["remediator"]
+            obj = await patch([{"op": "remove", "path": "/spec/taints"}], None, "json-patch+json")
+            assert "kubectl" not in owners(obj)  # a removal gives its writer nothing
+            assert owners(obj)["remediator"] == {("f:metadata", "f:labels", "f:x")}
+            obj = await patch({"metadata": {"managedFields": [{"manager": "forged"}]}}, "x")
+            assert "forged" not in owners(obj)  # the server's, never a client's

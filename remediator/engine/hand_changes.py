@@ -1,0 +1,274 @@
+"""What the node watch tells the engine about held nodes: a person's hand change, and a reboot.
+
+A person who uncordons a quarantined node or removes its taint (`kubectl uncordon`, `kubectl edit`, `kubectl
+patch`, a JSON patch of `spec.taints`) has overruled the controller. The node watch (adapters/node_watch.py)
+hands every node object it sees to `NodeMarks.seen`, which keeps, per node, only what matters here (cordoned,
+its taints, boot ID, Ready) and notices at once when a cordon or a taint went away, or the node came back
+Ready from a new boot. No poll: the watch is already open for the inventory.
+
+A lifted mark is looked up against the remediations holding that node (store: `holding_node`). It is the
+controller's own write, and ignored, when
+- the field it lives in (`spec.unschedulable`, `spec.taints`) is owned now by the controller's field
+  manager (`remediator`) in metadata.managedFields;
+- the remediation's own undo is under way (reverting past its return gate), or one of its own forward
+  steps lifts that mark (reset-gpu untaints after a good reset).
+Otherwise it was done by hand: the remediation is let go (`released`, engine/states.py) in one transaction
+with the audit event `node.changed_by_hand` (the node, what was lifted, the field manager that owns the
+changed field now, its operation and time: Kubernetes records a manager only for the fields a write set,
+so a removal of the whole field leaves none, and never the user: that is in the API server's audit log).
+The drive in flight on this replica is stopped, the breaker stops counting the node, and the project's
+marks (the `remediator.io/state` label and `remediator.io/remediation` annotation, where still this
+remediation's) and its node condition (through the condition step's own undo) are cleaned up. Nothing is
+applied again: the cordon and the taints stay as the person left them. A repeat delivery of the same alert
+is a repeat (it never starts work); a new fault starts a new remediation, subject to the cooldown.
+
+A node Ready with a boot ID other than the last one seen makes the remediations on it that wait on a
+timer due at once (`wake_after_reboot`), so a return gate waiting for the reboot goes on within the watch's
+latency instead of at its next 30 s look (bench/reboot_wake.py). REBOOT_WATCH_WAKE=false turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from remediator.actions.context import node_ready
+from remediator.actions.node import DEFAULT_TAINT_KEY, unmark_patch
+from remediator.adapters.kube import FIELD_MANAGER
+from remediator.definitions.templates import render_params
+from remediator.engine.executor import Executor
+from remediator.engine.moves import entered
+from remediator.engine.mutation_audit import acting_remediation
+from remediator.plan_snapshot import playbook_of
+from remediator.store.models import Remediation, StepRow
+
+__all__ = ["Lifted", "Marks", "NodeMarks", "field_owner", "marks_of"]
+
+log = logging.getLogger(__name__)
+
+# Forward steps whose action lifts a mark of the same remediation (the playbook lifts its own quarantine).
+_LIFTS = {"cordon": "uncordon", "drain": "uncordon", "taint": "untaint"}
+# Undo actions run to clean up after a release: the project's labels, annotations and condition (the marks the
+# cordon and taint steps add are cleaned directly); never uncordon or untaint.
+_CLEANUP = frozenset({"clear_node_condition", "unlabel", "unannotate"})
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What the engine keeps of a node between watch events."""
+
+    unschedulable: bool
+    taints: frozenset[tuple[str, str]]
+    boot_id: str
+    ready: bool
+
+
+def marks_of(node: Mapping[str, Any]) -> Marks:
+    spec = node.get("spec") or {}
+    taints = frozenset(
+        (str(t.get("key", "")), str(t.get("effect", ""))) for t in spec.get("taints") or [] if isinstance(t, Mapping)
+    )
+    boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
+    return Marks(bool(spec.get("unschedulable")), taints, str(boot), node_ready(node))
+
+
+@dataclass(frozen=True)
+class Lifted:
+    """One mark a remediation put on its node that is gone now."""
+
+    step: str
+    action: str
+    what: str  # "cordon" or "taint KEY:EFFECT"
+    field: str  # spec.unschedulable or spec.taints
+
+
+def field_owner(node: Mapping[str, Any], field: str) -> dict[str, Any] | None:
+    """The managedFields entry that owns `field` (`spec.unschedulable`, `spec.taints`) now, if any: its
+    manager, operation and time."""
+    parts = [f"f:{p}" for p in field.split(".")]
+    for entry in (node.get("metadata") or {}).get("managedFields") or []:
+        tree: Any = entry.get("fieldsV1") or {}
+        for part in parts:
+            tree = tree.get(part) if isinstance(tree, Mapping) else None
+            if tree is None:
+                break
+        if tree is not None:
+            return {"manager": entry.get("manager"), "operation": entry.get("operation"), "time": entry.get("time")}
+    return None
+
+
+def lifted_marks(node: Mapping[str, Any], rows: list[StepRow]) -> list[Lifted]:
+    """The marks this remediation's succeeded forward steps put on the node that are no longer there."""
+    marks = marks_of(node)
+    gone: list[Lifted] = []
+    for row in rows:
+        if row.phase != "forward" or row.status != "succeeded" or row.action not in _LIFTS:
+            continue
+        if row.action == "taint":
+            key = str(row.params.get("key") or DEFAULT_TAINT_KEY)
+            effect = str(row.params.get("effect") or "NoSchedule")
+            if (key, effect) not in marks.taints:
+                gone.append(Lifted(row.name, row.action, f"taint {key}:{effect}", "spec.taints"))
+        elif not marks.unschedulable:
+            gone.append(Lifted(row.name, row.action, "cordon", "spec.unschedulable"))
+    return gone
+
+
+def _own_lift(rows: list[StepRow], lifted: Lifted, after: int) -> bool:
+    """A later forward step of the same remediation lifts this mark (begun or done)."""
+    undo = _LIFTS[lifted.action]
+    return any(
+        r.phase == "forward" and r.action == undo and r.idx > after and r.status in ("running", "succeeded")
+        for r in rows
+    )
+
+
+class NodeMarks:
+    """Fed by the node watch (`seen`, synchronous and cheap); acts in tasks of its own.
+
+    `stop(rem_id)` stops this replica's drive of a remediation that was let go; `wake()` runs the worker loop.
+    """
+
+    def __init__(
+        self, executor: Executor, *, stop: Callable[[str], None], wake: Callable[[], None], reboot_wake: bool = True,
+    ) -> None:
+        self.executor = executor
+        self.rt = executor.rt
+        self.stop = stop
+        self.wake = wake
+        self.reboot_wake = reboot_wake
+        self._marks: dict[str, Marks] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: dict[str, asyncio.Lock] = {}
+
+    def seen(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        if kind == "DELETED":
+            self._marks.pop(name, None)
+            return
+        new = marks_of(node)
+        old = self._marks.get(name)
+        self._marks[name] = new
+        if old is None:
+            return
+        if (old.unschedulable and not new.unschedulable) or old.taints - new.taints:
+            self._spawn(self.check_lifted(name, node), f"hand-change-{name}")
+        rebooted = new.ready and new.boot_id and (new.boot_id != old.boot_id or not old.ready)
+        if rebooted and self.reboot_wake:
+            self._spawn(self.rebooted(name), f"reboot-wake-{name}")
+
+    def _spawn(self, work: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("node watch consumer failed", exc_info=task.exception())
+
+    async def idle(self) -> None:
+        """Wait until every check started so far has finished (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def rebooted(self, node: str) -> None:
+        woken = await self.rt.repo.wake_after_reboot(node)
+        if woken:
+            log.info("node %s is Ready from a new boot: %d remediation(s) on it look again now", node, woken)
+            self.wake()
+
+    async def check_lifted(self, node: str, seen: Mapping[str, Any]) -> None:
+        """A cordon or taint went away on `node`: release each remediation whose mark a person lifted."""
+        lock = self._checking.setdefault(node, asyncio.Lock())
+        async with lock:  # two events for one node close together are looked at one after the other
+            for rem in await self.rt.repo.holding_node(node):
+                await self._check(rem, seen)
+
+    async def _check(self, rem: Remediation, node: Mapping[str, Any]) -> None:
+        if rem.state == "reverting" and rem.current_step >= len(playbook_of(rem).return_gate):
+            return  # its own undo lifts the marks
+        rows = await self.rt.repo.steps(rem.id)
+        by_name = {r.name: r for r in rows if r.phase == "forward"}
+        lifted = [
+            mark for mark in lifted_marks(node, rows)
+            if not _own_lift(rows, mark, by_name[mark.step].idx)
+        ]
+        owners = {mark.field: field_owner(node, mark.field) for mark in lifted}
+        lifted = [mark for mark in lifted if (owners[mark.field] or {}).get("manager") != FIELD_MANAGER]
+        lifted = list({mark.what: mark for mark in lifted}.values())  # a drain's cordon is the cordon step's too
+        if not lifted:
+            return
+        owner = next((o for o in (owners[m.field] for m in lifted) if o), None)
+        manager = str(owner["manager"]) if owner else None
+        meta = node.get("metadata") or {}
+        data: dict[str, Any] = {
+            "node": rem.node, "lifted": [m.what for m in lifted], "fields": sorted({m.field for m in lifted}),
+            "field_manager": manager, "operation": owner.get("operation") if owner else None,
+            "changed_at": owner.get("time") if owner else None, "resource_version": meta.get("resourceVersion"),
+            "by_hand": True,
+        }
+        if owner is None:
+            data["note"] = ("the change removed the field, and Kubernetes records no field manager for a removal; "
+                            "the API server's audit log names who made it")
+        actor = f"hand:{manager}" if manager else "hand"
+        reason = (f"{' and '.join(m.what for m in lifted)} lifted by hand"
+                  f"{f' ({manager})' if manager else ''}; the controller lets go of node {rem.node}")
+        released = await self.rt.repo.release_by_hand(
+            rem.id, expected_state=rem.state, reason=reason, actor=actor, data=data
+        )
+        if released is None:
+            return
+        log.warning("remediation %s released: %s", rem.id, reason)
+        self.stop(rem.id)
+        cleaned = await self._clean_up(released, rows)
+        if cleaned:
+            await self.rt.repo.record_audit("node.cleaned_up", remediation_id=rem.id, data={
+                "node": rem.node, "cleaned": cleaned})
+        await entered(self.rt, released, reason)
+        await self.rt.repo.wake_held()  # quarantine room freed
+        self.wake()
+
+    async def _clean_up(self, rem: Remediation, rows: list[StepRow]) -> list[str]:
+        """Remove the project's marks (where still this remediation's) and undo its condition; never the cordon
+        or the taints. Best effort: a failure is logged and audited, and leaves the rest to a person."""
+        kube = self.rt.kube
+        if kube is None or not rem.node:
+            return []
+        cleaned: list[str] = []
+        token = acting_remediation.set(rem.id)  # the writes are audited as this remediation's
+        try:
+            for undo in self.executor.revert_plan(playbook_of(rem), rows):
+                action = self.rt.actions.get(undo.action)
+                if undo.action not in _CLEANUP or action is None:
+                    continue
+                params = undo.params
+                if undo.templated:
+                    params = render_params(undo.params, self.executor._variables(rem, rows))
+                ctx = self.executor.context_for(rem, f"release:{undo.forward.name}", undo.forward.output)
+                result = await action.run(ctx, action.parse(params))
+                cleaned.append(f"{undo.forward.name}: {result.message}")
+            # Last: an undone label step may have put back the mark the cordon or taint step added before it.
+            node = await kube.get_node(rem.node)
+            patch = unmark_patch(node, rem.id)
+            if patch:
+                await kube.patch_node(rem.node, {"metadata": patch})
+                cleaned.append("marks")
+        except Exception as exc:
+            log.warning("remediation %s released, but cleaning up node %s failed: %s", rem.id, rem.node, exc)
+            await self.rt.repo.record_audit("node.cleanup_failed", remediation_id=rem.id,
+                                            data={"node": rem.node, "error": str(exc)[:2000], "cleaned": cleaned})
+        finally:
+            acting_remediation.reset(token)
+        return cleaned
+

@@ -1,0 +1,199 @@
+"""A person's hand change on a quarantined node, made the way kubectl makes it (a strategic-merge or JSON patch
+of `spec.unschedulable` / `spec.taints` with fieldManager kubectl-patch / kubectl-edit, as a user of its own),
+seen by the node watch: the remediation is let go (`released`), audited with the field manager, its labels
+and condition cleaned up, nothing applied again, the breaker no longer counts the node, and a repeat delivery
+of the alert quarantines nothing. The controller's own lifts (its undo, a playbook that untaints) are not
+hand changes. The same watch wakes a return gate waiting for the reboot as soon as the node is back."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.engine.conftest import Cluster, MakeCluster
+from tests.engine.test_pipeline import TAINT_KEY, gpu_node, taints
+from tests.helpers import am_alert, am_payload, xid_labels
+
+KUBECTL_UA = "kubectl/v1.31.2 (linux/amd64) kubernetes/5864a46"
+
+
+async def kubectl(cluster: Cluster, body: Any, *, manager: str, content_type: str, user: str = "alice") -> None:
+    """PATCH the node as kubectl does: its User-Agent, a fieldManager, a user's token of its own."""
+    token = f"{user}-token"
+    cluster.fake.users[token] = f"{user}@example.com"
+    async with httpx.AsyncClient(base_url=cluster.fake.url) as client:
+        r = await client.patch(
+            "/api/v1/nodes/gpu-1", params={"fieldManager": manager}, json=body,
+            headers={"Content-Type": content_type, "User-Agent": KUBECTL_UA, "Authorization": f"Bearer {token}"},
+        )
+    assert r.status_code == 200, r.text
+
+
+def node(cluster: Cluster) -> dict[str, Any]:
+    got = cluster.fake.node("gpu-1")
+    assert got is not None
+    return got
+
+
+def marks(cluster: Cluster) -> dict[str, Any]:
+    n = node(cluster)
+    condition = next((c for c in n["status"].get("conditions") or [] if c["type"] == "GPUHealthy"), None)
+    meta = n["metadata"]
+    return {
+        "cordoned": bool(n["spec"].get("unschedulable")),
+        "tainted": any(t["key"] == TAINT_KEY for t in taints(cluster.fake, "gpu-1")),
+        "labels": sorted(k for k in meta.get("labels") or {} if k.startswith("remediator.io/")),
+        "annotations": sorted(k for k in meta.get("annotations") or {} if k.startswith("remediator.io/")),
+        "gpu_healthy": condition["status"] if condition else None,
+    }
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await check():
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def watched(make_cluster: MakeCluster) -> AsyncIterator[Callable[..., Awaitable[Cluster]]]:
+    """A cluster whose worker runs its node watch (the way `serve` does) beside the test's settles."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def make(**overrides: Any) -> Cluster:
+        cluster: Cluster = await make_cluster(**overrides)
+        gpu_node(cluster.fake)
+        await cluster.worker.refresh_inventory()
+        tasks.append(asyncio.create_task(cluster.worker._inventory_loop()))
+        return cluster
+
+    yield make
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def quarantined(cluster: Cluster) -> dict[str, Any]:
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
+    await cluster.settle()
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded" and rem["playbook"] == "reboot-node"
+    assert marks(cluster) == {"cordoned": True, "tainted": True, "labels": ["remediator.io/state"],
+                              "annotations": ["remediator.io/remediation"], "gpu_healthy": "False"}
+    return rem
+
+
+async def state_of(cluster: Cluster, rem_id: str) -> str:
+    return str((await cluster.api.get(f"/api/v1/remediations/{rem_id}")).json()["state"])
+
+
+async def test_uncordon_by_strategic_merge_patch_releases_audited_with_the_field_manager(
+    watched: Callable[..., Awaitable[Cluster]],
+) -> None:
+    cluster = await watched()
+    rem = await quarantined(cluster)
+    guard = (await cluster.api.get("/api/v1/guardrails")).json()
+    assert guard["circuit_breaker"]["quarantined_nodes"] == ["gpu-1"]
+
+    await kubectl(cluster, {"spec": {"unschedulable": False}}, manager="kubectl-patch",
+                  content_type="application/strategic-merge-patch+json")
+    await until(lambda: _is(cluster, rem["id"], "released"))
+    await cluster.worker.node_marks.idle()
+
+    # The fake knows who patched (an API server's audit log would); Kubernetes does not put it in the object.
+    assert [c.user for c in cluster.fake.calls if c.manager == "kubectl-patch"] == ["alice@example.com"]
+    # Released: the cordon stays as the person left it (lifted); the taint is left alone, nothing re-applied;
+    # the project's label, annotation and condition are cleaned up.
+    assert marks(cluster) == {"cordoned": False, "tainted": True, "labels": [], "annotations": [],
+                              "gpu_healthy": "True"}
+    detail = (await cluster.api.get(f"/api/v1/remediations/{rem['id']}")).json()
+    assert "cordon lifted by hand (kubectl-patch)" in detail["state_reason"]
+    events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    (hand,) = [e for e in events if e["kind"] == "node.changed_by_hand"]
+    assert hand["actor"] == "hand:kubectl-patch"
+    assert hand["data"]["field_manager"] == "kubectl-patch" and hand["data"]["operation"] == "Update"
+    assert hand["data"]["lifted"] == ["cordon"] and hand["data"]["fields"] == ["spec.unschedulable"]
+    assert hand["data"]["changed_at"]
+    (moved,) = [e for e in events if e["kind"] == "state.released"]
+    assert moved["actor"] == "hand:kubectl-patch" and moved["data"]["from"] == "succeeded"
+    assert any(e["kind"] == "node.cleaned_up" for e in events)
+
+    # The breaker no longer counts the node; a repeat delivery of the same alert quarantines nothing.
+    assert (await cluster.api.get("/api/v1/guardrails")).json()["circuit_breaker"]["quarantined_nodes"] == []
+    writes = len(cluster.fake.writes("nodes"))
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
+    await cluster.settle()
+    assert len((await cluster.api.get("/api/v1/remediations")).json()) == 1
+    assert len(cluster.fake.writes("nodes")) == writes
+    assert marks(cluster)["cordoned"] is False
+
+
+async def _is(cluster: Cluster, rem_id: str, state: str) -> bool:
+    return await state_of(cluster, rem_id) == state
+
+
+async def test_taint_removed_by_json_patch_with_kubectl_edit_releases_and_a_new_fault_still_quarantines(
+    watched: Callable[..., Awaitable[Cluster]],
+) -> None:
+    cluster = await watched()
+    cluster.fake.write("nodes", None, "gpu-1", {"spec": {"taints": [
+        *taints(cluster.fake, "gpu-1"), {"key": "example.com/maintenance", "value": "x", "effect": "NoSchedule"}]}})
+    rem = await quarantined(cluster)
+    kept = [t for t in taints(cluster.fake, "gpu-1") if t["key"] != TAINT_KEY]
+    index = next(i for i, t in enumerate(taints(cluster.fake, "gpu-1")) if t["key"] == TAINT_KEY)
+    await kubectl(cluster, [{"op": "test", "path": f"/spec/taints/{index}/key", "value": TAINT_KEY},
+                            {"op": "remove", "path": f"/spec/taints/{index}"}],
+                  manager="kubectl-edit", content_type="application/json-patch+json", user="bob")
+    await until(lambda: _is(cluster, rem["id"], "released"))
+    await cluster.worker.node_marks.idle()
+    events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    (hand,) = [e for e in events if e["kind"] == "node.changed_by_hand"]
+    assert hand["data"]["field_manager"] == "kubectl-edit"
+    assert hand["data"]["lifted"] == [f"taint {TAINT_KEY}:NoSchedule"]
+    # Nothing re-applied: the person's taint list stands, the cordon is left as it was.
+    assert taints(cluster.fake, "gpu-1") == kept
+    assert marks(cluster)["cordoned"] is True and marks(cluster)["labels"] == []
+
+    # A new, different fault on the node still starts a remediation (another rule: no cooldown between them).
+    await cluster.post(am_payload(am_alert({**xid_labels("gpu-1", 48), "alertname": "GPUXidError"},
+                                           starts_at="2026-12-02T11:00:00Z")))
+    await cluster.settle()
+    rems = (await cluster.api.get("/api/v1/remediations")).json()
+    assert len(rems) == 2 and {r["state"] for r in rems} >= {"released"}
+
+
+async def test_the_controllers_own_undo_is_not_a_hand_change(watched: Callable[..., Awaitable[Cluster]]) -> None:
+    cluster = await watched()
+    rem = await quarantined(cluster)
+    cluster.fake.reboot_node("gpu-1")
+    assert (await cluster.api.post(f"/api/v1/remediations/{rem['id']}/revert")).status_code == 200
+    await cluster.settle()
+    await cluster.worker.node_marks.idle()
+    assert await state_of(cluster, rem["id"]) == "reverted"
+    events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    assert not [e for e in events if e["kind"] in ("node.changed_by_hand", "state.released")]
+
+
+async def test_a_return_gate_waiting_for_the_reboot_goes_on_when_the_watch_sees_the_node_back(
+    watched: Callable[..., Awaitable[Cluster]],
+) -> None:
+    cluster = await watched()
+    rem = await quarantined(cluster)
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79), status="resolved")))
+    await cluster.settle()
+    assert await state_of(cluster, rem["id"]) == "reverting"  # waits 30 s between looks for the new boot
+    loop = asyncio.create_task(cluster.worker._loop())
+    try:
+        started = time.monotonic()
+        cluster.fake.reboot_node("gpu-1")
+        await until(lambda: _is(cluster, rem["id"], "reverted"), timeout=10)
+        assert time.monotonic() - started < 10  # not the step's 30 s poll
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+    events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    assert not [e for e in events if e["kind"] == "node.changed_by_hand"]
