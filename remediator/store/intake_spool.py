@@ -427,10 +427,12 @@ class IntakeSpool:
     def _guarded(self, fn: Callable[[sqlite3.Connection], T], *, writes: bool = False) -> T:
         """`fn` on the connection. A damaged file is let go of and set aside; the appender then retries once
         on the fresh spool. `writes`: the appender refuses while the file held is displaced."""
-        for attempt in (1, 2):
+        for _attempt in (1, 2):
             try:
                 if self._damaged is not None:
                     self._recover()
+                    if not self._appender:
+                        raise SpoolUnavailable(f"intake spool {self.path.name} was damaged and set aside")
                 self._look()
                 if writes and self._displaced is not None:
                     raise SpoolUnavailable(self._displaced)
@@ -445,14 +447,7 @@ class IntakeSpool:
                 self._found_damaged(str(exc))
             except OSError as exc:
                 raise SpoolUnavailable(f"intake spool {self.path}: {exc.strerror or exc}") from exc
-            if attempt == 1:
-                try:
-                    self._recover()
-                except SpoolUnavailable:
-                    raise
-                if not self._appender:
-                    break
-        raise SpoolUnavailable(f"intake spool {self.path.name} was damaged and set aside: try again")
+        raise SpoolUnavailable(f"{self._damaged or f'intake spool {self.path.name} is damaged'}: try again")
 
     def _append(
         self, batches: Sequence[tuple[str, bytes, int]], keyed: Sequence[Sequence[str]], keys: Sequence[str],
