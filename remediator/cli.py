@@ -4,6 +4,7 @@ and the operator commands against a running controller (`get | describe | approv
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import sys
@@ -29,6 +30,23 @@ app = typer.Typer(no_args_is_help=True, help="Alert-driven GPU remediation contr
 audit_app = typer.Typer(no_args_is_help=True, help="Audit log: verify the hash chain, print its head, export it.")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema and retention.")
 report_app = typer.Typer(no_args_is_help=True, help="Reports over the stored remediations.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from remediator import __version__
+
+        typer.echo(f"remediator {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_version, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Alert-driven GPU remediation controller."""
 app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
@@ -337,10 +355,14 @@ def demo(
         code = asyncio.run(
             run_demo(host=host, port=port, exit_after_posting=exit_after_posting, out=sys.stdout)
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (run_demo turns it into this after cleaning up)
         code = 0
     except OSError as exc:
-        typer.echo(f"error: cannot serve on {host}:{port}: {exc}", err=True)
+        if exc.errno == errno.EADDRINUSE:
+            typer.echo(f"error: port {port} on {host} is already in use (another remediator serve or demo?): stop "
+                       "it, or pick another port with --port N (--port 0 picks a free one)", err=True)
+        else:
+            typer.echo(f"error: cannot serve on {host}:{port}: {exc}", err=True)
         raise typer.Exit(2) from exc
     raise typer.Exit(code)
 

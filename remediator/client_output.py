@@ -7,6 +7,7 @@ JSON and YAML are exact, and never carry a character a terminal would act on.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -121,17 +122,30 @@ def _field(name: str) -> Callable[[Row, datetime], str]:
     return lambda row, _now: "" if row.get(name) is None else str(row.get(name))
 
 
+_GPU_UUID = re.compile(r"\b(GPU-[0-9a-fA-F]{8})[0-9a-fA-F-]{28}\b")
+NARROW_WIDTH = 120  # the plain `get remediations` fits this many columns; `-o wide` shows everything whole
+
+
+def short_target(value: Any) -> str:
+    """A target with its GPU UUID cut to the first 8 hex digits (`gpu-node-1/GPU-8e6a1c2d`)."""
+    return _GPU_UUID.sub(r"\1", str(value or ""))
+
+
 _REMEDIATIONS: list[Column] = [
     ("ID", lambda r, _n: short_id(r.get("id"))),
     ("STATE", _field("state")),
     ("PLAYBOOK", _field("playbook")),
-    ("TARGET", _field("target")),
+    ("TARGET", lambda r, _n: short_target(r.get("target"))),
     ("AGE", lambda r, n: age(r.get("created_at"), n)),
     ("REASON", lambda r, _n: truncate(r.get("state_reason") or r.get("error"))),
 ]
 _REMEDIATIONS_WIDE: list[Column] = [
     ("ID", _field("id")),
-    *_REMEDIATIONS[1:],
+    ("STATE", _field("state")),
+    ("PLAYBOOK", _field("playbook")),
+    ("TARGET", _field("target")),
+    ("AGE", lambda r, n: age(r.get("created_at"), n)),
+    ("REASON", lambda r, _n: truncate(r.get("state_reason") or r.get("error"), 200)),
     ("RULE", _field("rule")),
     ("GPU", lambda r, _n: _gpu(r)),
     ("ALERTNAME", _field("alertname")),
@@ -243,7 +257,17 @@ def render(resource: str, rows: list[Row], output: str, now: datetime) -> str:
         return f"No {resource} found."
     narrow, wide = RESOURCES[resource]
     columns = wide if output == "wide" else narrow
-    return table([c[0] for c in columns], [[fn(r, now) for _, fn in columns] for r in rows])
+    cells = [[fn(r, now) for _, fn in columns] for r in rows]
+    if resource == "remediations" and output != "wide":
+        cells = _fit_last(narrow, cells, NARROW_WIDTH)
+    return table([c[0] for c in columns], cells)
+
+
+def _fit_last(columns: Sequence[Column], cells: list[list[str]], width: int) -> list[list[str]]:
+    """Cut the last column (the reason) so that each line of the table fits `width` characters."""
+    before = [max(len(columns[i][0]), *(len(r[i] or "-") for r in cells)) for i in range(len(columns) - 1)]
+    room = max(width - sum(before) - 3 * (len(columns) - 1), len(columns[-1][0]))
+    return [[*r[:-1], truncate(r[-1], room) if len(r[-1]) > room else r[-1]] for r in cells]
 
 
 def _pairs(pairs: Sequence[tuple[str, Any]], indent: str = "") -> list[str]:

@@ -17,8 +17,10 @@ import json
 import re
 import secrets
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -166,7 +168,8 @@ async def _post_samples(base: str, token: str, out: TextIO) -> tuple[int, dict[s
 
 
 async def _report(
-    rt: Runtime, base: str, links: LinkCollector, out: TextIO, sources: dict[str, Path], override: Override
+    rt: Runtime, base: str, links: LinkCollector, out: TextIO, sources: dict[str, Path], override: Override,
+    token: str,
 ) -> None:
     out.write("\nRemediations (plan-only: each step is planned and recorded, nothing is changed):\n")
     remediations = list(reversed(await rt.repo.list_remediations(limit=100)))
@@ -178,7 +181,8 @@ async def _report(
         if waiting is not None and waiting.state == "awaiting_approval":
             out.write(f"\nApproval page ({waiting.playbook} on {waiting.node}): {link}\n")
     out.write("\nReproduce each one with the CLI (simulate plans a sample alert with no server and no database; "
-              "describe shows the remediation while this demo runs):\n")
+              "describe shows the remediation while this demo runs and needs the demo's token):\n")
+    out.write(f"  export REMEDIATOR_TOKEN={token}\n")
     for rem in remediations:
         out.write(f"  {rem.playbook} on {rem.node or rem.target_key}:\n")
         sample = sources.get(rem.alert_fingerprint)
@@ -202,6 +206,25 @@ async def run_demo(
     workdir: Path | None = None,
 ) -> int:
     """Run the demo; returns a process exit code. Serves until cancelled unless `exit_after_posting`."""
+    # SIGTERM ends the demo as Ctrl-C does, the temporary folder removed: uvicorn catches it while serving and,
+    # once stopped, raises it again with the handler found at its start; with the default one there the process
+    # died before the folder was removed, with this one (it ignores the repeat) run_demo returns and cleans up.
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    try:
+        return await _run_demo(host=host, port=port, exit_after_posting=exit_after_posting, out=out, workdir=workdir)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    """The SIGTERM uvicorn raises again once it has stopped serving: already acted on."""
+
+
+async def _run_demo(
+    *, host: str, port: int, exit_after_posting: bool, out: TextIO, workdir: Path | None
+) -> int:
     with tempfile.TemporaryDirectory(prefix="remediator-demo-") as tmp:
         base_dir = workdir or Path(tmp)
         base_dir.mkdir(parents=True, exist_ok=True)
@@ -252,7 +275,7 @@ async def run_demo(
             posted, sources = await _post_samples(base, token, out)
             await _settled(rt, 30.0)
             await rt.notifier.flush(5.0)
-            await _report(rt, base, links, out, sources, override)
+            await _report(rt, base, links, out, sources, override, token)
             out.flush()
             if exit_after_posting:
                 return 0 if posted else 1

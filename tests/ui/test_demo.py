@@ -32,7 +32,7 @@ def test_demo_plans_every_sample_and_prints_an_approval_page(tmp_path: Path) -> 
     for name in samples:
         assert f"posted {name}: HTTP 200" in out
     assert len(re.findall(r"/remediations/[0-9a-f-]{36}", out)) == 5
-    assert "awaiting_approval" in out and "succeeded" in out
+    assert "awaiting_approval" in out and "planned" in out and "succeeded" not in out
     assert re.search(r"Approval page \(.+\): http://127\.0\.0\.1:\d+/approvals/[A-Za-z0-9_-]{43}", out)
     assert re.search(r"Web UI: http://127\.0\.0\.1:\d+/", out)
     assert "PLAN-ONLY" in done.stderr or "plan-only" in out
