@@ -41,6 +41,8 @@ FAILURE_MODE_ALERTS = {
     "GPUPCIeReplayRateHigh",
     "GPUPCIeLinkDegraded",
     "GPUOrphanedMemory",
+    "GPURecoveryActionRequired",
+    "GPUNVSwitchFatalSXid",
 }
 ROUTED_ALERTS = CONTRACT_ALERTS | FAILURE_MODE_ALERTS
 # Every alert identifies the GPU by these (Hostname copied from the main branch's `hostname`).
@@ -72,10 +74,12 @@ DCGM_METRICS = {
     "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
 }
 # The node sidecar's series (docs/sidecar.md) and Prometheus's own ALERTS (the thermal hysteresis).
 SIDECAR_METRICS = {
     "gpu_remediator_temperature_slowdown_celsius",
+    "gpu_remediator_recovery_action",
     "gpu_remediator_remapped_rows_pending",
     "gpu_remediator_remapped_rows_failure",
     "gpu_remediator_pcie_link_width",
@@ -303,8 +307,8 @@ def monitoring_objects() -> tuple[dict[str, Any], ...]:
 SIDECAR_GROUP = "gpu-remediator-sidecar"
 CONTROLLER_GROUP = "gpu-remediator.controller"
 # gpu_instance is present only on an Xid the driver attributes to a MIG GPU instance: without it the label set is
-# the one dcgm-exporter's GPUXidError carries.
-SIDECAR_XID_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "xid", "gpu_instance"]
+# the one dcgm-exporter's GPUXidError carries; xid_action likewise only where the node detector decoded the message.
+SIDECAR_XID_LABELS = ["Hostname", "UUID", "gpu", "pci_bus_id", "xid", "gpu_instance", "xid_action"]
 
 
 def all_rules() -> list[dict[str, Any]]:
@@ -410,7 +414,7 @@ def test_rules_raise_the_contract_and_failure_mode_alert_names() -> None:
     names = [rule["alert"] for rule in rules()]
     # GPUXidError has two rules: the gauge (both exporter shapes) and the counter DCGM_EXP_XID_ERRORS_COUNT;
     # the node sidecar's group adds GPULost (and its own GPUXidError).
-    assert set(names) - {"GPULost", "GPUDriverFailure"} == ROUTED_ALERTS - {"GPULost"}
+    assert set(names) - {"GPULost", "GPUDriverFailure"} == ROUTED_ALERTS - {"GPULost", "GPUNVSwitchFatalSXid"}
     assert names.count("GPUXidError") >= 2
 
 
@@ -664,6 +668,8 @@ SIDECAR_DETECTOR_METRICS = {
     "gpu_remediator_xid_events_created",
     "gpu_remediator_kernel_events_total",
     "gpu_remediator_kernel_events_created",
+    "gpu_remediator_sxid_events_total",
+    "gpu_remediator_sxid_events_created",
     "gpu_remediator_gpu_lost",
     "gpu_remediator_gpus_visible",
     "gpu_remediator_gpus_expected",
@@ -672,7 +678,7 @@ SIDECAR_DETECTOR_METRICS = {
 
 def test_sidecar_rules_raise_xid_and_lost_alerts_on_sidecar_series() -> None:
     found = sidecar_rules()
-    assert [r["alert"] for r in found] == ["GPUXidError", "GPULost", "GPUDriverFailure"]
+    assert [r["alert"] for r in found] == ["GPUXidError", "GPUNVSwitchFatalSXid", "GPULost", "GPUDriverFailure"]
     for rule in found:
         assert metric_names(rule["expr"]) <= SIDECAR_DETECTOR_METRICS, rule["alert"]
 
