@@ -124,6 +124,8 @@ class Detector:
         # Ordered by last report (oldest first), so expiry and eviction take from the front.
         self._recent: collections.OrderedDict[tuple[str, int], _Pending] = collections.OrderedDict()
         self._refusal_logged: dict[str, float] = {}
+        self._event_logged: dict[str, float] = {}
+        self._dirty = False
         self._boot_id = self._read_boot_id()
         self._inventory: dict[str, GpuRecord] = {}
         self._sequence: int | None = None
@@ -177,6 +179,7 @@ class Detector:
         try:
             update_state(self.config.state_file, STATE_KEY, doc)
             self._saved_sequence = self._sequence
+            self._dirty = False
         except Problem as exc:
             log.error("detector: %s", exc.error)
 
@@ -248,7 +251,7 @@ class Detector:
     def end_batch(self) -> None:
         """Persist the last sequence number handled (after each batch the reader reads)."""
         with self._lock:
-            if self._sequence != self._saved_sequence:
+            if self._sequence != self._saved_sequence or self._dirty:
                 self._save()
 
     def _count_kmsg_xid(self, event: XidEvent) -> None:
@@ -292,8 +295,17 @@ class Detector:
             self._init_failures[bus] = {"text": event.text[:500], "sequence": sequence}
             while len(self._init_failures) > MAX_INIT_FAILURES:
                 self._init_failures.pop(next(iter(self._init_failures)))
-            self._save()
-        log.warning("detector: %s%s: %s", event.kind, f" on {bus}" if bus else "", event.text[:300])
+            self._dirty = True  # persisted by end_batch, once per batch however often the driver prints it
+        self._log_event(event.kind, f"{event.kind}{f' on {bus}' if bus else ''}: {event.text[:300]}")
+
+    def _log_event(self, kind: str, what: str) -> None:
+        """A warning per kind at most once a minute (the counter has every one): a GPU the driver retries
+        prints its failure on every attempt."""
+        now = self._clock()
+        last = self._event_logged.get(kind)
+        if last is None or now - last >= _REFUSAL_LOG_SECONDS:
+            self._event_logged[kind] = now
+            log.warning("detector: %s (counted in gpu_remediator_kernel_events_total)", what)
 
     def init_failure(self, uuid: str) -> str | None:
         """The driver's `RmInitAdapter failed` line for the GPU `uuid` (found by its PCI address in the

@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 # PRIORITY,SEQUENCE,TIMESTAMP_US,FLAGS[,more fields];MESSAGE  (Documentation/ABI/testing/dev-kmsg)
+# (the pattern `_kmsg_record` reads with string operations; kept to test that both agree)
 _KMSG = re.compile(r"^(\d+),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)$", re.DOTALL)
 # "Dec  3 10:00:00 host kernel: [  123.456789] MESSAGE", "2026-12-03T10:00:01+00:00 host kernel: MESSAGE" or
 # "kernel: MESSAGE" (journalctl -k short forms): the tag right after the header, never "kernel:" mid-line
@@ -203,10 +204,9 @@ def parse_record(line: str) -> KernelRecord | None:
     if not line or line[0] in " \t":
         return None  # /dev/kmsg dictionary lines (" SUBSYSTEM=pci") and wrapped continuations
     line = line.rstrip("\r\n")
-    found = _KMSG.match(line)
-    if found is not None:
-        priority = int(found.group(1))
-        return KernelRecord(int(found.group(2)), found.group(5), priority >> 3, "kmsg")
+    record = _kmsg_record(line)
+    if record is not None:
+        return record
     if line.startswith("{"):
         journal = _journal_record(line)
         if journal is not None:
@@ -218,6 +218,18 @@ def parse_record(line: str) -> KernelRecord | None:
     if found is not None:
         return KernelRecord(None, found.group(1), None, "dmesg")
     return KernelRecord(None, line)
+
+
+def _kmsg_record(line: str) -> KernelRecord | None:
+    """`line` as a /dev/kmsg record, or None when it is not one: what `_KMSG` matches, read with string
+    operations (the head before the first ';' split at commas), since every kernel line passes here."""
+    head, semicolon, message = line.partition(";")
+    if not semicolon:
+        return None
+    fields = head.split(",", 4)
+    if len(fields) < 4 or not (fields[0].isdecimal() and fields[1].isdecimal() and fields[2].isdecimal()):
+        return None
+    return KernelRecord(int(fields[1]), message, int(fields[0]) >> 3, "kmsg")
 
 
 def _journal_record(line: str) -> KernelRecord | None:
@@ -254,6 +266,8 @@ def mentions_event(message: str) -> bool:
     Bounded work for a line crafted to be costly: at most `_MENTIONS` places per prefix, each read over
     at most 4 KiB (more than any driver line).
     """
+    if "NVRM: " not in message and "nvidia-nvswitch" not in message:
+        return False
     for prefix in ("NVRM: ", "nvidia-nvswitch"):
         start = message.find(prefix)
         for _ in range(_MENTIONS):

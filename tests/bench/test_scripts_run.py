@@ -109,3 +109,13 @@ def test_reads_smoke_measures_the_list_and_the_index() -> None:
     assert len(rows) == 8
     for cells in rows:  # p50 / p99 ms on the empty store and the filled one
         assert all(float(ms) > 0 for cell in cells[2:4] for ms in cell.split(" / ")), cells
+
+
+def test_kernel_log_smoke_replays_through_the_detector_and_the_regex() -> None:
+    stdout = smoke("kernel_log.py")
+    rows = {cells[1].strip(): cells for line in stdout.splitlines()
+            if line.startswith("| detector") or line.startswith("| regex") for cells in [line.split("|")]}
+    assert set(rows) == {"detector", "regex"}
+    detector_events, regex_hits = (int(rows[r][4].strip().replace(",", "")) for r in ("detector", "regex"))
+    assert detector_events > regex_hits > 0  # the detector also counts SXids and the lines without an Xid
+    assert "detector time / regex time:" in stdout

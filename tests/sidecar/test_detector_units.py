@@ -241,6 +241,7 @@ def test_a_mig_xid_carries_its_gpu_instance(tmp_path: Path) -> None:
 def test_an_init_failure_is_remembered_for_the_boot_until_a_reset_succeeds(tmp_path: Path) -> None:
     detector, metrics = make(tmp_path)
     Kernel(detector)("NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x62:0x65:1792)", 3)
+    detector.end_batch()  # as the reader does after each batch
     assert kernel_events(metrics, "gpu_init_failed") == {"GPU-1": 1}
     assert "RmInitAdapter failed! (0x62:0x65:1792)" in (detector.init_failure("GPU-1") or "")
     assert detector.init_failure("GPU-2") is None
@@ -253,6 +254,15 @@ def test_an_init_failure_is_remembered_for_the_boot_until_a_reset_succeeds(tmp_p
     (tmp_path / "boot_id").write_text("boot-2\n")
     config = DetectorConfig("node-1", tmp_path / "state.json", tmp_path / "boot_id")
     assert Detector(config, SidecarMetrics()).init_failure("GPU-1") is None  # a new boot starts clean
+
+
+def test_an_init_failure_from_the_journal_is_persisted_by_the_batch_end(tmp_path: Path) -> None:
+    """Journal records carry no sequence number: the failure alone must still reach the state file."""
+    detector, _ = make(tmp_path)
+    detector.handle_line(json.dumps({"MESSAGE": "NVRM: GPU 0000:18:00.0: RmInitAdapter failed! (0x24:0x72:1568)",
+                                     "_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0"}))
+    detector.end_batch()
+    assert make(tmp_path)[0].init_failure("GPU-1") is not None
 
 
 def test_failures_naming_no_gpu_are_counted_for_the_node(tmp_path: Path) -> None:

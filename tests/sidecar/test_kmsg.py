@@ -284,3 +284,20 @@ def test_mentions_are_bounded_for_a_line_crafted_to_be_costly() -> None:
     message = "x NVRM: " * 8000 + "NVRM: GPU 0000:01:00.0: GPU has fallen off the bus."
     assert mentions_event(message) is False  # the 8001st place is never looked at
     assert mentions_event("x " + message[-60:]) is True
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "4,1,2,-;msg", "4,1,2;msg", "4,1,2,c,1,-;m", "a,1,2,-;m", "4,,2,-;m", "4,1,2,-,x;y;z", "\uff14,1,2,-;m",
+        "4,1,2,-", "4,1,2,-;", "+4,1,2,-;m", "4,1,2,-;line\nwith a newline", "4,1,2,;m", "4,1,2,-,;m", "4;1,2,3,-;m",
+        "12,18446744073709551615,99999999999,-;x", "4,1,2,-\n;m", "4 ,1,2,-;m",
+    ],
+)
+def test_the_kmsg_head_is_read_as_the_record_pattern_reads_it(line: str) -> None:
+    from remediator.sidecar.kmsg import _KMSG, _kmsg_record
+
+    found = _KMSG.match(line)
+    expected = None if found is None else (int(found.group(2)), found.group(5), int(found.group(1)) >> 3)
+    record = _kmsg_record(line)
+    assert (None if record is None else (record.sequence, record.message, record.facility)) == expected
