@@ -43,6 +43,7 @@ from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, Mainten
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
+from remediator.engine.pauses import ActivePause, held_by
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
 from remediator.engine.returns import gate_step_kind, returned_reason, skip_of, skipped_note
 from remediator.engine.runtime import Runtime
@@ -56,7 +57,7 @@ from remediator.errors import (
     StoreUnavailable,
 )
 from remediator.intake.normalize import GpuAlert
-from remediator.kube_names import excluded
+from remediator.kube_names import EXCLUDE_LABEL, excluded
 from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
 from remediator.retrying import (
@@ -215,6 +216,7 @@ class SteadyFacts:
     flapping: bool
     node_recent_remediations: int
     override: bool
+    pause_reason: str | None = None  # a scoped pause holds it (engine/pauses.py)
 
 
 class Executor:
@@ -373,6 +375,10 @@ class Executor:
             rem.context = gathered = read.context
             node = read.node
         first = await self._prepare_first(rem, node) if rem.state == "pending" else None
+        # The opt-out label and the scoped pauses as they are now (the context's labels are those of its read).
+        live = node.get("metadata", {}).get("labels") if node is not None and gathered is not None else None
+        labels = dict(live or {}) if live is not None else await self._live_labels(rem)
+        scoped = held_by(await self.rt.repo.active_pauses(), rem.node, labels, rem.playbook)
         quarantines = self._quarantines(rem)
         settings = self.rt.settings
         now = self.rt.repo._clock()
@@ -385,7 +391,7 @@ class Executor:
         async def facts(session: AsyncSession, counts: SteadyCounts | None) -> GuardrailFacts:
             assert counts is not None  # asked for with `steady`
             # The time of the decision (the request may have waited for an earlier batch to commit).
-            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts)
+            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts, labels=labels, scoped=scoped)
             return await self._breaker_facts(session, rem, quarantines, steady_facts)
 
         admitted, verdict, changed = await self.admissions.admit(
@@ -483,19 +489,24 @@ class Executor:
             getattr(self.rt.actions.get(step.action), "quarantines", False) for step in playbook.steps
         )
 
-    def _steady_facts(self, rem: Remediation, now: datetime, counts: SteadyCounts) -> SteadyFacts:
+    def _steady_facts(
+        self, rem: Remediation, now: datetime, counts: SteadyCounts, *, labels: Mapping[str, str] | None = None,
+        scoped: ActivePause | None = None,
+    ) -> SteadyFacts:
         """The guardrail facts about this remediation alone (pause, override, flapping, the node's history),
         from what the admission batch read for it before the admission lock: other admissions do not change
         them."""
         settings = self.rt.settings
-        node_labels = (rem.context.get("node") or {}).get("labels") or {}
+        node_labels = labels if labels is not None else (rem.context.get("node") or {}).get("labels") or {}
+        flag = bool(counts.pause and counts.pause.get("paused"))
         return SteadyFacts(
             now=now,
-            paused=bool(counts.pause and counts.pause.get("paused")),
+            paused=flag or scoped is not None,
             node_excluded=excluded(node_labels),
             flapping=counts.flaps >= settings.flap_threshold > 0,
             node_recent_remediations=counts.node_remediations,
             override=counts.override,
+            pause_reason=None if flag or scoped is None else scoped.describe(),
         )
 
     async def _breaker_facts(
@@ -514,6 +525,7 @@ class Executor:
         return GuardrailFacts(
             now=now,
             paused=steady.paused,
+            pause_reason=steady.pause_reason,
             node=rem.node,
             node_excluded=steady.node_excluded,
             quarantines=quarantines,
@@ -549,9 +561,10 @@ class Executor:
             return None
         step = playbook.steps[idx]
         action = self.rt.actions.get(step.action)
-        if action is not None and action.mutating and not admitted and await self._paused():
-            await move(self.rt, rem.id, Event.HOLD, reason="controller is paused", owner=self.rt.owner,
-                       data={"guardrail": "paused"})
+        hold = None if admitted else await self._hold(rem, action is None or action.mutating)
+        if hold is not None:
+            reason, guardrail = hold
+            await move(self.rt, rem.id, Event.HOLD, reason=reason, owner=self.rt.owner, data={"guardrail": guardrail})
             return None
         # Forward steps run in order from 0 and an undo has its own phase: before the first step there is no
         # earlier step whose output a template or condition could read, so the rows need no reading.
@@ -857,7 +870,9 @@ class Executor:
         forward, action_name = undo.forward, undo.action
         action = self.rt.actions.get(action_name)
         if (action is None or action.mutating) and not returning:  # a person's return is itself the override
-            if await self._paused():  # the kill switch stops an undo too, before its next mutating step
+            # The kill switch and a pause scoped to it stop an undo too, before its next mutating step.
+            if await self._paused() or held_by(await self.rt.repo.active_pauses(), rem.node,
+                                               await self._live_labels(rem), rem.playbook) is not None:
                 if rem.state_reason != REVERT_PAUSED:
                     await self.rt.repo.note_revert_pause(rem.id, self.rt.owner, paused=True, reason=REVERT_PAUSED)
                 return self.rt.settings.held_recheck_interval
@@ -1044,6 +1059,33 @@ class Executor:
     async def _paused(self) -> bool:
         flag = await self.rt.repo.get_flag(PAUSE_FLAG)
         return bool(flag and flag.get("paused"))
+
+    async def _live_labels(self, rem: Remediation) -> dict[str, str] | None:
+        """The node's labels as they are now (one read), else those of the context read; None without a node."""
+        if not rem.node:
+            return None
+        if self.rt.kube is not None:
+            try:
+                node = await self.rt.kube.get_node(rem.node)
+                return dict((node.get("metadata") or {}).get("labels") or {})
+            except ActionError as exc:
+                log.info("remediation %s: reading node %s's labels failed (%s); using the context's", rem.id,
+                         rem.node, exc)
+        return dict((rem.context.get("node") or {}).get("labels") or {})
+
+    async def _hold(self, rem: Remediation, mutating: bool) -> tuple[str, str] | None:
+        """Before a forward step: (reason, guardrail) when it must wait. The kill switch and the scoped pauses hold
+        a step that changes something; the opt-out label, read from the node now, holds every step."""
+        if mutating and await self._paused():
+            return "controller is paused", "paused"
+        labels = await self._live_labels(rem)
+        if labels is not None and excluded(labels):
+            return f"node {rem.node} is labelled {EXCLUDE_LABEL}=true (opted out)", "opt_out"
+        if mutating:
+            scoped = held_by(await self.rt.repo.active_pauses(), rem.node, labels, rem.playbook)
+            if scoped is not None:
+                return scoped.describe(), "paused"
+        return None
 
     async def _notify(self, rem: Remediation | str, event: str, detail: str) -> None:
         await notify(self.rt, rem if isinstance(rem, str) else rem.id, event, detail)

@@ -53,6 +53,7 @@ __all__ = [
     "Ladder",
     "count_recurrence",
     "fault_history",
+    "log_escalation",
     "new_remediation",
     "remediation_plan",
     "returned_at",
@@ -129,6 +130,8 @@ class Ladder:
         )
         if outcome == "started":
             self.rt.metrics.remediation_outcomes.labels(playbook=rem.playbook, outcome="escalated").inc()
+            log_escalation(rem.playbook, proposal.playbook.name, node=rem.node, gpu=gpu_of(rem),
+                           from_id=rem.id, new_id=new_id, why=f"gate failed: {why}")
         return new_id
 
     def _proposal(self, playbook_name: str, alert: GpuAlert, rule: str) -> Proposal | None:
@@ -136,6 +139,17 @@ class Ladder:
         if proposal is None:
             log.warning("escalation ladder names playbook %r, which is not loaded: no escalation", playbook_name)
         return proposal
+
+
+def log_escalation(
+    was: str, now: str, *, node: str | None, gpu: str | None, from_id: str, new_id: str | None, why: str
+) -> None:
+    """One WARNING line per climb of the ladder (reset -> reboot -> replace), naming the node and the GPU, so an
+    on-call reading the controller's log sees each escalation without opening the remediation."""
+    log.warning(
+        "escalation: %s -> %s on node %s GPU %s (remediation %s -> %s): %s",
+        was, now, node or "-", gpu or "-", from_id, new_id or "a new one", why,
+    )
 
 
 def count_recurrence(metrics: Any, found: Recurrence) -> None:

@@ -30,7 +30,7 @@ from remediator.engine.decision import (
 )
 from remediator.engine.executor import Executor
 from remediator.engine.hand_changes import NodeMarks
-from remediator.engine.ladder import count_recurrence, new_remediation, remediation_plan
+from remediator.engine.ladder import count_recurrence, log_escalation, new_remediation, remediation_plan
 from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
 from remediator.engine.planning import target_of, xid_variables
@@ -493,6 +493,13 @@ class Worker:
         if decision.recurrence is not None:
             count_recurrence(self.rt.metrics, decision.recurrence)
         proposal = decision.proposal
+        if decision.escalation is not None and decision.recurrence is not None:
+            previous = decision.recurrence.previous
+            log_escalation(
+                previous.playbook, proposal.playbook.name, node=alert.node, gpu=alert.gpu_uuid, from_id=previous.id,
+                new_id=None, why=f"the fault came back {int(decision.recurrence.after.total_seconds())}s after it "
+                "returned the GPU to service",
+            )
         plan = remediation_plan(proposal, alert, defs, xid_variables(alert, defs, None), escalation=decision.escalation)
         return Started(new_remediation(proposal, defs, plan))
 
