@@ -21,6 +21,11 @@ from remediator.api.signin import SESSION_COOKIE, SignIn, safe_next
 from remediator.settings import Settings
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 
+# A confirmed approve or reject from the remediation page's move form (the confirmation page's hidden fields).
+CONFIRMED_APPROVE = {"action": "approve", "confirmed": "yes", "seen_state": "awaiting_approval"}
+CONFIRMED_REJECT = {"action": "reject", "confirmed": "yes", "seen_state": "awaiting_approval"}
+
+
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ALICE_TOKEN = "alice-ui-token-0123456789abcdef"
 BOB_TOKEN = "bob-ui-token-0123456789abcdef"
@@ -111,16 +116,16 @@ async def test_beyond_loopback_the_ui_shows_nothing_and_decides_nothing_without_
         # The header from a peer that is not the trusted proxy counts for nothing.
         assert_sign_in_redirect(await gated.client.get("/", headers={HEADER: "alice@example.com"}), rem.id)
 
-        url = f"/remediations/{rem.id}/decision"
+        url = f"/remediations/{rem.id}/moves"
         csrf = forged_csrf(gated.client, f"ui:{rem.id}")
         for extra in ({}, {HEADER: "alice@example.com"}):
             r = await gated.client.post(
-                url, data={"csrf": csrf, "name": "x", "decision": "approve"}, headers=extra
+                url, data={"csrf": csrf, "name": "x", **CONFIRMED_APPROVE}, headers=extra
             )
             assert_sign_in_redirect(r)
             assert r.headers["location"] == f"/login?next=/remediations/{rem.id}"
         gated.client.cookies.set(SESSION_COOKIE, f"YWxpY2U.{2**40}.{'s' * 22}.{'0' * 64}")  # a forged session
-        r = await gated.client.post(url, data={"csrf": csrf, "name": "x", "decision": "approve"})
+        r = await gated.client.post(url, data={"csrf": csrf, "name": "x", **CONFIRMED_APPROVE})
         assert_sign_in_redirect(r)
         await gated.settle()
         assert await snapshot(gated, rem.id) == before
@@ -168,9 +173,9 @@ async def test_token_login_decides_under_the_signed_in_name(tmp_path: Path) -> N
         assert 'id="name"' not in page.text and "<strong>alice</strong>" in page.text
         assert (await gated.client.get("/")).status_code == 200
         r = await gated.client.post(
-            f"{target}/decision", data={"csrf": csrf_of(page.text), "name": "mallory", "decision": "approve"}
+            f"{target}/moves", data={"csrf": csrf_of(page.text), "name": "mallory", **CONFIRMED_APPROVE}
         )
-        assert r.status_code == 303 and r.headers["location"].endswith("?decided=approved")
+        assert r.status_code == 303 and r.headers["location"].endswith("?done=approve")
         (approval,) = await gated.rt.repo.approvals_of(rem.id)
         assert approval.decision == "approved" and approval.decided_by == "alice" and approval.decision_source == "ui"
         actors = {(e.kind, e.actor) for e in await gated.rt.repo.list_audit(remediation_id=rem.id)}
@@ -196,8 +201,8 @@ async def test_trusted_proxy_header_signs_in_and_names_the_approver(tmp_path: Pa
         page = await gated.client.get(target, headers=who)
         assert page.status_code == 200 and "trainer-0" in page.text and 'id="name"' not in page.text
         r = await gated.client.post(
-            f"{target}/decision",
-            data={"csrf": csrf_of(page.text), "name": "mallory", "decision": "approve"},
+            f"{target}/moves",
+            data={"csrf": csrf_of(page.text), "name": "mallory", **CONFIRMED_APPROVE},
             headers=who,
         )
         assert r.status_code == 303, r.text
@@ -215,7 +220,7 @@ async def test_the_proxy_header_from_another_peer_decides_nothing(tmp_path: Path
         assert_sign_in_redirect(await gated.client.get(f"/remediations/{rem.id}", headers=who), rem.id)
         csrf = forged_csrf(gated.client, f"ui:{rem.id}")
         r = await gated.client.post(
-            f"/remediations/{rem.id}/decision", data={"csrf": csrf, "decision": "approve"}, headers=who
+            f"/remediations/{rem.id}/moves", data={"csrf": csrf, **CONFIRMED_APPROVE}, headers=who
         )
         assert_sign_in_redirect(r)
         # Nor does it name the approver on an approval link or through the API.
@@ -237,11 +242,11 @@ async def test_loopback_ui_stays_open_and_prefers_the_signed_in_name(tmp_path: P
         rem = await gated.fire()
         target = f"/remediations/{rem.id}"
         assert (await gated.client.get("/")).status_code == 200
-        assert 'id="name"' in (await gated.client.get(target)).text
+        assert 'id="sign-in-needed"' in (await gated.client.get(target)).text
         assert (await login(gated, ALICE_TOKEN, target)).status_code == 303
         page = await gated.client.get(target)
         r = await gated.client.post(
-            f"{target}/decision", data={"csrf": csrf_of(page.text), "name": "mallory", "decision": "reject"}
+            f"{target}/moves", data={"csrf": csrf_of(page.text), "name": "mallory", **CONFIRMED_REJECT}
         )
         assert r.status_code == 303
         (approval,) = await gated.rt.repo.approvals_of(rem.id)

@@ -35,6 +35,10 @@ from tests.controller_process import ROOT, free_port
 from tests.helpers import am_alert, am_payload, xid_labels
 from tests.ui.live import live_controller
 
+# A confirmed approve or reject from the remediation page's move form (the confirmation page's hidden fields).
+CONFIRMED_APPROVE = {"action": "approve", "confirmed": "yes", "seen_state": "awaiting_approval"}
+
+
 HEADER = "X-Forwarded-Email"
 ALICE_TOKEN = "alice-ui-token-0123456789abcdef"
 BOB_TOKEN = "bob-ui-token-0123456789abcdef"
@@ -109,7 +113,7 @@ async def test_the_approver_header_from_a_plain_client_is_never_believed(tmp_pat
             nonce = "n" * 32
             plain.cookies.set(COOKIE, nonce)
             csrf = Csrf(b"test-secret-key", secure_cookie=False).token(nonce, f"ui:{rem_id}")
-            r = await plain.post(f"/remediations/{rem_id}/decision", data={"csrf": csrf, "decision": "approve"})
+            r = await plain.post(f"/remediations/{rem_id}/moves", data={"csrf": csrf, **CONFIRMED_APPROVE})
             assert r.status_code == 303 and r.headers["location"].startswith("/login?next=")
             login = await plain.get("/login")
             assert 'id="signed-in"' not in login.text and "admin@corp" not in login.text
@@ -139,9 +143,9 @@ async def test_the_approver_header_is_believed_from_the_trusted_proxy_only(tmp_p
             page = await proxy.get(f"/remediations/{rem_id}")
             assert page.status_code == 200 and "<strong>admin@corp</strong>" in page.text
             r = await proxy.post(
-                f"/remediations/{rem_id}/decision", data={"csrf": csrf_of(page.text), "decision": "approve"}
+                f"/remediations/{rem_id}/moves", data={"csrf": csrf_of(page.text), **CONFIRMED_APPROVE}
             )
-            assert r.status_code == 303 and r.headers["location"].endswith("?decided=approved")
+            assert r.status_code == 303 and r.headers["location"].endswith("?done=approve")
         (approval,) = await rt.repo.approvals_of(rem_id)
         assert approval.decided_by == "admin@corp"
 
