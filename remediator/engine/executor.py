@@ -62,6 +62,7 @@ from remediator.logs import log_fields
 from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
 from remediator.retrying import (
     CONFLICT_ATTEMPTS,
+    CONTEXT_READ_FAILED,
     WAITING_PREFIX,
     DependencyWaiting,
     TransientPolicy,
@@ -369,7 +370,7 @@ class Executor:
                 read = await transient_policy(self.rt.settings).call(read_once)
             except PermanentError as exc:
                 error = failure_reason(exc)
-                await move(self.rt, rem.id, Event.CRASH, reason=f"reading the context failed: {error}",
+                await move(self.rt, rem.id, Event.CRASH, reason=f"{CONTEXT_READ_FAILED}{error}",
                            owner=self.rt.owner, data={"error": error}, detail=error)
                 return None
             rem.context = gathered = read.context
