@@ -28,6 +28,7 @@ from remediator.api.routes import (
     guardrails,
     health,
     login,
+    pauses,
     records,
     remediations,
     reports,
@@ -143,6 +144,7 @@ def create_app(
     app.include_router(fleet.api_router)
     app.include_router(unacted.api_router)
     app.include_router(silences.router)
+    app.include_router(pauses.router)
     _add_ui(app, settings, listen_host)
     app.add_middleware(alerts.WebhookFastPath)
     # Every body is bounded while it streams in, before routing, parsing and authentication.

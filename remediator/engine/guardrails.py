@@ -48,6 +48,8 @@ class GuardrailFacts:
     rate_limit: int
     flapping: bool = False
     node_recent_remediations: int = 0
+    # Why it is paused when a scoped pause holds it (engine/pauses.py: who, why, until), not the kill switch.
+    pause_reason: str | None = None
     node_repeat_limit: int = 0
     windows: Sequence[MaintenanceWindow] = field(default_factory=tuple)
     # A human released this remediation past the flapping / repeat-offender holds.
@@ -77,7 +79,7 @@ def _window_verdict(facts: GuardrailFacts) -> Verdict | None:
 def decide(facts: GuardrailFacts) -> Verdict:
     """May this remediation start now? The first guardrail that says no gives the reason."""
     if facts.paused:
-        return Verdict(False, "paused", "controller is paused (POST /api/v1/resume to continue)")
+        return Verdict(False, "paused", facts.pause_reason or "controller is paused (POST /api/v1/resume to continue)")
     if facts.node_excluded:
         return Verdict(False, "opt_out", f"node {facts.node} is labelled {EXCLUDE_LABEL}=true")
     window = _window_verdict(facts)

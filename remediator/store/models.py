@@ -247,3 +247,23 @@ class Silence(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     expired_by: Mapped[str | None] = mapped_column(String(256))
+
+
+class Pause(Base):
+    """A scoped, timed pause (remediator/engine/pauses.py): no new step starts for the remediations in its scope
+    (every one, some nodes by name or label selector, some playbooks) until it ends: at `ends_at` by itself, or
+    when someone resumes it (`ended_at`, `ended_by`). Several may hold at once. Never deleted."""
+
+    __tablename__ = "pauses"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(256))
+    reason: Mapped[str] = mapped_column(Text)
+    nodes: Mapped[list[Any]]
+    selector: Mapped[str | None] = mapped_column(String(1024))
+    playbooks: Mapped[list[Any]]
+    ends_at: Mapped[datetime | None]
+    # The engine reads the pauses not yet ended: few, however many have ended.
+    ended_at: Mapped[datetime | None] = mapped_column(index=True)
+    ended_by: Mapped[str | None] = mapped_column(String(256))

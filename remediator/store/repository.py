@@ -13,6 +13,7 @@ from remediator.store.decision_store import DecisionStore
 from remediator.store.flag_store import FlagStore
 from remediator.store.intake_store import IntakeStore
 from remediator.store.node_hold_store import NodeHoldStore
+from remediator.store.pause_store import PauseStore
 from remediator.store.read_store import ReadStore
 from remediator.store.session_store import SessionStore
 from remediator.store.silence_store import SilenceStore
@@ -24,6 +25,6 @@ __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateM
 
 class Repository(
     IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore, SilenceStore,
-    NodeHoldStore,
+    NodeHoldStore, PauseStore,
 ):
     """The store's whole API: one instance per process, shared by the API and the worker."""

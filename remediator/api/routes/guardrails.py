@@ -36,6 +36,7 @@ async def resume(request: Request, rt: RuntimeDep, worker: WorkerDep, body: Move
         actor=actor,
     )
     rt.metrics.paused.set(0)
+    await rt.repo.end_everything_pauses(actor=actor, reason=body.reason)  # a plain resume ends `all` pauses too
     await rt.repo.wake_held()
     if worker is not None:
         worker.wake()

@@ -3,6 +3,8 @@ metrics."""
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -11,6 +13,7 @@ from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.engine.worker_process import WorkerProcess
 from remediator.errors import StoreUnavailable
 from remediator.observability import merge_expositions
+from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = ["router"]
 
@@ -18,16 +21,32 @@ router = APIRouter(tags=["health"])
 # How long /readyz waits for the database: under the deployed probe's timeoutSeconds (3), so that a database
 # that does not answer (a locked SQLite file, a PostgreSQL that hangs) reads as 503 with its reason.
 READY_TIMEOUT_S = 2.0
+PAUSES_TIMEOUT_S = 0.5  # /healthz reads the pauses at most this long
 
 
 @router.get("/healthz")
 async def healthz(rt: RuntimeDep) -> dict[str, object]:
+    """Liveness, with the pauses holding now (who, why, scope, until). Liveness never depends on the database:
+    when the pauses cannot be read within PAUSES_TIMEOUT_S, `pauses` is null and `pauses_error` says why."""
+    pauses: list[dict[str, object]] | None = None
+    error: str | None = None
+    try:
+        async with asyncio.timeout(PAUSES_TIMEOUT_S):
+            flag = await rt.repo.get_flag(PAUSE_FLAG) or {}
+            pauses = [{"id": "kill-switch", "created_by": flag.get("by"), "reason": flag.get("reason"),
+                       "scope": {"all": True, "nodes": [], "selector": None, "playbooks": []}, "until": None,
+                       "active": True}] if flag.get("paused") else []
+            pauses += await rt.repo.list_pauses()
+    except (TimeoutError, StoreUnavailable) as exc:
+        pauses, error = None, f"store unavailable: {exc}" if str(exc) else "store unavailable"
     return {
         "status": "ok",
         "plan_only": rt.plan_only,
         "mode": "plan-only (no cluster changes)" if rt.plan_only else "active",
         "replica": rt.owner,
         "definitions_version": rt.definitions.current.version,
+        "pauses": pauses,
+        **({"pauses_error": error} if error else {}),
     }
 
 
