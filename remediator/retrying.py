@@ -29,6 +29,7 @@ from remediator.errors import Conflict, RemediatorError, TemporaryError
 
 __all__ = [
     "CONFLICT_ATTEMPTS",
+    "CONTEXT_READ_FAILED",
     "DEPENDENCIES",
     "WAITING_PREFIX",
     "Backoff",
@@ -45,6 +46,9 @@ CONFLICT_ATTEMPTS: Final = 5
 # `remediator_remediations_waiting` gauge read it).
 WAITING_PREFIX: Final = "waiting: "
 UNKNOWN_DEPENDENCY: Final = "a dependency"
+# The state reason of a remediation ended because a permanent error kept its context from being read, before
+# any step (store/redelivery.py reads it: such a remediation did not run).
+CONTEXT_READ_FAILED: Final = "reading the context failed: "
 # The dependencies a remediation can wait for, as the adapters name them (remediator_remediations_waiting).
 DEPENDENCIES: Final = ("kubernetes API", "node agent")
 

@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.store.models import AlertRow, Remediation
+from remediator.store.redelivery import ended_without_running
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values_for
 from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
 
@@ -329,9 +330,10 @@ class DecisionStore(RemediationStore):
                     Remediation.target_key.in_(targets[i : i + _CHUNK]), Remediation.finished_at.is_not(None),
                     Remediation.finished_at > since,
                     # The cooldown is for remediations that ran: one the driver's crashes ended (a dependency
-                    # that kept failing before transient errors waited instead, or an unexpected error) did
-                    # not, so a re-delivery of its still-firing alert starts a new one.
-                    ~((Remediation.state == "failed") & (Remediation.crashes > 0)),
+                    # that kept failing before transient errors waited instead, or an unexpected error), or a
+                    # permanent error before its first step, did not, so a re-delivery of its still-firing
+                    # alert starts a new one (store/redelivery.py).
+                    ~ended_without_running(),
                 )
             )
             for rule, target, rem_id, finished in rows.all():

@@ -22,6 +22,7 @@ from remediator.store.models import (
     AlertBatch,
     AlertRow,
 )
+from remediator.store.redelivery import decide_again
 from remediator.store.unit_of_work import (
     _ALERTS,
     _BATCHES,
@@ -66,13 +67,16 @@ class IntakeStore(RepositoryBase):
             repeats = await self._spool.append(batches, keyed, now)
             return [StoredBatch(batch_id, count, n) for (batch_id, _, count), n in zip(batches, repeats, strict=True)]
         all_keys = sorted({k for keys in keyed for k in keys})
+        originals: list[int] = []  # first deliveries of which this call stores a repeat (store/redelivery.py)
 
         def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+            originals.extend(existing.values())
             return _intake_rows(payloads, keyed, existing, now)
 
         if self._sqlite_intake is not None:
             async with self._writer_gate():
                 stored, extra = await self._sqlite_intake.existing_and_insert(all_keys, build)
+            await decide_again(self, originals)
             return _with_repeats(stored, extra)
         async with self.transaction(intake=True) as session:
             existing: dict[str, int] = {}
@@ -84,6 +88,7 @@ class IntakeStore(RepositoryBase):
             batch_rows, alert_rows, stored = build(existing)
             await session.execute(insert(_BATCHES), batch_rows)
             extra = await self._insert_alert_rows(session, alert_rows)
+        await decide_again(self, originals)
         return _with_repeats(stored, extra)
 
     async def spool_webhooks(self) -> None:
@@ -126,7 +131,10 @@ class IntakeStore(RepositoryBase):
             ids = [s.batch_id for s in moving]
             received = [datetime.fromisoformat(s.received_at) for s in moving]
 
+            originals: list[int] = []
+
             def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], None]:
+                originals.extend(existing.values())
                 batch_rows, alert_rows, _ = _intake_rows(
                     payloads, keyed, existing, received[0], ids=ids, received=received
                 )
@@ -134,6 +142,7 @@ class IntakeStore(RepositoryBase):
 
             async with self._writer_gate():
                 await self._sqlite_intake.existing_and_insert(sorted({k for keys in keyed for k in keys}), build)
+            await decide_again(self, originals)  # a repeat of an alert whose remediation did not run
         await self._spool.forget(spooled[-1].seq, rejected)
         return sum(s.alert_count for s in spooled)
 

@@ -26,6 +26,7 @@ from remediator.store.models import (
     Remediation,
 )
 from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
+from remediator.store.redelivery import ended_without_running
 from remediator.store.step_store import BeginStep, begin_step_in, steps_begun
 from remediator.store.unit_of_work import (
     _ADMIT_LOCK,
@@ -95,6 +96,7 @@ class RemediationStore(RepositoryBase):
                 .where(
                     Remediation.rule == new.rule, Remediation.target_key == new.target_key,
                     Remediation.finished_at.is_not(None), Remediation.finished_at > now - new.cooldown,
+                    ~ended_without_running(),  # the cooldown is for remediations that ran (decision_store.py)
                 )
                 .limit(1)
             )
