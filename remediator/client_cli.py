@@ -275,10 +275,18 @@ def get(
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="at most this many, newest first")] = 100,
     server: ServerOpt = None,
 ) -> None:
-    """List remediations, approval requests or stored alerts, newest first."""
+    """List remediations, approval requests, stored alerts or pauses, newest first (`get pauses --state all`:
+    ended pauses too)."""
+    shape = output.value if output else ""
+    if resource.lower() in ("pauses", "pause"):
+        with _session(server) as session:
+            rows = session.get(ControllerApi.path("pauses"), {"all": "true" if state == "all" else None})
+        _show(rows, shape, _pauses_text)
+        return
     kind = _ALIASES.get(resource.lower())
     if kind is None:
-        raise typer.BadParameter(f"{resource!r}: one of remediations, approvals, alerts", param_hint="RESOURCE")
+        raise typer.BadParameter(f"{resource!r}: one of remediations, approvals, alerts, pauses",
+                                 param_hint="RESOURCE")
     params: dict[str, Any] = {"node": node, "limit": limit}
     if kind == "remediations":
         params["state"] = state
@@ -392,16 +400,58 @@ def return_(
     _move("return", "return to service started", rem_id, server, output, _body(reason=reason, skip=skip, by=by))
 
 
-def pause(reason: ReasonReq, by: MoverOpt = None, server: ServerOpt = None) -> None:
-    """Kill switch: start no new step anywhere until `resume`."""
-    with _session(server) as session:
-        session.post(ControllerApi.path("pause"), _body(reason=reason, by=by))
-    typer.echo("controller paused: no new steps start until `remediator resume`")
+def _pauses_text(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "no pauses"
+    lines = [f"{'ID':<36} {'BY':<20} {'SCOPE':<32} {'UNTIL':<26} REASON"]
+    for row in rows:
+        scope = row.get("scope") or {}
+        parts = [*(["all"] if scope.get("all") else []), *(f"node={n}" for n in scope.get("nodes") or []),
+                 *([f"selector={scope['selector']}"] if scope.get("selector") else []),
+                 *(f"playbook={p}" for p in scope.get("playbooks") or [])]
+        until = row.get("until") or ("ended " + str(row["ended_at"]) if row.get("ended_at") else "resumed by hand")
+        lines.append(f"{row.get('id')!s:<36} {row.get('created_by')!s:<20} {', '.join(parts):<32} "
+                     f"{until:<26} {row.get('reason')}")
+    return "\n".join(lines)
 
 
-def resume(reason: ReasonOpt = None, by: MoverOpt = None, server: ServerOpt = None) -> None:
-    """Lift the kill switch; held remediations are looked at again."""
+def pause(
+    reason: ReasonReq,
+    node: Annotated[list[str] | None, typer.Option("--node", help="only this node (repeatable)")] = None,
+    selector: Annotated[str | None, typer.Option("--selector", help="only nodes with these labels (K=V,...)")] = None,
+    playbook: Annotated[list[str] | None, typer.Option("--playbook", help="only this playbook (repeatable)")] = None,
+    for_: Annotated[str | None, typer.Option("--for", help="ends by itself after this long (e.g. 2h)")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="ends by itself then (ISO 8601 with offset)")] = None,
+    by: MoverOpt = None,
+    server: ServerOpt = None,
+) -> None:
+    """Pause: no new step starts until `resume`. Without a scope or an end, the kill switch (everything, until
+    resumed); with --node/--selector/--playbook and/or --for/--until, a pause of that scope (see `get pauses`)."""
+    scoped = node or selector or playbook or for_ or until
     with _session(server) as session:
+        if not scoped:
+            session.post(ControllerApi.path("pause"), _body(reason=reason, by=by))
+            typer.echo("controller paused: no new steps start until `remediator resume`")
+            return
+        made = session.post(ControllerApi.path("pauses"), _body(
+            reason=reason, by=by, nodes=node or [], selector=selector, playbooks=playbook or [], until=until,
+            **({"for": for_} if for_ else {})))
+    typer.echo(f"pause {printable(str(made.get('id')))} holds {printable(_pauses_text([made]).splitlines()[1])}")
+
+
+def resume(
+    pause_id: Annotated[
+        str | None, typer.Argument(help="the pause to end (`get pauses`); none: the kill switch")
+    ] = None,
+    reason: ReasonOpt = None, by: MoverOpt = None, server: ServerOpt = None,
+) -> None:
+    """End a pause by its ID, or lift the kill switch (and the pauses of scope all); held remediations are looked
+    at again."""
+    with _session(server) as session:
+        if pause_id:
+            session.post(ControllerApi.path("pauses", pause_id, "resume"), _body(reason=reason, by=by))
+            typer.echo(f"pause {printable(pause_id)} ended")
+            return
         session.post(ControllerApi.path("resume"), _body(reason=reason, by=by))
     typer.echo("controller resumed")
 

@@ -308,3 +308,23 @@ async def test_a_config_file_with_a_token_open_to_others_draws_a_warning_naming_
     config.write_text(yaml.safe_dump({"server": live.base}))  # no token in it: nothing to protect
     config.chmod(0o644)
     assert (await live.cli("get", "remediations", REMEDIATOR_SERVER=None)).stderr == ""
+
+
+async def test_scoped_timed_pause_get_pauses_and_resume_by_id(live: Live) -> None:
+    made = await live.cli("pause", "--reason", "firmware on rack 7", "--node", "gpu-7", "--node", "gpu-8",
+                          "--selector", "rack=7", "--playbook", "reboot-node", "--for", "2h", "--by", "alice")
+    assert made.exit_code == 0, made.output
+    (row,) = await live.rows("pauses")
+    assert row["created_by"] == "api:alice" and row["reason"] == "firmware on rack 7" and row["until"]
+    assert row["scope"] == {"all": False, "nodes": ["gpu-7", "gpu-8"], "selector": "rack=7",
+                            "playbooks": ["reboot-node"]}
+    table = await live.cli("get", "pauses")
+    assert table.exit_code == 0 and "node=gpu-7" in table.stdout and "firmware on rack 7" in table.stdout
+    assert (await live.gated.rt.repo.get_flag(PAUSE_FLAG) or {}).get("paused") is not True  # not the kill switch
+    assert (await live.cli("pause", "--reason", "x", "--for", "2h", "--until", "2030-01-01T00:00:00Z")).exit_code != 0
+    assert (await live.cli("pause", "--for", "2h")).exit_code != 0  # a reason is required
+    ended = await live.cli("resume", str(row["id"]), "--reason", "done")
+    assert ended.exit_code == 0 and "ended" in ended.stdout
+    assert await live.rows("pauses") == []
+    assert [r["ended_by"] for r in await live.rows("pauses", "--state", "all")] == ["api"]
+    assert (await live.cli("resume", "no-such-pause")).exit_code != 0

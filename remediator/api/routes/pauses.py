@@ -1,6 +1,7 @@
 """Scoped, timed pauses (engine/pauses.py): `POST /api/v1/pauses`, `GET /api/v1/pauses`, `DELETE
-/api/v1/pauses/{id}`. The kill switch (`/api/v1/pause`, `/api/v1/resume`) stays as it was; a plain resume also
-ends the pauses whose scope is everything."""
+/api/v1/pauses/{id}` (or `POST /api/v1/pauses/{id}/resume`, for clients without DELETE). The kill switch
+(`/api/v1/pause`, `/api/v1/resume`) stays as it was; a plain resume also ends the pauses whose scope is
+everything."""
 
 from __future__ import annotations
 
@@ -96,6 +97,7 @@ async def list_pauses(rt: RuntimeDep, all: bool = False) -> list[dict[str, Any]]
     return await rt.repo.list_pauses(include_ended=all)
 
 
+@router.post("/pauses/{pause_id}/resume", responses={404: {}})
 @router.delete("/pauses/{pause_id}", responses={404: {}})
 async def end_pause(pause_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep,
                     body: MoveIn | None = None) -> dict[str, Any]:
