@@ -12,8 +12,9 @@ Terms used throughout:
 - its *outcome*: `escalated` when another remediation escalates it after a failed validation gate
   (`plan.escalation.reason == "gate_failed"`); `recurred` when, after it returned at t, the first new fault
   of its subject was created within (t, t + W] (or a remediation escalates it with reason `recurrence`);
-  `healed` when it returned at t, `now >= t + W` and no fault came; `open` otherwise (it has not returned,
-  or its window is still running);
+  `healed` when it returned at t, `now >= t + W` and no fault came; `failed` when it ended `failed` (a step
+  or its return gate failed and nothing took over: it never returns by itself, so it is not open); `open`
+  otherwise (it has not returned and has not ended, or its window is still running);
 - its *rung*: `plan.escalation.rung`, else 1 (the first playbook of a ladder).
 
 Only remediations that acted count as runs (states running, succeeded, failed, reverting, reverted); every
@@ -60,8 +61,8 @@ __all__ = [
     "window_label",
 ]
 
-Outcome = Literal["healed", "recurred", "escalated", "open"]
-OUTCOMES: tuple[Outcome, ...] = ("healed", "recurred", "escalated", "open")
+Outcome = Literal["healed", "recurred", "escalated", "failed", "open"]
+OUTCOMES: tuple[Outcome, ...] = ("healed", "recurred", "escalated", "failed", "open")
 
 DEFAULT_WINDOW = timedelta(hours=24)
 # The windows the recurrence counter is labelled with ("24h", "7d").
@@ -334,6 +335,8 @@ def assess(rems: Sequence[RemediationLike], *, window: timedelta, now: datetime)
                 recurrence = Recurrence(rem.id, subject, rem.playbook, xid, (nxt[0] - back).total_seconds(), nxt[1])
             elif now >= back + window:
                 outcome = "healed"
+        elif rem.state == "failed":
+            outcome = "failed"
         out.append(Assessment(rem.id, subject, rem.playbook, xid, _model(rem), _rung(rem), outcome, back, ttr,
                               recurrence))
     return out
@@ -347,7 +350,7 @@ class OutcomeCounts:
     """Runs and outcomes of one group (a playbook, an Xid code, a GPU model, or everything).
 
     `healed_pct`, `recurrence_pct` and `escalation_pct` are shares of the *decided* runs
-    (healed + recurred + escalated): runs still open are left out, so a young run does not count as a
+    (healed + recurred + escalated + failed): runs still open are left out, so a young run does not count as a
     success before its window has passed.
     """
 
@@ -356,6 +359,7 @@ class OutcomeCounts:
     healed: int = 0
     recurred: int = 0
     escalated: int = 0
+    failed: int = 0
     open: int = 0
     time_to_return: list[float] = field(default_factory=list, repr=False)
 
@@ -367,7 +371,7 @@ class OutcomeCounts:
 
     @property
     def decided(self) -> int:
-        return self.healed + self.recurred + self.escalated
+        return self.healed + self.recurred + self.escalated + self.failed
 
     def _pct(self, part: int) -> float | None:
         return round(100.0 * part / self.decided, 2) if self.decided else None
@@ -398,7 +402,7 @@ class OutcomeCounts:
 
         return {
             "key": self.key, "runs": self.runs, "healed": self.healed, "recurred": self.recurred,
-            "escalated": self.escalated, "open": self.open, "decided": self.decided,
+            "escalated": self.escalated, "failed": self.failed, "open": self.open, "decided": self.decided,
             "healed_pct": self.healed_pct, "recurrence_pct": self.recurrence_pct,
             "escalation_pct": self.escalation_pct, "returned": len(self.time_to_return),
             "mttr_p50_seconds": rounded(self.mttr_p50_seconds), "mttr_p90_seconds": rounded(self.mttr_p90_seconds),
@@ -625,12 +629,12 @@ def _secs(value: float | None) -> str:
 
 
 def _table(title: str, groups: Sequence[OutcomeCounts]) -> list[str]:
-    head = f"{title:<28} {'runs':>5} {'healed':>6} {'recur':>6} {'escal':>6} {'open':>5} {'healed%':>8} " \
-           f"{'recur%':>7} {'mttr p50':>9} {'mttr p90':>9}"
+    head = f"{title:<28} {'runs':>5} {'healed':>6} {'recur':>6} {'escal':>6} {'failed':>6} {'open':>5} " \
+           f"{'healed%':>8} {'recur%':>7} {'mttr p50':>9} {'mttr p90':>9}"
     lines = [head]
     for c in groups:
         lines.append(
-            f"{c.key[:28]:<28} {c.runs:>5} {c.healed:>6} {c.recurred:>6} {c.escalated:>6} {c.open:>5} "
+            f"{c.key[:28]:<28} {c.runs:>5} {c.healed:>6} {c.recurred:>6} {c.escalated:>6} {c.failed:>6} {c.open:>5} "
             f"{_num(c.healed_pct, '%'):>8} {_num(c.recurrence_pct, '%'):>7} {_secs(c.mttr_p50_seconds):>9} "
             f"{_secs(c.mttr_p90_seconds):>9}"
         )
@@ -644,7 +648,7 @@ def render_text(report: EffectivenessReport) -> str:
     lines = [
         f"effectiveness of {t.runs} remediation(s) created since {since}, recurrence window "
         f"{window_label(report.window)}",
-        f"healed {t.healed}, recurred {t.recurred}, escalated {t.escalated}, open {t.open}; "
+        f"healed {t.healed}, recurred {t.recurred}, escalated {t.escalated}, failed {t.failed}, open {t.open}; "
         f"healed {_num(t.healed_pct, '%')} and recurred {_num(t.recurrence_pct, '%')} of {t.decided} decided; "
         f"MTTR p50 {_secs(t.mttr_p50_seconds)}, p90 {_secs(t.mttr_p90_seconds)}",
         "",

@@ -175,3 +175,30 @@ async def test_replay_shows_the_edited_ladder(served: Served, tmp_path: Path) ->
     assert "subjects reaching the last rung (rma-gpu): 0 as run, 2 with the edited ladder" in result.stdout
     as_json = run("replay", "--since", "30d", "--ladder", "reset-gpu,rma-gpu", "--json", env=env)
     assert json.loads(as_json.stdout)["ladder"]["moved"] == 2
+
+
+async def test_a_failed_run_is_failed_not_open_in_the_api_the_page_and_the_cli(served: Served) -> None:
+    """A run that ended failed (a step or its return gate failed, nothing took over) never returns by itself:
+    it is counted failed, among the decided runs, and no longer as open."""
+    await store(served.rt.repo, [
+        remediation("f1", 5 * H, 5 * H - timedelta(minutes=3), state="failed", playbook="reboot-node", gpu="GPU-f"),
+    ])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    body = (await served.client.get("/api/v1/reports/effectiveness", headers=auth)).json()
+    totals = body["totals"]
+    assert [totals[k] for k in ("runs", "healed", "recurred", "escalated", "failed", "open")] == [5, 1, 1, 1, 1, 1]
+    assert totals["decided"] == 4 and totals["healed_pct"] == pytest.approx(25.0)
+    reboot = {p["key"]: p for p in body["by_playbook"]}["reboot-node"]
+    assert (reboot["runs"], reboot["failed"], reboot["open"]) == (2, 1, 1)  # b2 still runs: open
+
+    page = (await served.client.get("/reports/effectiveness")).text
+    assert 'id="total-failed">1<' in page and 'id="total-open">1<' in page
+    row = page.split('data-key="reboot-node"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="failed">1</td>' in row and '<td class="open">1</td>' in row
+
+    cli = run("report", "effectiveness", "--db", served.url, "-o", "json")
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["totals"]["failed"] == 1 and json.loads(cli.stdout)["totals"]["open"] == 1
+    table = run("report", "effectiveness", "--db", served.url)
+    assert table.returncode == 0, table.stderr
+    assert "escalated 1, failed 1, open 1;" in table.stdout
