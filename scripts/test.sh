@@ -10,6 +10,7 @@ command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # bench/ingest.py's smoke form
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # tests/cli/test_readme_walk.py runs the README's curl commands
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubernetes-client)  # tests/deploy render the overlays with it
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
