@@ -298,7 +298,6 @@ def get(
         params["status"] = state
     with _session(server) as session:
         rows = session.get(ControllerApi.path(kind), params)
-    shape = output.value if output else ""
     _show(rows, shape, lambda safe: render(kind, safe, shape, datetime.now(UTC)))
 
 
