@@ -25,6 +25,7 @@ __all__ = [
     "Gathered",
     "OwnerReads",
     "alert_pod",
+    "exporter_gpu_context",
     "gather",
     "gather_context",
     "gpu_request",
@@ -265,6 +266,41 @@ def _labels_only(target: Target, named: tuple[str, str] | None) -> dict[str, Any
             }
         )
     return {"pods": pods, "pod_source": "alert" if pods else "none", "node": {"name": target.node}}
+
+
+def exporter_gpu_context(
+    context: dict[str, Any], target: Target, named: tuple[str, str] | None, uuid: str | None
+) -> dict[str, Any]:
+    """The context when the node's agent could not say which pods hold the GPU, but the alert names the pod
+    using it: dcgm-exporter with pod mapping labels each GPU's series with the pod the kubelet gave that GPU
+    (`pod`/`namespace`, or `exported_pod`/`exported_namespace` behind honorLabels false) and the shipped
+    Xid rules keep them. `pod_source` becomes "exporter"; the named pod is marked with `gpu`, is that GPU's
+    only entry in `gpu_pods` (what a `gpu:<uuid>` drain selects) and, for a GPU target, the context's pods
+    narrow to it. One pod per alert is all the exporter says: a reset still refuses while any other process
+    holds the GPU (the node agent checks every holder). Without a named pod the context is returned as is.
+    """
+    if named is None:
+        return context
+    narrow = target.kind == "gpu"
+    pods: list[dict[str, Any]] = []
+    found: dict[str, Any] | None = None
+    for pod in context.get("pods") or []:
+        if found is None and (pod.get("namespace"), pod.get("name")) == named:
+            found = {**pod, "gpu": uuid} if uuid else dict(pod)
+            pods.append(found)
+        elif not narrow:
+            pods.append(pod)
+    if found is None:  # not read from the API server: the alert's word alone
+        found = {"namespace": named[0], "name": named[1], "uid": None, "node": target.node, "phase": None,
+                 "gpu_request": 0, "owners": [], "from_alert": True}
+        if uuid:
+            found["gpu"] = uuid
+        pods.insert(0, found)
+    result = {**context, "pod_source": "exporter", "pods": pods}
+    if uuid:
+        entry = {"namespace": named[0], "name": named[1], "uid": found.get("uid"), "active": None}
+        result.update(gpu_uuid=uuid, gpu_pods={uuid: [entry]})
+    return result
 
 
 async def _node_info(

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.actions.base import ActionContext, ActionResult, AnyAction, Target
-from remediator.actions.context import Gathered, gather
+from remediator.actions.context import Gathered, alert_pod, exporter_gpu_context, gather
 from remediator.actions.wait import CancelRemediation, GateUnknown, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
@@ -423,17 +423,21 @@ class Executor:
         """A remediation's context: node, pods and owners (`gather_context`), then its GPU's pods (sidecar).
         `rem_id` names the remediation in logs (None when read ahead of the decision: ContextPrefetch)."""
         gathered = await gather(self.rt.kube, target, labels, self.rt.settings)
-        return Gathered(await self._gpu_context(target, gathered.context, rem_id), gathered.node)
+        return Gathered(await self._gpu_context(target, gathered.context, rem_id, labels), gathered.node)
 
-    async def _gpu_context(self, target: Target, context: dict[str, Any], rem_id: str | None) -> dict[str, Any]:
+    async def _gpu_context(
+        self, target: Target, context: dict[str, Any], rem_id: str | None, labels: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         """Pods of the affected GPU from the node's sidecar; every GPU pod of the node when it cannot answer.
 
         Only for alerts naming a GPU, with cluster access (the sidecar is found at the node's InternalIP).
         Adds `gpu_uuid` (an index-only alert resolved through the sidecar inventory) and `pod_source`:
         "sidecar" with `gpu_pods` = {uuid: [{namespace, name, uid, active}]} (what a `gpu:<uuid>` drain
         selects; the gathered `pods` are marked with `gpu`/`active`, and for a GPU target narrowed to that
-        GPU's pods and the alert's), or "node" with `sidecar_error` saying why `pods` stays every GPU pod
-        on the node. A sidecar problem never fails admission.
+        GPU's pods and the alert's), "exporter" when the sidecar cannot answer but the alert names the pod
+        using the GPU (dcgm-exporter's pod mapping: `exporter_gpu_context`), or "node" with `sidecar_error`
+        saying why `pods` stays every GPU pod on the node. The sidecar wins when both answer; the alert's pod
+        is then kept as `exporter_pod`. A sidecar problem never fails admission.
         """
         if (target.gpu_uuid is None and target.gpu_index is None) or self.rt.kube is None:
             return context
@@ -457,9 +461,10 @@ class Executor:
             except Exception as exc:  # an unexpected answer must not block admission either
                 log.warning("sidecar context for remediation %s failed", rem_id or target.key, exc_info=True)
                 error = f"{type(exc).__name__}: {exc}"
+        named = alert_pod(labels or {}, target, self.rt.settings.exporter_pod_prefixes)
         if answer is None or uuid is None:
             context.update(pod_source="node", sidecar_error=error)
-            return context
+            return exporter_gpu_context(context, target, named, uuid or target.gpu_uuid)
 
         on_gpu = [
             {"namespace": p.get("namespace"), "name": p.get("name"), "uid": p.get("uid"), "active": p.get("active")}
@@ -482,6 +487,8 @@ class Executor:
                 pods.append({**extra, "node": target.node, "phase": None, "gpu_request": 0, "owners": [],
                              "from_alert": False, "gpu": uuid})
         context.update(gpu_uuid=uuid, gpu_pods={uuid: on_gpu}, pod_source="sidecar", pods=pods)
+        if named is not None:  # the exporter answered too: the sidecar wins, the alert's pod stays on record
+            context["exporter_pod"] = f"{named[0]}/{named[1]}"
         return context
 
     def _quarantines(self, rem: Remediation) -> bool:

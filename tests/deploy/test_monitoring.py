@@ -447,6 +447,8 @@ def test_rules_normalise_the_lower_case_hostname() -> None:
 
 def test_no_rule_takes_the_exporter_pod_for_the_workload() -> None:
     for rule in rules():
+        if is_dcgm_xid_rule(rule):
+            continue  # both spellings kept verbatim; the controller picks (test_xid_alert_keeps_the_exporters_pod)
         if rule["alert"] not in WORKLOAD_ALERTS:
             assert "pod" not in [label for _, labels in grouping_labels(rule["expr"]) for label in labels]
             continue
@@ -465,7 +467,27 @@ def test_xid_alert_carries_the_code_and_the_sidecar_label_set() -> None:
     assert metric_names(counter["expr"]) == {"DCGM_EXP_XID_ERRORS_COUNT"}
     for rule in (gauge, counter):
         for _, labels in grouping_labels(rule["expr"]):
-            assert set(labels) - {"xid"} == set(GPU_LABELS), "same labels as the sidecar's GPUXidError"
+            assert set(labels) - {"xid"} - set(EXPORTER_ATTRIBUTION) == set(GPU_LABELS), (
+                "the sidecar's GPUXidError labels, plus the exporter's pod attribution"
+            )
+
+
+# dcgm-exporter's pod mapping: the pod using the GPU, as honorLabels true and false spell it.
+EXPORTER_ATTRIBUTION = ["pod", "namespace", "container", "exported_pod", "exported_namespace", "exported_container"]
+
+
+def is_dcgm_xid_rule(rule: dict[str, Any]) -> bool:
+    return rule["alert"] == "GPUXidError" and bool(metric_names(rule["expr"]) & DCGM_METRICS)
+
+
+def test_xid_alert_keeps_the_exporters_pod_in_both_spellings() -> None:
+    """Every aggregation of the DCGM Xid rules keeps the pod dcgm-exporter attributes the GPU to, so the
+    workload reaches the remediation when the node agent cannot say (remediator/actions/context.py)."""
+    found = [rule for rule in rules() if is_dcgm_xid_rule(rule)]
+    assert len(found) == 2
+    for rule in found:
+        for keyword, labels in grouping_labels(rule["expr"]):
+            assert keyword == "by" and set(EXPORTER_ATTRIBUTION) <= set(labels), (rule["expr"], labels)
 
 
 @pytest.mark.parametrize(

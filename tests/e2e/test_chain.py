@@ -70,8 +70,9 @@ async def test_xid79_taints_cordons_and_drains_and_the_reboot_returns_the_node(s
     assert stack.cordoned(node)
     assert sorted(evictions(stack, node)) == [f"{node}-trainer-0", f"{node}-trainer-1"]
     assert rem["alert_labels"]["alertname"] == "GPUXidError" and rem["alert_labels"]["xid"] == "79"
-    # The alert names the GPU only (the same labels as the node sidecar's Xid alert, so the two merge).
-    assert rem["alert_labels"]["UUID"] == gpu_uuid(0) and "pod" not in rem["alert_labels"]
+    # The alert names the GPU and, from dcgm-exporter's pod mapping, the pod the kubelet gave it.
+    assert rem["alert_labels"]["UUID"] == gpu_uuid(0)
+    assert (rem["alert_labels"]["pod"], rem["alert_labels"]["namespace"]) == (f"{node}-trainer-0", "ml")
 
     # Xid 79 (fallen off the bus): the alert stays firing while the gauge holds 79, long after the value
     # stopped changing.
@@ -239,6 +240,36 @@ async def test_err_code_xid13_notifies_the_pod_then_xid48_on_the_same_gpu_resets
     assert len(rems) == 2 and len(second) == 1
     assert (second[0]["rule"], second[0]["playbook"]) == ("xid-reset-gpu", "reset-gpu")
     assert second[0]["alert_labels"]["xid"] == "48" and second[0]["gpu_uuid"] == node_uuid(node, 0)
+
+
+async def test_xid13_names_the_exporters_pod_when_the_node_agent_cannot_be_reached(stack: Stack) -> None:
+    """dcgm-exporter with pod mapping labels GPU 3's series with trainer-3-7d9f8-1x3; the shipped rule keeps
+    the labels through real Prometheus and Alertmanager, and with no node agent on the node the remediation
+    names that pod (pod_source exporter) and tells only it."""
+    node = "gpu-exporter-pods"
+    fake = stack.fake
+    fake.add_node(node, ip="127.0.0.25", labels={"nvidia.com/gpu.present": "true"})  # no node agent there
+    deployment = fake.add_deployment("trainer-3", "ml")
+    rs = fake.add_replicaset("trainer-3-7d9f8", "ml", replicas=2, deployment=deployment)
+    for index, pod in ((3, "trainer-3-7d9f8-1x3"), (4, "trainer-3-7d9f8-9qk")):
+        fake.add_pod(pod, "ml", node=node, gpus=1, owner=rs)
+        stack.exporter.add_gpu(node, index, node_uuid(node, index), pod=pod, namespace="ml", container="trainer",
+                               err_shape="err_code")
+    await stack.exporter.scraped(2)
+
+    stack.exporter.set(node, 3, XID, 13)
+    await eventually(lambda: pod_events(stack, "trainer-3-7d9f8-1x3", "GPUApplicationXid"), timeout=30,
+                     what="an Xid 13 event on trainer-3-7d9f8-1x3")
+    rem = await stack.remediation_in(node, {"succeeded"})
+    assert (rem["rule"], rem["playbook"]) == ("xid-application", "notify-pods")
+    labels = rem["alert_labels"]
+    assert (labels["xid"], labels["UUID"]) == ("13", node_uuid(node, 3))
+    assert (labels["pod"], labels["namespace"], labels["container"]) == ("trainer-3-7d9f8-1x3", "ml", "trainer")
+    context = rem["context"]
+    assert context["pod_source"] == "exporter" and "unreachable" in context["sidecar_error"]
+    assert [p["name"] for p in context["pods"]] == ["trainer-3-7d9f8-1x3"]
+    assert [p["name"] for p in context["gpu_pods"][node_uuid(node, 3)]] == ["trainer-3-7d9f8-1x3"]
+    assert not pod_events(stack, "trainer-3-7d9f8-9qk", "GPUApplicationXid")  # GPU 4's pod: not told
 
 
 async def test_err_code_xid79_with_lower_case_hostname_quarantines_the_node(stack: Stack) -> None:

@@ -60,3 +60,44 @@ async def test_without_the_sidecar_the_node_level_gpu_pods_are_used_and_the_reas
     # ... and the reset, which needs the sidecar, failed and left the node quarantined.
     assert rem["state"] == "failed" and "step reset failed" in rem["state_reason"]
     assert gpu_node.cordoned()
+
+
+async def test_without_the_sidecar_the_pod_the_exporter_names_is_the_gpus_pod(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    """dcgm-exporter's pod mapping (kept on the alert by the shipped Xid rules) names the GPU's pod when the
+    node agent cannot answer: the context says so (pod_source exporter, also in the audit) and narrows to it."""
+    two_jobs(gpu_node)
+    cluster: Cluster = await gpu_cluster(reachable=False)
+    labels = gpu_alert_labels("GPUXidError", 0, xid="13", exported_pod="train-0", exported_namespace="ml",
+                              exported_container="main", pod="nvidia-dcgm-exporter-7x2kq", namespace="gpu-operator")
+    await cluster.post(am_payload(am_alert(labels)))
+    await cluster.settle(60)
+
+    rem = await cluster.only_remediation()
+    context = rem["context"]
+    assert context["pod_source"] == "exporter" and "unreachable" in context["sidecar_error"]
+    assert context["gpu_pods"][gpu_uuid(0)] == [
+        {"namespace": "ml", "name": "train-0", "uid": context["pods"][0]["uid"], "active": None}
+    ]
+    [pod] = context["pods"]  # infer-0 (GPU 1) is not this GPU's pod
+    assert (pod["name"], pod["gpu"], pod["from_alert"]) == ("train-0", gpu_uuid(0), True)
+    assert [o["kind"] for o in pod["owners"]] == ["ReplicaSet", "Deployment"]
+    audit = (await cluster.api.get("/api/v1/audit", params={"remediation": rem["id"]})).json()
+    assert [a["data"]["source"] for a in audit if a["kind"] == "context.gathered"] == ["exporter"]
+
+
+async def test_with_both_sources_the_sidecar_wins_and_the_exporters_pod_is_recorded(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    two_jobs(gpu_node)
+    cluster: Cluster = await gpu_cluster()
+    # A stale mapping: the exporter still names infer-0, the kubelet (through the sidecar) says train-0.
+    labels = gpu_alert_labels("GPUXidError", 0, xid="13", pod="infer-0", namespace="ml", container="main")
+    await cluster.post(am_payload(am_alert(labels)))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()
+    context = rem["context"]
+    assert context["pod_source"] == "sidecar" and context["exporter_pod"] == "ml/infer-0"
+    assert [p["name"] for p in context["gpu_pods"][gpu_uuid(0)]] == ["train-0"]
