@@ -207,6 +207,37 @@ async def test_cancel_revert_pause_and_resume(live: Live) -> None:
     assert (await live.gated.rt.repo.get_flag(PAUSE_FLAG) or {}).get("paused") is False
 
 
+async def test_return_to_service_with_reason_skips_and_by(live: Live) -> None:
+    rem = await live.gated.fire()
+    assert rem.state == "awaiting_approval"
+    missing = await live.cli("return", rem.id[:8])
+    assert missing.exit_code == 2 and "--reason" in missing.output
+    refused = await live.cli("revert", rem.id)
+    assert refused.exit_code == 1 and "409" in refused.stderr and "use `return`" in refused.stderr
+    result = await live.cli(
+        "return", rem.id[:8], "--reason", "hardware swapped", "--skip-reboot", "--skip-validation", "--by", "alice",
+        "-o", "json",
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == "reverting"
+    await live.gated.settle()
+    (row,) = await live.rows("remediations")
+    assert row["state"] == "returned"
+    assert (await live.rows("remediations", "--state", "returned"))[0]["id"] == rem.id
+    (approval,) = await live.gated.rt.repo.approvals_of(rem.id)
+    assert approval.decision == "superseded" and approval.decided_by == "api:alice"
+    events = await live.gated.rt.repo.list_audit(remediation_id=rem.id)
+    (returned,) = [e for e in events if e.kind == "state.returned"]
+    assert returned.actor == "api:alice"
+    assert returned.data["return"]["reason"] == "hardware swapped"
+    assert returned.data["return"]["skip"] == ["reboot", "validation"]
+    again = await live.cli("return", rem.id, "--reason", "again")
+    assert again.exit_code == 1 and "409" in again.stderr and "holds nothing" in again.stderr
+    plain = await live.cli("return", rem.id, "--reason", "again", REMEDIATOR_USER="bob")
+    assert plain.exit_code == 1  # the same refusal whoever asks; nothing recorded
+    assert [e.kind for e in await live.gated.rt.repo.list_audit(remediation_id=rem.id)] == [e.kind for e in events]
+
+
 async def test_server_and_token_from_the_config_file(live: Live, tmp_path: Path) -> None:
     rem = await live.gated.fire()
     no_env = {"REMEDIATOR_SERVER": None, "REMEDIATOR_TOKEN": None}
