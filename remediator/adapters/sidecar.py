@@ -227,9 +227,13 @@ class SidecarClient:
         """The node's inventory: driver and NVML versions and every GPU."""
         return await self._request(GpuInventory, "GET", ip, "/v1/gpus", attempts=attempts)
 
-    async def gpu_pods(self, ip: str, uuid: str, *, attempts: int | None = None) -> GpuPods:
-        """Pods allocated the GPU (or MIG device), with `active` marking those running on it."""
-        return await self._request(GpuPods, "GET", ip, self._gpu(uuid) + "/pods", attempts=attempts)
+    async def gpu_pods(
+        self, ip: str, uuid: str, *, gpu_instance: int | None = None, attempts: int | None = None
+    ) -> GpuPods:
+        """Pods allocated the GPU (or MIG device), with `active` marking those running on it; with
+        `gpu_instance`, only those of the MIG device of that GPU instance of the GPU `uuid`."""
+        query = "" if gpu_instance is None else f"?gpu_instance={int(gpu_instance)}"
+        return await self._request(GpuPods, "GET", ip, self._gpu(uuid) + "/pods" + query, attempts=attempts)
 
     async def set_power_limit(
         self,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import uvicorn
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -172,15 +172,28 @@ def _routes() -> APIRouter:
         return GpuSnapshot.model_validate(gpu)
 
     @router.get("/gpus/{uuid}/pods", response_model_exclude_unset=True)
-    async def pods_of_gpu(uuid: Uuid, sidecar: SidecarDep) -> GpuPods:
+    async def pods_of_gpu(
+        uuid: Uuid, sidecar: SidecarDep, gpu_instance: Annotated[int | None, Query(ge=0, le=255)] = None
+    ) -> GpuPods:
+        """Pods of a GPU or MIG device; with `gpu_instance` (a GPU's UUID and the `GPU-I` id an Xid line
+        names), only those of that GPU instance's MIG device."""
         allocations = await sidecar.podresources.list()
 
         def work(nvml: Nvml) -> GpuPods:
             for gpu in identities(nvml):
                 if uuid == gpu.uuid or uuid in gpu.mig_uuids:
-                    processes = nvml.compute_processes(nvml.handle_by_index(gpu.index))
+                    handle = nvml.handle_by_index(gpu.index)
+                    wanted = uuid
+                    if gpu_instance is not None:
+                        mig = nvml.mig_device_of_instance(handle, gpu_instance) if uuid == gpu.uuid else None
+                        if mig is None:
+                            raise Problem(404, f"GPU {uuid} has no MIG device of GPU instance {gpu_instance}")
+                        wanted = mig
+                    processes = nvml.compute_processes(handle)
                     owners = read_device_owners(sidecar.settings.device_checkpoint)
-                    return GpuPods.model_validate(gpu_pods(sidecar.pods, gpu, uuid, allocations, owners, processes))
+                    return GpuPods.model_validate(
+                        gpu_pods(sidecar.pods, gpu, wanted, allocations, owners, processes)
+                    )
             raise GpuNotFound(uuid)
 
         return await sidecar.call(f"map pods of {uuid}", work)

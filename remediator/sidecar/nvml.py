@@ -339,6 +339,29 @@ class Nvml:
             uuids.append(self.uuid(DeviceHandle(mig)))
         return uuids
 
+    def mig_device_of_instance(self, handle: DeviceHandle, gpu_instance: int) -> str | None:
+        """UUID of the MIG device of GPU instance `gpu_instance` on a GPU (the `GPU-I` the driver prints in
+        an Xid line), or None when the GPU has none."""
+        count = int(
+            self._call(
+                "nvmlDeviceGetMaxMigDeviceCount", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+            )
+        )
+        for i in range(count):
+            try:
+                mig = DeviceHandle(self._call(
+                    "nvmlDeviceGetMigDeviceHandleByIndex",
+                    partial(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i),
+                ))
+            except NvmlError as exc:
+                if exc.code in (NOT_FOUND, INVALID_ARGUMENT):
+                    continue
+                raise
+            found = self._call("nvmlDeviceGetGpuInstanceId", partial(pynvml.nvmlDeviceGetGpuInstanceId, mig))
+            if int(found) == gpu_instance:
+                return self.uuid(mig)
+        return None
+
     def compute_processes(self, handle: DeviceHandle) -> list[Process]:
         procs = self._call(
             "nvmlDeviceGetComputeRunningProcesses",

@@ -51,7 +51,9 @@ async def test_valid_uuids_and_addresses_still_pass() -> None:
     client, seen = recording()
     await client.reset("127.0.0.7", UUID)
     await client.gpu_pods("::1", "MIG-0000abcd-aaaa-bbbb-cccc-000000000001")
+    await client.gpu_pods("127.0.0.7", UUID, gpu_instance=5)
     assert [str(r.url) for r in seen] == [
         f"http://127.0.0.7:9555/v1/gpus/{UUID}/reset",
         "http://[::1]:9555/v1/gpus/MIG-0000abcd-aaaa-bbbb-cccc-000000000001/pods",
+        f"http://127.0.0.7:9555/v1/gpus/{UUID}/pods?gpu_instance=5",
     ]

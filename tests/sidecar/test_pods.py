@@ -87,6 +87,30 @@ def test_mig_devices(env: SidecarEnv, http: httpx.Client) -> None:
     assert one["gpu_uuid"] == gpu_uuid(0)
 
 
+def test_the_pods_of_one_gpu_instance(env: SidecarEnv, http: httpx.Client) -> None:
+    """An Xid line names the GPU instance (`GPU-I:05`): the pods of that instance's MIG device only."""
+    env.nvml.set("gpu.0.mig_mode", 1)
+    env.nvml.set("gpu.0.mig.count", 2)
+    env.nvml.set("gpu.0.mig.0.uuid", mig_uuid(0, 0))
+    env.nvml.set("gpu.0.mig.0.gi", 3)
+    env.nvml.set("gpu.0.mig.1.uuid", mig_uuid(0, 1))
+    env.nvml.set("gpu.0.mig.1.gi", 5)
+    env.set_pods(
+        [
+            FakePod("a", "slice-0", UID_A, {"c": [mig_uuid(0, 0)]}, resource="nvidia.com/mig-1g.18gb"),
+            FakePod("b", "slice-1", UID_B, {"c": [mig_uuid(0, 1)]}, resource="nvidia.com/mig-1g.18gb"),
+        ]
+    )
+    one = http.get(f"/v1/gpus/{gpu_uuid(0)}/pods", params={"gpu_instance": 5}).json()
+    assert (names(one), one["uuid"], one["gpu_uuid"]) == (["b/slice-1"], mig_uuid(0, 1), gpu_uuid(0))
+    assert names(http.get(f"/v1/gpus/{gpu_uuid(0)}/pods", params={"gpu_instance": 3}).json()) == ["a/slice-0"]
+    missing = http.get(f"/v1/gpus/{gpu_uuid(0)}/pods", params={"gpu_instance": 7})
+    assert missing.status_code == 404 and "no MIG device of GPU instance 7" in missing.json()["error"]
+    plain = http.get(f"/v1/gpus/{gpu_uuid(1)}/pods", params={"gpu_instance": 5})  # not in MIG mode
+    assert plain.status_code == 404
+    assert http.get(f"/v1/gpus/{gpu_uuid(0)}/pods", params={"gpu_instance": -1}).status_code == 422
+
+
 def test_non_gpu_resources_are_ignored(env: SidecarEnv, http: httpx.Client) -> None:
     env.set_pods([FakePod("a", "nic", UID_A, {"c": [gpu_uuid(0)]}, resource="example.com/sriov")])
     assert http.get(f"/v1/gpus/{gpu_uuid(0)}/pods").json()["pods"] == []

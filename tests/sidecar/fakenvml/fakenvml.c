@@ -12,7 +12,7 @@
  *   gpu.i.power_limit .default_limit .min_limit .max_limit (milliwatts) .ecc_mode
  *   gpu.i.ecc.volatile.corrected .ecc.volatile.uncorrected .ecc.aggregate.corrected .ecc.aggregate.uncorrected
  *   gpu.i.remap.correctable .remap.uncorrectable .remap.pending .remap.failure .retired_pages
- *   gpu.i.mig_mode .mig.count .mig.j.uuid
+ *   gpu.i.mig_mode .mig.count .mig.j.uuid .mig.j.gi (GPU instance id of MIG device j; default j + 1)
  *   gpu.i.procs          "pid:bytes,pid:bytes"
  *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
  *   gpu.i.lost           1: every call on GPU i answers NVML_ERROR_GPU_IS_LOST (it stays listed)
@@ -470,6 +470,16 @@ int nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
     ENTER_DEVICE("nvmlDeviceGetMigDeviceHandleByIndex", device);
     if (index >= (unsigned int)gnum(g, "mig.count", 0)) return NVML_ERROR_NOT_FOUND;
     *mig = (nvmlDevice_t)(uintptr_t)(MIG_BASE + (uintptr_t)g * MIG_PER_GPU + index);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    ENTER_DEVICE("nvmlDeviceGetGpuInstanceId", device);
+    if (!is_mig(device)) return NVML_ERROR_INVALID_ARGUMENT;  /* NVML: only a MIG device handle has one */
+    char field[KEY_LEN];
+    int j = (int)(((uintptr_t)device - MIG_BASE) % MIG_PER_GPU);
+    snprintf(field, sizeof field, "mig.%d.gi", j);
+    *id = (unsigned int)gnum(g, field, j + 1);
     return NVML_SUCCESS;
 }
 
