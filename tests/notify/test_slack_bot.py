@@ -220,3 +220,45 @@ async def test_without_a_threaded_channel_step_failures_are_not_queued(tmp_path:
         await service.remediation_event(rem.id, "step_failed", "Step *x* failed")
         await service.aclose()
         assert len(gated.capture.messages) == before
+
+
+def _decision_buttons(body: dict[str, Any]) -> list[str]:
+    """The buttons of a message that decide or lead to a decision: Approve, Reject, an approval link."""
+    return [
+        str(element.get("action_id"))
+        for block in body.get("blocks") or [] if block.get("type") == "actions"
+        for element in block.get("elements") or []
+        if element.get("action_id") in ("approve", "reject") or "/approvals/" in str(element.get("url") or "")
+    ]
+
+
+@pytest.mark.parametrize(("verb", "body", "source"), [
+    ("cancel", {"reason": "wrong node", "by": "dan"}, "cancelled"),
+    ("return", {"reason": "hardware swapped", "by": "dan", "skip": ["reboot"]}, "returned to service"),
+])
+async def test_a_superseded_approval_request_loses_its_buttons_in_slack(
+    tmp_path: Path, verb: str, body: dict[str, Any], source: str
+) -> None:
+    async with fake_slack() as slack, gated_controller(
+        tmp_path, **bot_settings(slack, slack_signing_secret=SECRET)
+    ) as gated:
+        rem = await gated.fire()
+        await gated.settle()
+        asked = [c for c in slack.calls if c.body["text"].startswith("Approval needed")]
+        assert asked and sorted(_decision_buttons(asked[-1].body)) == ["approve", "link-0", "reject"], texts(slack)
+        ts = slack.of("chat.postMessage")[0].body.get("ts") or "1700000000.000001"
+        before = len(slack.calls)
+        r = await gated.client.post(
+            f"/api/v1/remediations/{rem.id}/{verb}", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert r.status_code == 200, r.text
+        await gated.settle()
+    later = slack.calls[before:]
+    updates = [c for c in later if c.method == "chat.update"]
+    assert updates and {u.body["ts"] for u in updates} == {ts}, [(c.method, c.body) for c in later]
+    superseded = [u for u in updates if "superseded" in u.body["text"]]
+    assert superseded, texts(slack)
+    assert f"{source} by api:dan" in superseded[0].body["text"]
+    for update in updates:  # from the supersede on, no message offers Approve or Reject any more
+        assert _decision_buttons(update.body) == [] and "/approvals/" not in json.dumps(update.body["blocks"])
+    assert not [c for c in later if c.method == "chat.postMessage"]
