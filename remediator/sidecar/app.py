@@ -50,6 +50,7 @@ from remediator.sidecar.schemas import (
     PowerRestoreAnswer,
     ProblemAnswer,
     ResetAnswer,
+    ResetRequest,
     ValidateRequest,
     ValidationReport,
 )
@@ -215,9 +216,13 @@ def _routes() -> APIRouter:
         )
 
     @router.post("/gpus/{uuid}/reset", response_model_exclude_unset=True)
-    async def reset(uuid: Uuid, sidecar: SidecarDep, body: DryRunRequest | None = None) -> ResetAnswer:
+    async def reset(uuid: Uuid, sidecar: SidecarDep, body: ResetRequest | None = None) -> ResetAnswer:
         dry_run = body.dry_run if body else False
-        answer = await sidecar.call(f"reset {uuid}", lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run))
+        persistence_off = body.persistence_off if body else False
+        answer = await sidecar.call(
+            f"reset {uuid}",
+            lambda nvml: reset_gpu(nvml, sidecar.reset, uuid, dry_run, persistence_off=persistence_off),
+        )
         if answer.changed and answer.healthy and sidecar.reset_succeeded is not None:
             sidecar.reset_succeeded(uuid)  # the driver initialised the GPU again: an earlier init failure is past
         return answer

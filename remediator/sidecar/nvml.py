@@ -417,6 +417,18 @@ class Nvml:
             lambda: pynvml.nvmlDeviceSetPowerManagementLimit(handle, milliwatts),
         )
 
+    def persistence_mode(self, handle: DeviceHandle) -> bool:
+        """Persistence mode on: the driver keeps the GPU initialised with no client (a GPU reset needs it off)."""
+        return bool(self._call("nvmlDeviceGetPersistenceMode", lambda: pynvml.nvmlDeviceGetPersistenceMode(handle)))
+
+    def set_persistence_mode(self, handle: DeviceHandle, enabled: bool) -> None:
+        mode = _FEATURE_ENABLED if enabled else _FEATURE_DISABLED
+        self._call("nvmlDeviceSetPersistenceMode", lambda: pynvml.nvmlDeviceSetPersistenceMode(handle, mode))
+
+    def minor_number(self, handle: DeviceHandle) -> int:
+        """N of the GPU's device file /dev/nvidia<N>."""
+        return int(self._call("nvmlDeviceGetMinorNumber", lambda: pynvml.nvmlDeviceGetMinorNumber(handle)))
+
     def reset(self, handle: DeviceHandle) -> None:
         """Drain the GPU, detach it from the driver and the OS, and rediscover it (a re-initialised GPU).
 

@@ -368,6 +368,15 @@ class DryRunRequest(BaseModel):
     dry_run: bool = False
 
 
+class ResetRequest(DryRunRequest):
+    """Body of `POST /v1/gpus/{uuid}/reset` (optional)."""
+
+    # Turn persistence mode off for the reset and back on after it. Persistence mode on (the driver keeps the
+    # GPU open for nvidia-persistenced) is a holder the agent never turns off by itself: only a request that
+    # says so (the reset step's operand handling) does, and the answer records it.
+    persistence_off: bool = False
+
+
 class OneOfWattsOrPercent(BaseModel):
     """The rule for a power limit target: exactly one of `watts` and `percent_of_default`.
 
@@ -445,8 +454,22 @@ class PostCheck(BaseModel):
     problems: list[str] = Field(default_factory=list)
 
 
+class DeviceHolder(BaseModel):
+    """A client that holds the GPU's device files (/proc/<pid>/fd), or `kind: persistence-mode` (no pid)."""
+
+    pid: int | None = None
+    program: str | None = None
+    # process (a workload), dcgm-hostengine, dcgm-exporter, persistenced, device-plugin,
+    # gpu-feature-discovery, fabric-manager, persistence-mode
+    kind: str
+    files: list[str] = Field(default_factory=list)
+    pod_uid: str | None = None
+    container_id: str | None = None
+
+
 class ResetAnswer(BaseModel):
-    """Answer of `POST /v1/gpus/{uuid}/reset` (a GPU in use is refused with 409 and its `processes`)."""
+    """Answer of `POST /v1/gpus/{uuid}/reset` (a GPU in use is refused with 409 naming its `processes` and
+    every `holders` entry)."""
 
     uuid: str | None = None
     dry_run: bool = False
@@ -458,3 +481,5 @@ class ResetAnswer(BaseModel):
     healthy: bool | None = None
     # argv and output tail of `nvidia-smi --gpu-reset` (reset_method nvidia-smi).
     nvidia_smi: dict[str, Any] | None = None
+    # Persistence mode turned off for the reset (persistence_off) and whether it was turned back on.
+    persistence_mode: dict[str, Any] | None = None

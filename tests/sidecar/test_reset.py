@@ -92,3 +92,83 @@ def test_reset_with_nvidia_smi_runs_an_argument_list(tmp_path: Path, fake_nvml_d
         assert body["nvidia_smi"]["argv"] == [str(script), "--gpu-reset", "-i", uuid]
         assert record.read_text().splitlines() == ["--gpu-reset", "-i", uuid]
         assert all(env.nvml.calls(fn) == 0 for fn in MUTATIONS)
+
+
+# -- holders of the device files (fake /proc) -----------------------------------------------------------
+
+EXPORTER_POD = "5d1c2b3a-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+PLUGIN_POD = "6e2d3c4b-5f6a-4b7c-9d8e-0f1a2b3c4d5e"
+
+
+def add_holder(env: SidecarEnv, pid: int, argv0: str, files: list[str], pod_uid: str | None = None) -> None:
+    """A process in the fake /proc with `files` open (fd symlinks), its cmdline and cgroup."""
+    root = env.proc_root / str(pid)
+    (root / "fd").mkdir(parents=True, exist_ok=True)
+    for n, target in enumerate(files, start=3):
+        os.symlink(target, root / "fd" / str(n))
+    os.symlink("socket:[4242]", root / "fd" / "0")
+    (root / "cmdline").write_bytes(argv0.encode() + b"\0--flag\0")
+    (root / "comm").write_text(Path(argv0).name[:15] + "\n")
+    cgroup = f"0::/kubepods/burstable/pod{pod_uid}/{'d' * 64}\n" if pod_uid else "0::/system.slice/x.service\n"
+    (root / "cgroup").write_text(cgroup)
+
+
+def gpu_operator_node(env: SidecarEnv) -> None:
+    """GPU 0 held the way a GPU Operator node holds it, plus a workload on GPU 1 only."""
+    add_holder(env, 101, "/usr/bin/dcgm-exporter", ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"], EXPORTER_POD)
+    add_holder(env, 102, "/usr/bin/nv-hostengine", ["/dev/nvidiactl", "/dev/nvidia0"])
+    add_holder(env, 103, "/usr/bin/nvidia-persistenced", ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"])
+    add_holder(env, 104, "/usr/bin/nvidia-device-plugin", ["/dev/nvidiactl", "/dev/nvidia-uvm"], PLUGIN_POD)
+    add_holder(env, 105, "/usr/bin/nv-fabricmanager", ["/dev/nvidiactl", "/dev/nvidia0"])
+    add_holder(env, 106, "/opt/conda/bin/python", ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"])  # GPU 1
+    add_holder(env, 107, "/usr/bin/bash", ["/dev/null", "/dev/pts/0"])
+    env.nvml.set("gpu.0.persistence", 1)
+
+
+def test_reset_refusal_names_every_holder_of_the_device(env: SidecarEnv, http: httpx.Client) -> None:
+    gpu_operator_node(env)
+    response = http.post(f"/v1/gpus/{gpu_uuid(0)}/reset")
+    assert response.status_code == 409
+    body = response.json()
+    held = {(h.get("pid"), h.get("program"), h["kind"], h.get("pod_uid")) for h in body["holders"]}
+    assert held == {
+        (101, "dcgm-exporter", "dcgm-exporter", EXPORTER_POD),
+        (102, "nv-hostengine", "dcgm-hostengine", None),
+        (103, "nvidia-persistenced", "persistenced", None),
+        (104, "nvidia-device-plugin", "device-plugin", PLUGIN_POD),  # control files only: may reach any GPU
+        (105, "nv-fabricmanager", "fabric-manager", None),
+        (None, None, "persistence-mode", None),
+    }
+    [exporter] = [h for h in body["holders"] if h.get("pid") == 101]
+    assert exporter["files"] == ["/dev/nvidia0", "/dev/nvidiactl"]  # not GPU 1's file
+    for named in ("pid 101 dcgm-exporter (dcgm-exporter) in pod " + EXPORTER_POD, "pid 102 nv-hostengine",
+                  "pid 103 nvidia-persistenced", "pid 104 nvidia-device-plugin", "pid 105 nv-fabricmanager",
+                  "persistence mode on"):
+        assert named in body["error"], named
+    assert "python" not in body["error"] and "bash" not in body["error"]
+    assert all(env.nvml.calls(fn) == 0 for fn in (*MUTATIONS, "nvmlDeviceSetPersistenceMode"))
+    assert env.nvml.get("gpu.0.persistence") == "1"  # never turned off by the agent on its own
+
+
+def test_a_process_holding_only_another_gpu_does_not_block(env: SidecarEnv, http: httpx.Client) -> None:
+    add_holder(env, 106, "/opt/conda/bin/python", ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"])
+    body = http.post(f"/v1/gpus/{gpu_uuid(0)}/reset").json()
+    assert body["changed"] is True and body["healthy"] is True
+    assert http.post(f"/v1/gpus/{gpu_uuid(1)}/reset").status_code == 409
+
+
+def test_persistence_off_on_request_turns_it_off_for_the_reset_and_on_again(
+    env: SidecarEnv, http: httpx.Client
+) -> None:
+    env.nvml.set("gpu.0.persistence", 1)
+    add_holder(env, 103, "/usr/bin/nvidia-persistenced", ["/dev/nvidiactl", "/dev/nvidia0"])
+    body = http.post(f"/v1/gpus/{gpu_uuid(0)}/reset", json={"persistence_off": True}).json()
+    assert body["changed"] is True and body["healthy"] is True
+    assert body["persistence_mode"] == {"was": True, "turned_off": True, "restored": True}
+    assert env.nvml.calls("nvmlDeviceSetPersistenceMode") == 2  # off, then on again
+    assert env.nvml.get("gpu.0.persistence") == "1"
+    # Another holder still refuses, persistence_off or not, and persistence mode is left as it was.
+    add_holder(env, 102, "/usr/bin/nv-hostengine", ["/dev/nvidiactl", "/dev/nvidia0"])
+    refused = http.post(f"/v1/gpus/{gpu_uuid(0)}/reset", json={"persistence_off": True})
+    assert refused.status_code == 409 and "nv-hostengine" in refused.json()["error"]
+    assert env.nvml.calls("nvmlDeviceSetPersistenceMode") == 2

@@ -14,6 +14,7 @@
  *   gpu.i.remap.correctable .remap.uncorrectable .remap.pending .remap.failure .retired_pages
  *   gpu.i.mig_mode .mig.count .mig.j.uuid .mig.j.gi (GPU instance id of MIG device j; default j + 1)
  *   gpu.i.procs          "pid:bytes,pid:bytes"
+ *   gpu.i.persistence    persistence mode (1 on, default 0); gpu.i.minor: the /dev/nvidia<minor> number (default i)
  *   gpu.i.drain .removed .lost_after_reset .ecc_after_reset
  *   gpu.i.lost           1: every call on GPU i answers NVML_ERROR_GPU_IS_LOST (it stays listed)
  *   gpu.i.temp_mem_max .temp_gpu_max (PCIe keys: see the validation gate section)
@@ -551,6 +552,28 @@ int nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned int limit) {
     gset(g, "power_limit", limit);
     count_call("nvmlDeviceSetPowerManagementLimit");
     save();
+    return NVML_SUCCESS;
+}
+
+/* ---- persistence mode, minor number (gpu.i.persistence: 1 on; gpu.i.minor: /dev/nvidia<minor>) ---------- */
+
+int nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int *mode) {
+    ENTER_DEVICE("nvmlDeviceGetPersistenceMode", device);
+    *mode = (int)gnum(g, "persistence", 0);
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceSetPersistenceMode(nvmlDevice_t device, int mode) {
+    ENTER_DEVICE("nvmlDeviceSetPersistenceMode", device);
+    gset(g, "persistence", mode ? 1 : 0);
+    count_call("nvmlDeviceSetPersistenceMode");
+    save();
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor) {
+    ENTER_DEVICE("nvmlDeviceGetMinorNumber", device);
+    *minor = (unsigned int)gnum(g, "minor", g);
     return NVML_SUCCESS;
 }
 
