@@ -7,16 +7,17 @@ import asyncio
 import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
-from remediator import client_cli
+from remediator import client_cli, incident_cli
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
 from remediator.silence_cli import silence_app
@@ -51,6 +52,7 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(db_app, name="db")
 app.add_typer(report_app, name="report")
 client_cli.register(app)
+app.command(rich_help_panel="Against a running controller")(incident_cli.bundle)
 app.add_typer(silence_app, name="silence", rich_help_panel="Against a running controller")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
@@ -431,6 +433,11 @@ def audit_verify(
         str | None,
         typer.Option("--anchor", help="SEQ:HASH from `remediator audit head` or the log, kept elsewhere"),
     ] = None,
+    segment: Annotated[
+        Path | None,
+        typer.Option("--segment", help="check this file of consecutive audit rows (a bundle's audit-segment.jsonl, "
+                     "or audit export output) instead of the database"),
+    ] = None,
 ) -> None:
     """Walk the hash chain (HMAC under REMEDIATOR_AUDIT_KEY); exit 1 naming the first bad event.
 
@@ -444,6 +451,19 @@ def audit_verify(
     except ValueError as exc:
         typer.echo(f"error: --anchor: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if segment is not None:
+        from remediator.incident_archive import verify_segment
+
+        try:
+            lines = segment.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"error: --segment {segment}: {exc}", err=True)
+            raise typer.Exit(2) from exc
+        ok, message = verify_segment(lines, _audit_key(settings))
+        typer.echo(message)
+        if not ok:
+            raise typer.Exit(1)
+        return
     ok, message = asyncio.run(verify(settings.database_url, _audit_key(settings), mark))
     typer.echo(message)
     if not ok:
@@ -463,13 +483,66 @@ def audit_head(config: ConfigOpt = None) -> None:
     typer.echo(found)
 
 
+def _when(value: str | None, option: str) -> datetime | None:
+    """--since/--until: an ISO 8601 time (no offset means UTC) or a duration meaning that long ago (24h, 7d)."""
+    from remediator.durations import parse_duration
+
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        return datetime.now(UTC) - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        typer.echo(f"error: {option} {value!r}: an ISO 8601 time (2026-12-01T08:00:00+00:00) or a duration (24h)",
+                   err=True)
+        raise typer.Exit(2) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
 @audit_app.command("export")
-def audit_export(config: ConfigOpt = None) -> None:
-    """Print every audit event as one JSON line, oldest first."""
+def audit_export(
+    config: ConfigOpt = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="from this time (ISO 8601) or this long ago (24h)")
+    ] = None,
+    until: Annotated[str | None, typer.Option("--until", help="before this time (ISO 8601) or this long ago")] = None,
+    node: Annotated[str | None, typer.Option("--node", help="events of remediations on this node")] = None,
+    remediation: Annotated[
+        str | None, typer.Option("--remediation", help="events of this remediation (ID or a unique prefix)")
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option("--server", "-s", help="read through this controller's API (REMEDIATOR_TOKEN) instead of "
+                     "REMEDIATOR_DATABASE_URL"),
+    ] = None,
+) -> None:
+    """Print audit events as JSON lines, oldest first, each timestamp in ISO 8601 with `+00:00`.
+
+    Straight from the database (REMEDIATOR_DATABASE_URL), or through a running controller's API with --server
+    (or REMEDIATOR_SERVER / `server:` in the client config file, as for `get`)."""
+    start, end = _when(since, "--since"), _when(until, "--until")
+    if start is not None and end is not None and end <= start:
+        typer.echo("error: --until must be later than --since", err=True)
+        raise typer.Exit(2)
+    if server or os.environ.get("REMEDIATOR_SERVER"):
+        from remediator.incident_cli import export_audit
+
+        export_audit(server, since=start, until=end, node=node, remediation=remediation,
+                     write=lambda line: typer.echo(line))
+        return
     from remediator.store.audit_tools import export
 
     settings = _settings(config)
-    asyncio.run(export(settings.database_url, sys.stdout))
+    try:
+        asyncio.run(export(settings.database_url, sys.stdout, since=start, until=end, node=node,
+                           remediation=remediation))
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
 
 
 @db_app.command("upgrade")

@@ -301,10 +301,15 @@ def get(
     _show(rows, shape, lambda safe: render(kind, safe, shape, datetime.now(UTC)))
 
 
-def describe(rem_id: IdArg, server: ServerOpt = None) -> None:
-    """Show one remediation: state, target, alert labels, steps, escalation, approvals and its audit events."""
+def describe(rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None) -> None:
+    """Show one remediation: state, target, alert labels, steps, escalation, approvals and its audit events.
+    With -o json|yaml: the whole incident record (GET /api/v1/remediations/{id}/record), nothing cut."""
     with _session(server) as session:
         full = session.resolve(rem_id)
+        if output is not None:
+            record = session.get(ControllerApi.path("remediations", full, "record"))
+            _show(record, output.value, lambda _safe: "")
+            return
         rem = session.get(ControllerApi.path("remediations", full))
         events = session.get(ControllerApi.path("audit"), {"remediation": full, "limit": 10000})
         approvals = session.get(ControllerApi.path("approvals"), {"remediation": full, "limit": 1000})

@@ -1,8 +1,8 @@
-"""`remediator audit verify | head | export` and `remediator db prune`: work straight on the database."""
+"""`remediator audit verify | head | export` and `remediator db prune`: work straight on the database (`audit export
+--server` reads through the API instead: remediator/incident_cli.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +11,7 @@ from typing import TextIO
 
 from sqlalchemy import select
 
+from remediator.incident_archive import audit_line
 from remediator.store.audit import ChainReport, walk_chain
 from remediator.store.audit_checkpoint import audit_head, load_checkpoint
 from remediator.store.db import make_engine, make_sessionmaker
@@ -38,11 +39,6 @@ async def _repo(url: str) -> AsyncIterator[Repository]:
         yield Repository(make_sessionmaker(engine))
     finally:
         await engine.dispose()
-
-
-async def _events(url: str) -> list[AuditEvent]:
-    async with _repo(url) as repo, repo.transaction() as session:
-        return list((await session.scalars(select(AuditEvent).order_by(AuditEvent.id))).all())
 
 
 async def _walk(url: str, key: bytes | None) -> tuple[list[AuditEvent], ChainReport, int | None]:
@@ -99,9 +95,40 @@ async def prune_database(
         return await prune(repo, audit_before=audit_before, alerts_before=alerts_before)
 
 
-async def export(url: str, out: TextIO) -> None:
-    for e in await _events(url):
-        out.write(json.dumps({
-            "id": e.id, "ts": e.ts.isoformat(), "remediation_id": e.remediation_id, "kind": e.kind,
-            "actor": e.actor, "data": e.data, "prev_hash": e.prev_hash, "hash": e.hash,
-        }, sort_keys=True, default=str) + "\n")
+async def export(
+    url: str, out: TextIO, *, since: datetime | None = None, until: datetime | None = None, node: str | None = None,
+    remediation: str | None = None,
+) -> int:
+    """Audit events oldest first, one JSON line each with the timestamp in ISO 8601 with `+00:00`; `since`
+    inclusive, `until` exclusive, `node` (events of remediations on it), `remediation` (an id or a unique prefix:
+    ValueError when it names none or several). Returns how many were written."""
+    count, after = 0, 0
+    async with _repo(url) as repo:
+        rem_id = await _remediation_id(repo, remediation) if remediation else None
+        while True:
+            page = await repo.list_audit(remediation_id=rem_id, node=node, since=since, until=until,
+                                         after_id=after, limit=_PAGE)
+            for e in page:
+                out.write(audit_line({
+                    "id": e.id, "ts": e.ts, "remediation_id": e.remediation_id, "kind": e.kind, "actor": e.actor,
+                    "data": e.data, "prev_hash": e.prev_hash, "hash": e.hash,
+                }) + "\n")
+            count += len(page)
+            if len(page) < _PAGE:
+                return count
+            after = page[-1].id
+
+
+_PAGE = 10000
+
+
+async def _remediation_id(repo: Repository, given: str) -> str:
+    ref = given.strip().lower()
+    if await repo.get(ref) is not None:
+        return ref
+    found = [r.id for r in await repo.list_remediations(id_prefix=ref, limit=11)] if ref else []
+    if not found:
+        raise ValueError(f"--remediation {given!r}: no remediation ID starts with it")
+    if len(found) > 1:
+        raise ValueError(f"--remediation {given!r} fits several remediations ({', '.join(found[:10])})")
+    return found[0]

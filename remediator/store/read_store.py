@@ -126,6 +126,11 @@ _SUMMARY_COLUMNS = (
 )
 
 
+def _naive_utc(at: datetime) -> datetime:
+    """A bound for a timestamp column (stored as naive UTC)."""
+    return at.astimezone(UTC).replace(tzinfo=None) if at.tzinfo is not None else at
+
+
 def _filtered(query: _Q, state: str | None, node: str | None) -> _Q:
     """The list's filters, newest first by (created_at, id): a page comes out of the state or node index."""
     if state:
@@ -187,11 +192,17 @@ class ReadStore(RepositoryBase):
             return list((await session.scalars(query)).all())
 
     async def list_audit(
-        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000, node: str | None = None
+        self, *, remediation_id: str | None = None, after_id: int = 0, limit: int = 1000, node: str | None = None,
+        since: datetime | None = None, until: datetime | None = None,
     ) -> list[AuditEvent]:
-        """Audit events oldest first; `node`: only those of remediations on that node."""
+        """Audit events oldest first; `node`: only those of remediations on that node; `since` (inclusive) and
+        `until` (exclusive): only those written in that span."""
         async with self.transaction() as session:
             query = select(AuditEvent).where(AuditEvent.id > after_id)
+            if since is not None:
+                query = query.where(AuditEvent.ts >= _naive_utc(since))
+            if until is not None:
+                query = query.where(AuditEvent.ts < _naive_utc(until))
             if remediation_id:
                 query = query.where(AuditEvent.remediation_id == remediation_id)
             if node:
@@ -199,6 +210,18 @@ class ReadStore(RepositoryBase):
                 query = query.where(AuditEvent.remediation_id.in_(on_node))
             query = query.order_by(AuditEvent.id).limit(limit)
             return list((await session.scalars(query)).all())
+
+    async def alerts_of(self, remediation_id: str, *, limit: int = 10000) -> list[AlertRow]:
+        """The stored alerts that started or joined a remediation (its incident record), oldest first."""
+        async with self.transaction() as session:
+            query = select(AlertRow).where(AlertRow.remediation_id == remediation_id)
+            return list((await session.scalars(query.order_by(AlertRow.id).limit(limit))).all())
+
+    async def audit_between(self, first_id: int, last_id: int) -> list[AuditEvent]:
+        """Every audit event with an id from `first_id` to `last_id`, in id order (a segment of the chain)."""
+        async with self.transaction() as session:
+            query = select(AuditEvent).where(AuditEvent.id >= first_id, AuditEvent.id <= last_id)
+            return list((await session.scalars(query.order_by(AuditEvent.id))).all())
 
     async def list_alerts(self, *, since: datetime | None = None, limit: int = 100000) -> list[AlertRow]:
         async with self.transaction() as session:

@@ -4,18 +4,20 @@ and a reason (required to cancel and to return); engine/overrides.py records and
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field, field_validator
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep, WorkerDep
+from remediator.api.incident import build_record
 from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.engine import overrides
 from remediator.engine.returns import Skip
 from remediator.engine.states import STATES
+from remediator.incident_archive import archive_name, pack
 from remediator.store.models import Remediation
 from remediator.store.repository import LARGE_COLUMNS, Repository
 
@@ -116,6 +118,36 @@ async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
     if rem is None:
         raise HTTPException(404, f"no remediation {rem_id}")
     return detail_out(rem, await repo.steps(rem_id), await repo.current_approval(rem_id))
+
+
+@router.get("/{rem_id}/record", responses={404: {}})
+async def get_record(rem_id: str, rt: RuntimeDep) -> dict[str, Any]:
+    """The whole incident record of one remediation (what `remediator describe -o json` prints): the
+    remediation with every step, its timeline, its audit rows and the chain segment that verifies them, its
+    approval requests, the stored alert payloads, the node and pods as recorded (and the node now, when the
+    controller has a cluster), the agent's readings and the definitions version. Nothing is cut."""
+    rem = await rt.repo.get(rem_id)
+    if rem is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    return await build_record(rt, rem)
+
+
+@router.get(
+    "/{rem_id}/bundle", response_class=Response, responses={
+        200: {"content": {"application/gzip": {}}, "description": "the incident record as a tar.gz archive"},
+        404: {},
+    },
+)
+async def get_bundle(rem_id: str, rt: RuntimeDep) -> Response:
+    """The incident record packed for a postmortem: one tar.gz with a README and a manifest (SHA-256 of every
+    file) that say how to verify the audit segment (`remediator bundle ID` writes the same archive)."""
+    rem = await rt.repo.get(rem_id)
+    if rem is None:
+        raise HTTPException(404, f"no remediation {rem_id}")
+    body = pack(await build_record(rt, rem))
+    return Response(body, media_type="application/gzip", headers={
+        "Content-Disposition": f'attachment; filename="{archive_name(rem.id)}"',
+    })
 
 
 @router.post("/{rem_id}/cancel", response_model=RemediationOut, responses={404: {}, 409: {}, 422: {}})
