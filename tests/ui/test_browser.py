@@ -74,12 +74,12 @@ async def test_slack_link_opens_in_chromium_and_approve_runs_the_playbook(tmp_pa
                     response = await page.goto(link)
                     assert response is not None and response.status == 200
                     assert await page.locator("tr.pod", has_text="trainer-0").count() == 1
-                    assert await page.locator("#status").inner_text() == "open"
+                    assert await page.locator("#status").inner_text() == "pending"
                     await page.fill("#name", "Alice Browser")
                     await page.click("#approve")
                     await page.wait_for_selector("#notice")
                     assert "approved by Alice Browser" in await page.locator("#notice").inner_text()
-                    await wait_for_state(rt, rem_id, "succeeded")
+                    await wait_for_state(rt, rem_id, "planned")
                     await page.goto(f"{base}/remediations/{rem_id}")
                     assert await page.locator("#state").inner_text() == "planned"  # plan-only: nothing changed
                 finally:
@@ -91,7 +91,7 @@ async def test_slack_link_opens_in_chromium_and_approve_runs_the_playbook(tmp_pa
             ]
             assert approved and approved[0]["actor"] == "Alice Browser"
             async with asyncio.timeout(20):
-                while not any("succeeded" in b.get("text", "") for b in slack.bodies):
+                while not any("Remediation planned" in b.get("text", "") for b in slack.bodies):
                     await slack.wait_for(len(slack.bodies) + 1)
 
 
