@@ -1,9 +1,11 @@
 """The controller's node inventory: the few facts it needs about every node, kept from a list and a watch.
 
-The guardrail's percent limit needs the number of GPU nodes and alert intake needs InternalIP -> node name
-(for `instance` labels). Fetching whole Node objects for that every minute costs the API server 10-20 KB per
-node per replica; this cache keeps, per node, only its name, whether it is a GPU node and its InternalIPs, and
-is fed by one paginated list followed by watch events (remediator/adapters/node_watch.py). Pure: no I/O.
+The guardrail's percent limit needs the number of GPU nodes, alert intake needs InternalIP -> node name
+(for `instance` labels) and the fleet page (engine/fleet.py) shows every GPU node as it is: tainted or
+cordoned, and its GPUs' health (capacity and allocatable `nvidia.com/gpu`, the `GPUHealthy` condition).
+Fetching whole Node objects for that every minute costs the API server 10-20 KB per node per replica; this
+cache keeps, per node, only those few facts, and is fed by one paginated list followed by watch events
+(remediator/adapters/node_watch.py). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -12,16 +14,48 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NodeFacts", "NodeInventory", "facts_of"]
+__all__ = ["GPU_CONDITION", "NodeFacts", "NodeInventory", "facts_of"]
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_RESOURCE = "nvidia.com/gpu"
+GPU_CONDITION = "GPUHealthy"  # the node condition the playbooks set (actions/conditions.py)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
     gpu: bool
     internal_ips: tuple[str, ...]
+    unschedulable: bool = False  # cordoned
+    taints: tuple[str, ...] = ()  # "key=value:effect" (or "key:effect"), as the node carries them
+    gpus: int = 0  # capacity nvidia.com/gpu
+    gpus_allocatable: int = 0  # allocatable nvidia.com/gpu (the device plugin leaves unhealthy GPUs out)
+    gpu_healthy: str | None = None  # status of the GPUHealthy condition ("True", "False", "Unknown"), if any
+
+    def tainted(self, key: str) -> bool:
+        return any(t.split("=", 1)[0].split(":", 1)[0] == key for t in self.taints)
+
+    def as_list(self) -> list[object]:
+        """A JSON row (the worker process sends the inventory to the web process as these)."""
+        return [self.gpu, list(self.internal_ips), self.unschedulable, list(self.taints), self.gpus,
+                self.gpus_allocatable, self.gpu_healthy]
+
+    @classmethod
+    def from_list(cls, row: list[Any]) -> NodeFacts:
+        gpu, ips, unschedulable, taints, gpus, allocatable, healthy = row
+        return cls(bool(gpu), tuple(str(i) for i in ips), bool(unschedulable), tuple(str(t) for t in taints),
+                   int(gpus), int(allocatable), None if healthy is None else str(healthy))
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(0, int(str(value)))
+    except ValueError:
+        return 0
+
+
+def _taint(taint: Mapping[str, Any]) -> str:
+    key, value, effect = str(taint.get("key", "")), taint.get("value"), str(taint.get("effect", ""))
+    return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
 
 
 def facts_of(node: Mapping[str, Any]) -> NodeFacts:
@@ -34,7 +68,15 @@ def facts_of(node: Mapping[str, Any]) -> NodeFacts:
     ips = tuple(
         str(a.get("address", "")) for a in status.get("addresses") or [] if a.get("type") == "InternalIP"
     )
-    return NodeFacts(gpu=gpu, internal_ips=ips)
+    spec = node.get("spec") or {}
+    healthy = next((str(c.get("status")) for c in status.get("conditions") or []
+                    if c.get("type") == GPU_CONDITION), None)
+    return NodeFacts(
+        gpu=gpu, internal_ips=ips, unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(_taint(t) for t in spec.get("taints") or [] if isinstance(t, Mapping)),
+        gpus=_count((status.get("capacity") or {}).get(GPU_RESOURCE, 0)),
+        gpus_allocatable=_count(allocatable.get(GPU_RESOURCE, 0)), gpu_healthy=healthy,
+    )
 
 
 class NodeInventory:
@@ -50,12 +92,23 @@ class NodeInventory:
         self.nodes_by_ip: dict[str, str] = {}
         self.resource_version: str | None = None
         self.synced = False
+        self.version = 0  # counts changes of the facts (the worker process sends them when it moves)
 
     def __len__(self) -> int:
         return len(self._nodes)
 
     def __contains__(self, name: object) -> bool:
         return name in self._nodes
+
+    def get(self, name: str) -> NodeFacts | None:
+        return self._nodes.get(name)
+
+    def items(self) -> list[tuple[str, NodeFacts]]:
+        """Every node and its facts, by name."""
+        return sorted(self._nodes.items())
+
+    def as_dict(self) -> dict[str, list[object]]:
+        return {name: f.as_list() for name, f in self._nodes.items()}
 
     def replace(self, nodes: Iterable[Mapping[str, Any]], resource_version: str) -> None:
         """The state of a fresh list: nodes not in it are gone."""
@@ -68,6 +121,7 @@ class NodeInventory:
         self._rebuild_ips()
         self.resource_version = resource_version
         self.synced = True
+        self.version += 1
 
     def apply(self, event_type: str, node: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK); the resourceVersion moves to the event's."""
@@ -78,6 +132,7 @@ class NodeInventory:
             old = self._nodes.get(name)
             new = facts_of(node) if event_type != "DELETED" else None
             if name and old != new:
+                self.version += 1
                 self.gpu_nodes += int(bool(new and new.gpu)) - int(bool(old and old.gpu))
                 if new is None:
                     del self._nodes[name]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet
 from remediator.errors import DefinitionError
+from remediator.inventory import NodeInventory
 from remediator.observability import Metrics
 from remediator.settings import Settings
 from remediator.store.intake_writer import IntakeWriter
@@ -117,6 +118,8 @@ class Runtime:
     notifier: NotificationService | None = None
     gpu_nodes: int = 0
     nodes_by_ip: dict[str, str] = field(default_factory=dict)
+    # Every node as the list and watch see it (None without cluster access or before the first list).
+    inventory: NodeInventory | None = None
     # Set by the worker when its last claim filled every free slot (more runnable remediations may wait):
     # a running remediation then gives its slot back between steps, so a storm's new remediations are
     # admitted and quarantine their nodes before long steps (drains) of earlier ones go on.

@@ -317,6 +317,7 @@ class Worker:
     def _publish_inventory(self, inventory: NodeInventory) -> None:
         self.rt.gpu_nodes = inventory.gpu_nodes
         self.rt.nodes_by_ip = inventory.nodes_by_ip
+        self.rt.inventory = inventory
 
     async def refresh_inventory(self) -> None:
         """GPU node count (for percent limits) and InternalIP -> node name (for `instance` labels).

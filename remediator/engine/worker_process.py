@@ -12,7 +12,7 @@ The two talk over a socket pair, one JSON object a line:
 
     web -> worker:  {"settings": "<pickled Settings>"} (first), {"wake": "alerts" | "any"}, {"metrics": n},
                     {"reload": "sighup"}, {"stop": true}
-    worker -> web:  {"ready": true}, {"gpu_nodes": n}, {"metrics": n, "text": "..."}
+    worker -> web:  {"ready": true}, {"gpu_nodes": n, "nodes": {name: facts}}, {"metrics": n, "text": "..."}
 
 Ownership: the web process takes the single-replica guard (a flock) before it starts this process and
 passes the locked descriptor on, so the guard is held until both have exited; a controller started after
@@ -47,6 +47,7 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import StoreUnavailable
 from remediator.gc_freeze import freeze_startup_objects
+from remediator.inventory import NodeFacts, NodeInventory
 from remediator.logs import configure_logging
 from remediator.settings import Settings
 from remediator.store import replica_guard
@@ -187,6 +188,12 @@ class WorkerProcess:
                     self._ready.set_result(None)
                 elif "gpu_nodes" in message:
                     self.rt.gpu_nodes = int(message["gpu_nodes"])
+                    if isinstance(message.get("nodes"), dict):
+                        inventory = NodeInventory()
+                        inventory.replace_facts(
+                            {str(k): NodeFacts.from_list(v) for k, v in message["nodes"].items()}, ""
+                        )
+                        self.rt.inventory = inventory
                 elif "metrics" in message:
                     answer = self._answers.get(int(message["metrics"]))
                     if answer is not None and not answer.done():
@@ -298,12 +305,18 @@ async def _listen(
 
 
 async def _send_inventory(rt: Runtime, writer: asyncio.StreamWriter) -> None:
-    """The GPU node count the web process shows (guardrail status, fleet page), whenever it changes."""
-    sent: int | None = None
+    """The GPU node count and the node facts the web process shows (guardrail status, fleet page), whenever
+    they change (at most once a second)."""
+    sent: tuple[int, int] | None = None
     while True:
-        if rt.gpu_nodes != sent:
-            sent = rt.gpu_nodes
-            writer.write(_line({"gpu_nodes": sent}))
+        inventory = rt.inventory
+        now = (rt.gpu_nodes, inventory.version if inventory is not None else -1)
+        if now != sent:
+            sent = now
+            message: dict[str, Any] = {"gpu_nodes": rt.gpu_nodes}
+            if inventory is not None:
+                message["nodes"] = inventory.as_dict()
+            writer.write(_line(message))
         await asyncio.sleep(_INVENTORY_EVERY_S)
 
 

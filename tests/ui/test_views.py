@@ -115,18 +115,21 @@ async def test_fleet_counts_and_breaker_headroom(views: Gated) -> None:
     await views.settle()
     page = await views.client.get("/fleet")
     html = page.text
-    # The drain waiting on gpu-node-1 already counts against the breaker (admitted, quarantining); the
-    # finished plan-only run on gpu-node-7 changed nothing and holds no quarantine.
-    assert "9 of 10 quarantines allowed" in html
+    # The drain waiting on gpu-node-1 already counts against the breaker (admitted, quarantining), but in
+    # plan-only mode without a cluster nothing is tainted: the node is counted, not shown quarantined. The
+    # finished plan-only run on gpu-node-7 changed nothing and holds no quarantine. No inventory: the fleet's
+    # size is not known and the page says so.
+    assert re.search(r'id="quarantines-allowed">9 more quarantines allowed<', html)
+    assert "the number of GPU nodes is not known" in html
     assert re.search(r'id="count-awaiting"><span class="n">1<', html)
     assert re.search(r'id="count-recent"><span class="n">2<', html)
-    assert re.search(r'id="count-quarantined"><span class="n">1<', html)
+    assert re.search(r'id="count-quarantined"><span class="n">0<', html)
     assert 'data-node="gpu-node-1"' in html and 'data-node="gpu-node-7"' in html
     api = (await views.client.get("/api/v1/fleet", headers=AUTH)).json()
     assert api["counts"]["awaiting_approval"] == 1 and api["counts"]["recent"] == 2
     assert api["headroom"] == {**api["headroom"], "allowed": 9, "limit": 10, "quarantined": 1}
     flags = {n["node"]: n["flags"] for n in api["nodes"]}
-    assert flags == {"gpu-node-1": ["quarantined", "awaiting approval", "recently remediated"],
+    assert flags == {"gpu-node-1": ["counted by the breaker", "awaiting approval", "recently remediated"],
                      "gpu-node-7": ["recently remediated"]}
     assert (await views.client.get("/api/v1/fleet")).status_code == 401
 

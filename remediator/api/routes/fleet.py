@@ -1,8 +1,10 @@
 """The fleet view: `GET /fleet` (UI page) and `GET /api/v1/fleet` (JSON, bearer token).
 
-Nodes and GPUs the controller holds or changed (quarantined, power-capped, awaiting approval, held,
-remediated in the last 24 hours) with counts, and at the top the circuit breaker's headroom, so an on-call
-engineer sees at a glance how much of the fleet is out of service and how many more quarantines may start.
+Every GPU node of the node inventory with its GPUs' health, and the nodes and GPUs the controller holds or
+changed (quarantined as the node's taints and cordon say, power-capped, awaiting approval, held, remediated in
+the last 24 hours) with counts; at the top who paused the controller and why, and the circuit breaker's
+headroom against the real fleet, so an on-call engineer sees at a glance how much of the fleet is out of
+service and how many more quarantines may start (engine/fleet.py says how each is derived).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from remediator.api.schemas import as_utc
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.api.ui_facts import display_state
-from remediator.engine.fleet import Fleet, fleet_view
+from remediator.engine.fleet import Fleet, NodeRow, fleet_view
 from remediator.store.models import Remediation
 
 __all__ = ["api_router", "router"]
@@ -36,15 +38,36 @@ def _rem(rem: Remediation) -> dict[str, Any]:
     }
 
 
+def _gpus(n: NodeRow) -> dict[str, Any] | None:
+    f = n.facts
+    if f is None:
+        return None
+    return {"health": n.gpu_health, "gpus": f.gpus, "allocatable": f.gpus_allocatable, "condition": f.gpu_healthy,
+            "cordoned": f.unschedulable, "taints": n.quarantine_taints}
+
+
+def _pauses(guardrails: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "all": {"paused": True, "by": guardrails.get("paused_by"), "reason": guardrails.get("paused_reason")}
+        if guardrails.get("paused") else None,
+        "scoped": list(guardrails.get("pauses") or []),
+    }
+
+
 def fleet_json(fleet: Fleet) -> dict[str, Any]:
     return {
         "counts": fleet.counts,
         "headroom": fleet.headroom,
         "window_seconds": fleet.window.total_seconds(),
+        "inventory": fleet.inventory,
+        "pauses": _pauses(fleet.guardrails),
+        "elsewhere": [{**_rem(r), "target": r.target_key} for r in fleet.elsewhere],
         "nodes": [
             {
                 "node": n.node,
                 "flags": n.flags,
+                "in_quarantine": n.in_quarantine,
+                "gpus": _gpus(n),
                 "quarantined": [_rem(r) for r in n.quarantined],
                 "capped_gpus": {gpu: _rem(r) for gpu, r in n.capped_gpus.items()},
                 "awaiting_approval": [_rem(r) for r in n.awaiting],
