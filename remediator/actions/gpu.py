@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
+from remediator.actions.operands import operand_pods, restore_operands, take_operands_off, wait_for
 from remediator.adapters.sidecar import SidecarClient
 from remediator.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
@@ -31,6 +32,7 @@ __all__ = [
     "CollectDiagnostics",
     "CollectDiagnosticsParams",
     "GpuReset",
+    "GpuResetParams",
     "PowerLimit",
     "PowerLimitParams",
     "RestorePowerLimit",
@@ -211,22 +213,79 @@ def _describe_processes(processes: Sequence[ProcessOwner]) -> str:
     return ", ".join(shown) + more
 
 
-class GpuReset(Action[NoParams]):
+def describe_holder(holder: Mapping[str, Any]) -> str:
+    """One holder of a refused reset as the node agent names it (remediator/sidecar/holders.py)."""
+    if holder.get("kind") == "persistence-mode":
+        return "persistence mode on"
+    kind = holder.get("kind")
+    shown = f" ({kind})" if kind and kind != "process" else ""
+    where = f" in pod {holder['pod_uid']}" if holder.get("pod_uid") else ""
+    return f"pid {holder.get('pid')} {holder.get('program')}{shown}{where}"
+
+
+class GpuResetParams(StrictParams):
+    """`operands`: the GPU Operator operands (labels nvidia.com/gpu.deploy.<operand>) taken off the node for
+    the reset and brought back after it (remediator/actions/operands.py); `persistence_off`: ask the node
+    agent to turn persistence mode off for the reset and on again after it."""
+
+    operands: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]] = Field(
+        default_factory=list, max_length=16
+    )
+    off_value: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", max_length=63)] = "false"
+    operand_timeout: Annotated[DurationOrSeconds, within(1, 3600)] = "5m"
+    persistence_off: bool = False
+
+
+class GpuReset(Action[GpuResetParams]):
     """Reset a GPU; refuses while pods hold it or processes run on it.
 
+    With `operands`, the GPU Operator's operands leave the node for the reset and come back after it (the
+    previous label values checkpointed first; restored on failure too, and on resume after a crash, when
+    the reset is not repeated: whether it ran is unknown, so the step fails for a person to judge).
     A dry run looks at the GPU's pods the same way, says it would refuse where a reset would, and asks
     the sidecar the reset question with `dry_run`."""
 
     name: ClassVar[str] = "gpu_reset"
-    Params = NoParams
+    Params = GpuResetParams
 
-    async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
-        return await self._reset(ctx, dry_run=True)
+    async def plan(self, ctx: ActionContext, params: GpuResetParams) -> ActionResult:
+        return await self._reset(ctx, params, dry_run=True)
 
-    async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
-        return await self._reset(ctx, dry_run=False)
+    async def apply(self, ctx: ActionContext, params: GpuResetParams) -> ActionResult:
+        if not params.operands:
+            return await self._reset(ctx, params, dry_run=False)
+        if ctx.kube is None or not ctx.target.node:
+            raise NotSupported("taking GPU Operator operands off a node needs Kubernetes access and a node")
+        kube, node = ctx.kube, ctx.target.node
+        timeout = parse_duration(params.operand_timeout).total_seconds()
+        progress = ctx.progress
+        interrupted = progress.get("operands_phase") == "resetting"
+        failure: BaseException | None = None
+        result: ActionResult | None = None
+        try:
+            if not interrupted:
+                recorded = await take_operands_off(kube, node, params.operands, params.off_value, progress,
+                                                   ctx.checkpoint)
+                await wait_for(kube, node, lambda pods: not any(operand_pods(pods, label) for label in recorded),
+                               timeout=timeout, what=f"the pods of {', '.join(recorded) or 'no operand'} to go")
+                progress["operands_phase"] = "resetting"
+                await ctx.checkpoint(dict(progress))
+                result = await self._reset(ctx, params, dry_run=False)
+        except BaseException as exc:  # the operands come back whatever happened to the reset
+            failure = exc
+        restored = await restore_operands(kube, node, progress, ctx.checkpoint, timeout=timeout)
+        if failure is not None:
+            raise failure
+        if result is None:
+            raise StepFailed(
+                f"the controller stopped during the reset of {ctx.target.gpu_uuid or ctx.target.gpu_index}: the "
+                f"operands are back ({', '.join(restored) or 'none changed'}); whether the GPU was reset is "
+                "unknown, so it is not reset again", details={"operands": restored},
+            )
+        result.output["operands"] = restored
+        return result
 
-    async def _reset(self, ctx: ActionContext, *, dry_run: bool) -> ActionResult:
+    async def _reset(self, ctx: ActionContext, params: GpuResetParams, *, dry_run: bool) -> ActionResult:
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu.uuid)
         pods = await client.gpu_pods(ip, uuid)
@@ -240,12 +299,13 @@ class GpuReset(Action[NoParams]):
                 return ActionResult(changed=False, message=f"would refuse: {reason}", output=output)
             raise StepFailed(reason, details=_answered(pods))
         try:
-            answer = await client.reset(ip, uuid, dry_run=dry_run)
+            answer = await client.reset(ip, uuid, dry_run=dry_run, persistence_off=params.persistence_off)
         except Conflict as exc:
             details = exc.details if isinstance(exc.details, Mapping) else {}
-            raise StepFailed(
-                f"{uuid} is still in use: {_describe_processes(_processes_in(details))}", status=409, details=details
-            ) from exc
+            named = _describe_processes(_processes_in(details))
+            holders = [describe_holder(h) for h in details.get("holders") or [] if isinstance(h, Mapping)]
+            named = "; ".join(n for n in (named, *holders) if n)
+            raise StepFailed(f"{uuid} is still in use: {named}", status=409, details=details) from exc
         post_check = None if answer.post_check is None else _answered(answer.post_check)
         output.update(post_check=post_check, method=answer.method)
         if not dry_run and not answer.healthy:

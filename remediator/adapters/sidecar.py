@@ -40,6 +40,7 @@ from remediator.sidecar.schemas import (
     PowerRestoreAnswer,
     ProblemAnswer,
     ResetAnswer,
+    ResetRequest,
     ValidateRequest,
     ValidationReport,
 )
@@ -254,7 +255,7 @@ class SidecarClient:
         path = self._gpu(uuid) + "/power-limit/restore"
         return await self._request(PowerRestoreAnswer, "POST", ip, path, DryRunRequest(dry_run=dry_run))
 
-    async def reset(self, ip: str, uuid: str, *, dry_run: bool = False) -> ResetAnswer:
+    async def reset(self, ip: str, uuid: str, *, dry_run: bool = False, persistence_off: bool = False) -> ResetAnswer:
         """Reset the GPU (409 -> Conflict with details["processes"] while it is in use).
 
         Retried only when the request never reached the sidecar: a reset is not run twice by accident.
@@ -264,7 +265,7 @@ class SidecarClient:
             "POST",
             ip,
             self._gpu(uuid) + "/reset",
-            DryRunRequest(dry_run=dry_run),
+            ResetRequest(dry_run=dry_run, persistence_off=persistence_off),
             limits=RESET_TIMEOUT,
             idempotent=False,
         )
