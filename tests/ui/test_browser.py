@@ -124,9 +124,11 @@ async def test_beyond_loopback_chromium_signs_in_with_a_ui_token_and_approves(tm
                 await page.click("#sign-in")
                 await page.wait_for_url(f"{base}/remediations/{rem_id}")
                 assert await page.locator("#name").count() == 0
-                await page.click("button[value=approve]")
-                await page.wait_for_url(f"{base}/remediations/{rem_id}?decided=approved")
-                await wait_for_state(rt, rem_id, "succeeded")
+                await page.click("#act-approve")
+                assert "Approve step drain" in await page.locator("#what").inner_text()
+                await page.click("#confirm-move")
+                await page.wait_for_url(f"{base}/remediations/{rem_id}?done=approve")
+                await wait_for_state(rt, rem_id, "planned")  # plan-only
                 cookies = {c["name"]: c for c in await page.context.cookies()}
                 session = cookies["remediator_session"]
                 assert session["httpOnly"] is True and session["sameSite"] == "Strict"
