@@ -71,14 +71,14 @@ async def test_walk_from_index_through_fleet_and_approval_to_why_nothing_happene
 
                     response = await page.goto(link)
                     assert response is not None and response.status == 200
-                    assert await page.locator("#status").inner_text() == "open"
+                    assert await page.locator("#status").inner_text() == "pending"
                     assert "template error" not in await page.content()
                     await page.fill("#name", "Alice Browser")  # loopback without sign-in: the typed name
                     await page.click("#approve")
                     await page.wait_for_selector("#notice")
                     assert "approved by Alice Browser" in await page.locator("#notice").inner_text()
                     await page.screenshot(path=str(shots / "4-approved.png"), full_page=True)
-                    await wait_for_state(rt, rem_id, "succeeded")
+                    await wait_for_state(rt, rem_id, "planned")
 
                     again = am_payload(am_alert(hot_labels(), starts_at="2026-12-02T11:00:00Z"))
                     assert (await api.post("/api/v1/alerts", json=again)).status_code == 200
