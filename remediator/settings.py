@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     # per ignored alert); Grafana's base URL and the dashboard path for a node or GPU (`var-node`,
     # `var-gpu` are appended). Unset: the link is not shown.
     alertmanager_url: str | None = None
+    # Where the UI's state badges link (`{docs_url}/operations.md#state-<state>`, the runbook): the default
+    # `/docs` is served by the controller itself from docs_dir (offline); or a git host's docs/ folder URL.
+    docs_url: str = "/docs"
+    docs_dir: str | None = None  # the docs/ folder /docs serves (default: the checkout's, found beside the package)
     grafana_url: str | None = None
     grafana_dashboard: str = "/d/dcgm-exporter/nvidia-dcgm-exporter-dashboard"
     # How often the controller looks for edited definition files (0 turns the watcher off; SIGHUP and

@@ -24,6 +24,7 @@ from remediator.api.routes import (
     approvals,
     audit,
     definitions,
+    docs,
     fleet,
     guardrails,
     health,
@@ -39,7 +40,7 @@ from remediator.api.routes import (
 )
 from remediator.api.sign_in_limit import SignInLimiter
 from remediator.api.signin import SignIn, SignInRequired
-from remediator.api.templating import STATIC_DIR
+from remediator.api.templating import STATIC_DIR, set_docs_url
 from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
@@ -181,6 +182,8 @@ def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
     for module in (approvals, ui, slack, reports, login):
         app.include_router(module.router)
     app.include_router(fleet.router)
+    set_docs_url(settings.docs_url)
+    app.include_router(docs.router)
     app.include_router(unacted.router)
     app.include_router(silences.ui_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -92,6 +92,20 @@ _env.filters["when"] = _when
 _env.filters["short"] = _short
 _env.filters["seconds"] = _seconds
 _env.filters["age"] = age
+_DOCS = {"url": "/docs"}
+
+
+def set_docs_url(url: str) -> None:
+    """REMEDIATOR_DOCS_URL: where `runbook` links point (set once by create_app)."""
+    _DOCS["url"] = url.rstrip("/")
+
+
+def runbook(state: str) -> str:
+    """The runbook section of a state (docs/operations.md `### State: <state>`)."""
+    return f"{_DOCS['url']}/operations.md#state-{state}"
+
+
+_env.filters["runbook"] = runbook
 
 
 def render(template: str, context: Mapping[str, Any]) -> str:

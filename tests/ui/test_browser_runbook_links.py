@@ -1,0 +1,69 @@
+"""In Chromium, a remediation's state badge (its page and the list) links to that state's runbook section in
+docs/operations.md, served rendered by the controller at /docs/operations.md (REMEDIATOR_DOCS_URL's default,
+usable offline), and the link lands on the section's heading; REMEDIATOR_DOCS_URL moves the links elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.approvals.harness import TOKEN, settings_for
+from tests.helpers import am_alert, am_payload, xid_labels
+from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
+from tests.ui.test_browser import wait_for_state
+
+pytestmark = [pytest.mark.browser]
+
+
+async def test_state_badges_link_to_their_runbook_section(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright
+
+    async with live_controller(lambda base: settings_for(tmp_path, public_url=base)) as (base, rt), \
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
+        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
+        for _ in range(300):
+            listed = (await api.get("/api/v1/remediations")).json()
+            if listed:
+                break
+        rem_id = listed[0]["id"]
+        await wait_for_state(rt, rem_id, "awaiting_approval")
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1100, "height": 900})
+                await page.goto(f"{base}/")
+                listed_link = page.locator("a.state-link", has_text="awaiting_approval").first
+                assert await listed_link.get_attribute("href") == "/docs/operations.md#state-awaiting_approval"
+                await page.goto(f"{base}/remediations/{rem_id}")
+                await page.locator("a.state-link:has(#state)").click()
+                await page.wait_for_url(f"{base}/docs/operations.md#state-awaiting_approval")
+                heading = page.locator("#state-awaiting_approval")
+                assert await heading.evaluate("e => e.tagName") == "H3"
+                assert await heading.inner_text() == "State: awaiting_approval"
+                assert "approval" in await heading.evaluate("e => e.nextElementSibling.textContent")
+                for state in ("planned", "returned", "released", "waiting-on-a-dependency"):
+                    assert await page.locator(f"#state-{state}").count() == 1, state
+            finally:
+                await browser.close()
+        missing = await api.get("/docs/nope.md")
+        assert missing.status_code == 404
+
+
+async def test_docs_url_setting_moves_the_links(tmp_path: Path) -> None:
+    elsewhere = "https://git.example.internal/gpu-remediator/blob/main/docs"
+    async with live_controller(lambda base: settings_for(tmp_path, public_url=base, docs_url=elsewhere)) as (
+        base, rt,
+    ), httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
+        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
+        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
+        for _ in range(300):
+            listed = (await api.get("/api/v1/remediations")).json()
+            if listed:
+                break
+        await wait_for_state(rt, listed[0]["id"], "awaiting_approval")
+        page = (await api.get(f"/remediations/{listed[0]['id']}")).text
+        assert f'href="{elsewhere}/operations.md#state-awaiting_approval"' in page
