@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from remediator.storms import FleetCounts, node_attributes
+
 __all__ = ["GPU_CONDITION", "NodeFacts", "NodeInventory", "facts_of"]
 
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -93,6 +95,9 @@ class NodeInventory:
         self.resource_version: str | None = None
         self.synced = False
         self.version = 0  # counts changes of the facts (the worker process sends them when it moves)
+        # Every node's labels, nodeInfo versions and time buckets, counted for the storm analysis (storms.py):
+        # kept from the same list and watch events, only where whole Node objects are seen (the worker).
+        self.attributes = FleetCounts()
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -112,8 +117,11 @@ class NodeInventory:
 
     def replace(self, nodes: Iterable[Mapping[str, Any]], resource_version: str) -> None:
         """The state of a fresh list: nodes not in it are gone."""
+        nodes = list(nodes)
         self.replace_facts({str((n.get("metadata") or {}).get("name", "")): facts_of(n) for n in nodes},
                            resource_version)
+        self.attributes.replace({name: node_attributes(n) for n in nodes
+                                 if (name := str((n.get("metadata") or {}).get("name", "")))})
 
     def replace_facts(self, facts: Mapping[str, NodeFacts], resource_version: str) -> None:
         self._nodes = {name: f for name, f in facts.items() if name}
@@ -131,6 +139,8 @@ class NodeInventory:
             name = str(meta.get("name", ""))
             old = self._nodes.get(name)
             new = facts_of(node) if event_type != "DELETED" else None
+            if name:
+                self.attributes.set(name, node_attributes(node) if new is not None else None)
             if name and old != new:
                 self.version += 1
                 self.gpu_nodes += int(bool(new and new.gpu)) - int(bool(old and old.gpu))
