@@ -3,14 +3,15 @@
 The facts live in rules/xid-catalog.yaml so an SRE can update them when NVIDIA revises the catalog without
 a code change; this module only reads them. Codes not in the file resolve to CONTACT_SUPPORT, as NVIDIA
 advises for unknown Xids. Xid 154 carries no fault of its own: its message names the recovery action the
-driver now wants for the GPU, which `recovery_action_from_message` extracts.
+driver now wants for the GPU, which `recovery_action_from_message` (remediator.xid_decode) extracts.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from remediator.xid_decode import RECOVERY_ACTIONS, recovery_action_from_message
 
 __all__ = [
     "RECOVERY_ACTIONS",
@@ -40,8 +41,6 @@ RESOLUTIONS: tuple[str, ...] = (
     "WORKFLOW_XID_48",
     "XID_154",
 )
-
-RECOVERY_ACTIONS: tuple[str, ...] = ("GPU_RESET", "NODE_REBOOT", "DRAIN_P2P", "DRAIN_AND_RESET")
 
 
 @dataclass(frozen=True)
@@ -87,50 +86,3 @@ class XidCatalog:
     def codes(self, resolution: str) -> list[int]:
         """Every catalogued code in one resolution bucket, ascending."""
         return sorted(code for code, info in self.entries.items() if info.resolution == resolution)
-
-
-# The action after "to" in "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)".
-_NAMED: tuple[tuple[re.Pattern[str], str | None], ...] = (
-    (re.compile(r"(?<![a-z])drain[\s_]*(?:p2p[\s_]*)?and[\s_]*reset", re.I), "DRAIN_AND_RESET"),
-    (re.compile(r"(?<![a-z])drain[\s_]*p2p\b", re.I), "DRAIN_P2P"),
-    (re.compile(r"(?<![a-z])node[\s_]*reboot", re.I), "NODE_REBOOT"),
-    (re.compile(r"(?<![a-z])gpu[\s_]*reset", re.I), "GPU_RESET"),
-)
-_BY_CODE: dict[int, str | None] = {
-    0: None,
-    1: "GPU_RESET",
-    2: "NODE_REBOOT",
-    3: "DRAIN_P2P",
-    4: "DRAIN_AND_RESET",
-}
-_TO = re.compile(r"\bto\s+(?P<code>0x[0-9a-f]+)?\s*(?:\((?P<name>[^)]*)\))?", re.I)
-_NONE = re.compile(r"^\s*none\s*$", re.I)
-
-
-def _named(text: str) -> str | None:
-    for pattern, action in _NAMED:
-        if pattern.search(text):
-            return action
-    return None
-
-
-def recovery_action_from_message(text: str) -> str | None:
-    """The recovery action an Xid 154 message asks for: GPU_RESET, NODE_REBOOT, DRAIN_P2P or DRAIN_AND_RESET.
-
-    Reads the action after "to" ("... changed from 0x0 (None) to 0x2 (Node Reboot Required)"), by name or
-    by code; otherwise the first action named anywhere in the text. None when no action is named, or the
-    new action is "None".
-    """
-    if not text:
-        return None
-    for m in _TO.finditer(text):
-        name, code = m.group("name"), m.group("code")
-        if name is not None:
-            if _NONE.match(name):
-                return None
-            action = _named(name)
-            if action is not None:
-                return action
-        if code is not None:
-            return _BY_CODE.get(int(code, 16))
-    return _named(text)

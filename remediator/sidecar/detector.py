@@ -15,6 +15,13 @@ Each event is counted once:
   to) is kept in the state file, written after each batch of records; after a restart, records up to
   it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
 
+Each kernel Xid line is decoded as NVIDIA documents for the codes whose action depends on the message (45, 74,
+144-150, 154; `remediator.xid_decode`, the decode the controller runs too): the action is the counter's
+`xid_action` label, empty for every other code and where the line does not carry what the decode reads. NVML
+events carry no message, so an NVML report of such a code waits up to `XID_DEDUPE_SECONDS` for the kernel
+line of the same event (which is then counted, with its decode, instead of it) and is counted without a
+decode only if none comes (at most `MAX_DEDUPE_SERIES` wait; the oldest is counted when more arrive).
+
 GPU failures the driver reports without an Xid (`kmsg.GpuKernelEvent`) are counted by kind in
 `gpu_remediator_kernel_events_total`. A GPU that fell off the bus is counted as Xid 79 too, so the Xid 79
 rule fires whether or not the driver printed an Xid (a `NVRM: GPU ...: GPU has fallen off the bus` line
@@ -60,6 +67,7 @@ from remediator.sidecar.nvml import XidNotice
 from remediator.sidecar.podresources import PodAllocation
 from remediator.sidecar.problems import Problem
 from remediator.sidecar.state import read_state, update_state
+from remediator.xid_decode import DECODED_CODES, decoded_action
 
 __all__ = ["Detector", "DetectorConfig", "nvml_bus_id"]
 
@@ -124,6 +132,8 @@ class Detector:
         # Ordered by last report (oldest first), so expiry and eviction take from the front.
         self._recent: collections.OrderedDict[tuple[str, int], _Pending] = collections.OrderedDict()
         self._refusal_logged: dict[str, float] = {}
+        # NVML reports of decoded codes waiting for their kernel line: (when, GPU, bus, xid, uuid), oldest first.
+        self._waiting: collections.deque[tuple[float, GpuRecord | None, str, int, str | None]] = collections.deque()
         self._event_logged: dict[str, float] = {}
         self._dirty = False
         self._boot_id = self._read_boot_id()
@@ -260,7 +270,12 @@ class Detector:
             return
         gpu = self._gpu_by_bus(key)
         bus = nvml_bus_id(key)
-        self._count_xid(gpu, bus, event.xid, KMSG, instance=(event.gpu_instance or "", event.compute_instance or ""))
+        action = ""
+        if event.xid in DECODED_CODES:
+            action = decoded_action(event.xid, event.text) or ""
+            self._take_waiting(gpu.uuid if gpu else bus, event.xid)
+        self._count_xid(gpu, bus, event.xid, KMSG, instance=(event.gpu_instance or "", event.compute_instance or ""),
+                        action=action)
 
     def _count_sxid(self, event: SxidEvent) -> None:
         key = bus_key(event.pci_bus_id)
@@ -346,10 +361,42 @@ class Detector:
     # -- NVML events ----------------------------------------------------------------------------------
 
     def handle_nvml(self, notice: XidNotice) -> None:
-        """One Xid from the NVML event set (from the event thread)."""
+        """One Xid from the NVML event set (from the event thread). A code whose action is decoded from its
+        message waits for its kernel line (see the module docstring)."""
         with self._lock:
             gpu = self._inventory.get(notice.uuid or "")
-            self._count_xid(gpu, gpu.pci_bus_id if gpu else "", notice.xid, NVML_EVENTS, notice.uuid)
+            bus = gpu.pci_bus_id if gpu else ""
+            self.flush_waiting()
+            if notice.xid in DECODED_CODES:
+                if self._duplicate(((gpu.uuid if gpu else notice.uuid) or bus, notice.xid), NVML_EVENTS, record=False):
+                    return  # its kernel line came first and was counted with its decode
+                if len(self._waiting) >= MAX_DEDUPE_SERIES:
+                    self._count_waiting(self._waiting.popleft())
+                self._waiting.append((self._clock(), gpu, bus, notice.xid, notice.uuid))
+                return
+            self._count_xid(gpu, bus, notice.xid, NVML_EVENTS, notice.uuid)
+
+    def flush_waiting(self) -> None:
+        """Count the NVML reports of decoded codes whose kernel line did not come within the window (also
+        called on each refresh of the gauges, so one shows by the next scrape after its window)."""
+        with self._lock:
+            now = self._clock()
+            while self._waiting and now - self._waiting[0][0] > self.config.dedupe_seconds:
+                self._count_waiting(self._waiting.popleft())
+
+    def _count_waiting(self, waiting: tuple[float, GpuRecord | None, str, int, str | None]) -> None:
+        """An NVML report no kernel line matched: its own event, counted without a decode."""
+        _, gpu, bus, xid, uuid = waiting
+        self._inc_xid(gpu, bus, xid, uuid, ("", ""), "")
+
+    def _take_waiting(self, key: str, xid: int) -> None:
+        """A kernel line of a decoded code: the oldest NVML report of it waiting within the window is the
+        same event, counted through the line (with its decode) and not again."""
+        now = self._clock()
+        for index, (when, gpu, bus, code, uuid) in enumerate(self._waiting):
+            if code == xid and (gpu.uuid if gpu else (uuid or bus)) == key and now - when <= self.config.dedupe_seconds:
+                del self._waiting[index]
+                return
 
     # -- counting -------------------------------------------------------------------------------------
 
@@ -361,22 +408,29 @@ class Detector:
         source: str,
         uuid: str | None = None,
         instance: tuple[str, str] = ("", ""),
+        action: str = "",
     ) -> None:
-        uuid = gpu.uuid if gpu else (uuid or "")
-        if self._duplicate((uuid or bus, xid), source):
+        if self._duplicate(((gpu.uuid if gpu else uuid) or bus, xid), source):
             return
+        self._inc_xid(gpu, bus, xid, uuid, instance, action)
+
+    def _inc_xid(
+        self, gpu: GpuRecord | None, bus: str, xid: int, uuid: str | None, instance: tuple[str, str], action: str
+    ) -> None:
         self.metrics.xid_events.labels(
             self.config.hostname,
-            uuid,
+            gpu.uuid if gpu else (uuid or ""),
             str(gpu.index) if gpu else "",
             bus,
             gpu.name if gpu else "",
             str(xid),
             *instance,
+            action,
         ).inc()
 
-    def _duplicate(self, key: tuple[str, int], source: str) -> bool:
-        """Whether the other source already counted this (GPU, Xid) within the window.
+    def _duplicate(self, key: tuple[str, int], source: str, record: bool = True) -> bool:
+        """Whether the other source already counted this (GPU, Xid) within the window; `record` False leaves
+        an unmatched report out of the memory (an NVML report that waits for its kernel line instead).
 
         Constant work per call: pairs expire from the front of `_recent` (ordered by last report), the
         least recently reported pair goes when there are too many, and each deque holds only reports
@@ -406,6 +460,8 @@ class Detector:
             if seen:
                 seen.popleft()  # the other source's oldest unmatched report of this event
                 return True
+        if not record:
+            return False
         own = pending.by_source.get(source)
         if own is None:
             own = pending.by_source[source] = collections.deque(maxlen=MAX_PENDING_PER_SOURCE)
@@ -426,6 +482,7 @@ class Detector:
         """Refresh the node gauges from one health read; `allocations` None when the kubelet is unreachable."""
         host = self.config.hostname
         with self._lock:
+            self.flush_waiting()
             if self._remember([g.gpu for g in health.gpus]):
                 self._save()
             visible = {g.gpu.uuid for g in health.gpus}

@@ -89,8 +89,9 @@ class SidecarMetrics:
             "gpu_remediator_xid_events",
             "Xid errors reported by the GPU driver (kernel log and NVML events, each event once; a GPU that "
             "fell off the bus counts as Xid 79 whether or not its line carries the Xid); gpu_instance and "
-            "compute_instance name the MIG instance the driver attributes it to",
-            [*GPU_LABELS, "xid", "gpu_instance", "compute_instance"],
+            "compute_instance name the MIG instance the driver attributes it to; xid_action is NVIDIA's decode "
+            "of the line for 45, 74, 144-150 and 154 (empty where there is none)",
+            [*GPU_LABELS, "xid", "gpu_instance", "compute_instance", "xid_action"],
             registry=self.registry,
         )
         self.sxid_events = Counter(

@@ -198,3 +198,41 @@ def test_xid154_recovery_action(message: str, action: str | None) -> None:
 @pytest.mark.parametrize("code", [c for c in range(1, 173) if c not in (45, 74, 154, *range(144, 151))])
 def test_other_codes_are_not_decoded(code: int) -> None:
     assert decoded_action(code, "Fatal XC0 i0 Link 1 (0x1 0x2) caused by previous Xid 1 to 0x1 (GPU Reset)") is None
+
+
+# dcgm-exporter's err_msg for the decoded codes: its description of the code, not the driver's line
+# (github.com/NVIDIA/dcgm-exporter internal/pkg/collector/xid_errors.go, xidErrCodeToText, commit d5e5f51).
+DCGM_EXPORTER_ERR_MSG = {
+    45: "Preemptive cleanup, due to previous errors -- Most likely to see when running multiple cuda",
+    74: "NVLINK Error",
+    144: "NVLINK: Saw Error",
+    145: "NVLINK: RLW Error",
+    146: "NVLINK: TLW Error",
+    147: "NVLINK: TREX Error",
+    148: "NVLINK: NVLPW_CTRL Error",
+    149: "NVLINK: NETIR Error",
+    150: "NVLINK: MSE Error",
+    154: "GPU Recovery Action Changed",
+}
+
+
+@pytest.mark.parametrize(("code", "err_msg"), sorted(DCGM_EXPORTER_ERR_MSG.items()))
+def test_dcgm_exporter_descriptions_are_not_decoded(code: int, err_msg: str) -> None:
+    """A description of the code carries none of the fields the decode reads: the catalog's bucket stands
+    (Xid 45's description says "previous errors" but not which Xid, nor that it came alone)."""
+    assert decoded_action(code, err_msg) is None
+
+
+def test_the_decode_imports_only_the_standard_library() -> None:
+    """The node agent imports remediator.xid_decode; it must not pull in the definitions' loader."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, remediator.xid_decode\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'celpy', 'pydantic')"
+        " or m.startswith('remediator.definitions'))\n"
+        "print(','.join(heavy))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

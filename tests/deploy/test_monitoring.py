@@ -88,6 +88,7 @@ SIDECAR_METRICS = {
     "gpu_remediator_pcie_link_generation_max",
     "gpu_remediator_orphaned_memory_bytes",
     "gpu_remediator_xid_events_total",
+    "gpu_remediator_xid_events_created",
     "gpu_remediator_gpu_lost",
     "gpu_remediator_gpus_expected",
     "gpu_remediator_gpus_visible",
@@ -343,11 +344,13 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_promtool_accepts_the_rules_file() -> None:
     promtool = require_binary("promtool", "prometheus")
-    # GPUXidError is defined twice on purpose (DCGM's series and the sidecar's kernel-log counter), with
-    # identical labels so that Alertmanager merges the two into one alert: that is the only duplicate.
+    # GPUXidError is defined several times on purpose (DCGM's series and the sidecar's kernel-log counter), with
+    # identical labels so that Alertmanager merges the two into one alert; the gauge's rule and its decoded
+    # codes' rule (err_msg kept) share their static labels too. Those are the only duplicates.
     lint = run([promtool, "check", "rules", "rules.yml"])
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    assert "1 duplicate rule(s) found.\nMetric: GPUXidError\n" in lint.stdout + lint.stderr, lint.stderr
+    assert "2 duplicate rule(s) found.\nMetric: GPUXidError\n" in lint.stdout + lint.stderr, lint.stderr
+    assert (lint.stdout + lint.stderr).count("Metric: ") == (lint.stdout + lint.stderr).count("Metric: GPUXidError")
     done = run([promtool, "check", "rules", "--lint=none", "rules.yml"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(all_rules())} rules found" in done.stdout
@@ -472,6 +475,28 @@ def test_xid_alert_carries_the_code_and_the_sidecar_label_set() -> None:
             )
 
 
+DECODED_CODES_REGEX = "45|74|144|145|146|147|148|149|150|154"
+
+
+def test_decoded_xid_codes_keep_err_msg_and_stand_aside_for_the_sidecar() -> None:
+    """The codes NVIDIA decodes from the message (remediator.xid_decode.DECODED_CODES) carry dcgm-exporter's
+    err_msg into the alert, and only they: the other codes' alert keeps the label set the sidecar's merges on.
+    Where the sidecar counted the code on that GPU, its alert (with xid_action) is the one."""
+    from remediator.xid_decode import DECODED_CODES
+
+    assert set(DECODED_CODES_REGEX.split("|")) == {str(code) for code in DECODED_CODES}
+    gauge, _, decoded = [rule for rule in rules() if is_dcgm_xid_rule(rule)]
+    assert f'err_code!~"{DECODED_CODES_REGEX}"' in gauge["expr"]
+    assert "err_msg" not in gauge["expr"]
+    assert decoded["expr"].count(f'err_code=~"{DECODED_CODES_REGEX}"') == 2
+    for _, labels in grouping_labels(decoded["expr"]):
+        assert set(labels) == set(GPU_LABELS) | set(EXPORTER_ATTRIBUTION) | {"err_msg"}, labels
+    assert "unless on (UUID, err_code)\n    label_replace(" in decoded["expr"]
+    assert '"err_code", "$1", "xid", "(.+)"' in decoded["expr"]
+    assert decoded["for"] == "1m"
+    assert decoded["labels"] == {"severity": "critical", "xid": "{{ $value }}"}
+
+
 # dcgm-exporter's pod mapping: the pod using the GPU, as honorLabels true and false spell it.
 EXPORTER_ATTRIBUTION = ["pod", "namespace", "container", "exported_pod", "exported_namespace", "exported_container"]
 
@@ -484,7 +509,7 @@ def test_xid_alert_keeps_the_exporters_pod_in_both_spellings() -> None:
     """Every aggregation of the DCGM Xid rules keeps the pod dcgm-exporter attributes the GPU to, so the
     workload reaches the remediation when the node agent cannot say (remediator/actions/context.py)."""
     found = [rule for rule in rules() if is_dcgm_xid_rule(rule)]
-    assert len(found) == 2
+    assert len(found) == 3
     for rule in found:
         for keyword, labels in grouping_labels(rule["expr"]):
             assert keyword == "by" and set(EXPORTER_ATTRIBUTION) <= set(labels), (rule["expr"], labels)

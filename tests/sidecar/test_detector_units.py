@@ -273,3 +273,83 @@ def test_failures_naming_no_gpu_are_counted_for_the_node(tmp_path: Path) -> None
     assert kernel_events(metrics, "reset_required") == {"": 1}
     assert kernel_events(metrics, "nvlink_rx_detect") == {"": 1}
     assert xids(metrics, "79") == 0
+
+
+def xid_actions(metrics: SidecarMetrics, xid: str) -> dict[str, float]:
+    """xid_action label -> count, for one code."""
+    found: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "gpu_remediator_xid_events_total" and s.labels.get("xid") == xid:
+                found[s.labels["xid_action"]] = found.get(s.labels["xid_action"], 0.0) + s.value
+    return found
+
+
+@pytest.mark.parametrize(
+    ("line", "xid", "action"),
+    [
+        # the corpus' Xid 45 after Xid 149: follow the other Xid
+        ("NVRM: Xid (PCI:0000:18:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149",
+         "45", "IGNORE"),
+        ("NVRM: Xid (PCI:0000:18:00): 45, pid=1818990, name=python3, Ch 00000008", "45", "RESTART_FM"),
+        ("NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot "
+         "Required)", "154", "RESTART_BM"),
+        ("NVRM: Xid (PCI:0000:18:00): 74, pid=1, name=x, NVLink: fatal error detected on link 14(0x100, 0x0, 0x0, "
+         "0x0, 0x0, 0x0, 0x0)", "74", "CHECK_MECHANICALS"),
+        ("NVRM: Xid (PCI:0000:18:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 13 (0x00000106 0x00000040 0x00000000 "
+         "0x00000000 0x00000000 0x00000000)", "145", "RESET_GPU"),
+        ("NVRM: Xid (PCI:0000:18:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 1 (0x00000226 0x00000002)", "149",
+         "IGNORE"),
+        ("NVRM: Xid (PCI:0000:18:00): 74, pid=1, name=x, NVLink: fatal error detected on link 14", "74", ""),
+        ("NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics Exception", "13", ""),
+    ],
+)
+def test_each_xid_line_carries_nvidias_decode_as_xid_action(tmp_path: Path, line: str, xid: str, action: str) -> None:
+    from remediator.xid_decode import decoded_action
+
+    detector, metrics = make(tmp_path)
+    Kernel(detector)(line)
+    assert xid_actions(metrics, xid) == {action: 1.0}
+    assert (decoded_action(int(xid), line.split(f": {xid}, ", 1)[1]) or "") == action, "the controller's decode"
+
+
+def test_an_nvml_report_of_a_decoded_code_waits_for_its_kernel_line(tmp_path: Path) -> None:
+    clock = Clock()
+    detector, metrics = make(tmp_path, clock)
+    kernel = Kernel(detector)
+    line = "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    # NVML first (it usually is): nothing counted yet; the kernel line within the window is the same event
+    detector.handle_nvml(XidNotice(GPU.uuid, 154))
+    assert xid_actions(metrics, "154") == {}
+    clock.now += 3
+    kernel(line)
+    assert xid_actions(metrics, "154") == {"RESET_GPU": 1.0}
+    clock.now += 30
+    detector.flush_waiting()
+    assert xid_actions(metrics, "154") == {"RESET_GPU": 1.0}, "the NVML report was that event, not a second"
+    # an NVML report no kernel line follows (the kernel log lost it): counted without a decode after the window
+    detector.handle_nvml(XidNotice(GPU.uuid, 154))
+    clock.now += 5
+    detector.flush_waiting()
+    assert xid_actions(metrics, "154") == {"RESET_GPU": 1.0}
+    clock.now += 6
+    detector.flush_waiting()
+    assert xid_actions(metrics, "154") == {"RESET_GPU": 1.0, "": 1.0}
+    # the kernel line first, NVML after it: still one event (the dedupe across sources)
+    clock.now += 30
+    kernel(line)
+    detector.handle_nvml(XidNotice(GPU.uuid, 154))
+    clock.now += 30
+    detector.flush_waiting()
+    assert xid_actions(metrics, "154") == {"RESET_GPU": 2.0, "": 1.0}
+    # other codes are counted at once from NVML, without a decode
+    detector.handle_nvml(XidNotice(GPU.uuid, 13))
+    assert xid_actions(metrics, "13") == {"": 1.0}
+
+
+def test_waiting_nvml_reports_are_bounded(tmp_path: Path) -> None:
+    detector, metrics = make(tmp_path)
+    for _ in range(MAX_DEDUPE_SERIES + 5):
+        detector.handle_nvml(XidNotice(GPU.uuid, 74))
+    assert xid_actions(metrics, "74") == {"": 5.0}, "the oldest are counted when more arrive"
+    assert len(detector._waiting) == MAX_DEDUPE_SERIES
