@@ -29,6 +29,7 @@ from remediator.api.routes import (
     guardrails,
     health,
     login,
+    pause_ui,
     pauses,
     records,
     remediations,
@@ -186,6 +187,7 @@ def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
     app.include_router(docs.router)
     app.include_router(unacted.router)
     app.include_router(silences.ui_router)
+    app.include_router(pause_ui.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from remediator.api.deps import Auth, RuntimeDep, WorkerDep
 from remediator.api.routes.remediations import MoveIn, ReasonIn, person_of
 from remediator.durations import parse_duration
+from remediator.engine import pause_control
 from remediator.engine.pauses import SelectorError, parse_selector
 
 __all__ = ["PauseIn", "router"]
@@ -87,8 +88,8 @@ async def create_pause(body: PauseIn, request: Request, rt: RuntimeDep) -> dict[
     ends = body.ends_at(now)
     if ends is not None and ends <= now:
         raise HTTPException(422, "until: must be in the future")
-    return await rt.repo.create_pause(created_by=actor, reason=body.reason, nodes=body.nodes, selector=body.selector,
-                                      playbooks=body.playbooks, ends_at=ends)
+    return await pause_control.start_pause(rt, actor=actor, reason=body.reason, nodes=body.nodes,
+                                           selector=body.selector, playbooks=body.playbooks, ends_at=ends)
 
 
 @router.get("/pauses")
@@ -103,10 +104,9 @@ async def end_pause(pause_id: str, request: Request, rt: RuntimeDep, worker: Wor
                     body: MoveIn | None = None) -> dict[str, Any]:
     """Resume one pause now (audited with who and why)."""
     body = body or MoveIn()
-    ended = await rt.repo.end_pause(pause_id, actor=person_of(request, body.by), reason=body.reason)
+    ended = await pause_control.end_pause(rt, pause_id, actor=person_of(request, body.by), reason=body.reason)
     if ended is None:
         raise HTTPException(404, f"no pause {pause_id}")
-    await rt.repo.wake_held()
     if worker is not None:
         worker.wake()
     return ended
