@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from remediator.engine.states import ACTIVE_STATES
 from remediator.silencing import Matcher, matcher_text
 from remediator.terminal import UNSAFE
 
@@ -306,6 +307,18 @@ def _steps(rem: Row) -> list[str]:
     return ["Steps:", *("  " + line for line in body.splitlines())]
 
 
+def _return_gate(rem: Row) -> list[str]:
+    """What must happen before the target returns to service, in order (the playbook's return gate)."""
+    gate: list[Row] = [g for g in rem.get("return_gate") or [] if isinstance(g, dict)]
+    if not gate:
+        return ["Return gate:  <none> (the undo runs as soon as the return starts)"]
+    lines = ["Return gate (before the node returns to service):"]
+    for g in gate:
+        status = f" [{g.get('status')}]" if g.get("status") else ""
+        lines.append(f"  {g.get('index', 0) + 1}. {g.get('name')} ({g.get('action')}){status}: {g.get('says')}")
+    return lines
+
+
 def _approvals(rem: Row, approvals: list[Row], now: datetime) -> list[str]:
     if not approvals:
         return []
@@ -352,12 +365,14 @@ def describe_remediation(rem: Row, events: list[Row], approvals: list[Row], now:
         ("Phase", f"{rem.get('phase')}, step {rem.get('current_step')}"),
         ("Created", f"{utc(created)} UTC ({age(created, now)} ago)"),
         ("Updated", f"{utc(rem.get('updated_at'))} UTC"),
-        ("Finished", f"{utc(rem.get('finished_at'))} UTC" if rem.get("finished_at") else None),
+        ("Finished", f"{utc(rem.get('finished_at'))} UTC"
+         if rem.get("finished_at") and rem.get("state") not in ACTIVE_STATES else None),
         ("Decision", f"{rem.get('decision')} by {rem.get('decided_by')}" if rem.get("decision") else None),
         ("Versions", ", ".join(f"{k}={v}" for k, v in versions.items() if v) if isinstance(versions, dict) else None),
     ])
     lines += _mapping("Alert labels", rem.get("alert_labels"))
     lines += _steps(rem)
+    lines += _return_gate(rem)
     escalation = rem.get("escalation")
     if isinstance(escalation, dict) and escalation:
         lines.append("Escalation:")

@@ -86,6 +86,9 @@ class RemediationDetail(RemediationOut):
     escalation: dict[str, Any] | None = None
     # A person's forced return to service (engine/returns.py): actor, reason, skip, at, from.
     return_request: dict[str, Any] | None = None
+    # What must happen before the target returns to service (engine/return_gate.py): per gate step its index,
+    # name, action, kind (reboot, validation or null), says (in words) and status (its row's, once it ran).
+    return_gate: list[dict[str, Any]] = []
 
 
 class AuditOut(BaseModel):
@@ -118,8 +121,12 @@ def step_out(row: StepRow) -> StepOut:
     )
 
 
-def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None) -> RemediationDetail:
-    """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any."""
+def detail_out(
+    rem: Remediation, steps: list[StepRow], approval: Approval | None,
+    return_gate: list[dict[str, Any]] | None = None,
+) -> RemediationDetail:
+    """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any;
+    `return_gate`: the gate in words (engine/return_gate.py: stored_gate)."""
     plan = plan_of(rem)
     playbook_steps = plan.playbook.steps if plan.playbook is not None else ()
     planned = [
@@ -133,7 +140,7 @@ def detail_out(rem: Remediation, steps: list[StepRow], approval: Approval | None
         approval_expires_at=approval.expires_at if approval is not None else None,
         decided_by=approval.decided_by if approval is not None else None, decision=decision_of(rem, approval),
         versions=dict(plan.versions or {"definitions": rem.definitions_version}),
-        escalation=plan.escalation_json, return_request=rem.return_request,
+        escalation=plan.escalation_json, return_request=rem.return_request, return_gate=list(return_gate or []),
     )
 
 

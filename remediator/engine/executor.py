@@ -649,6 +649,10 @@ class Executor:
                     max(0.0, (self.rt.repo._clock() - started).total_seconds())
                 )
             return None
+        except ResumeLater:
+            # It looks again later: that look resumes this step and is not a new start in the timeline.
+            await self.rt.repo.note_step_waiting(rem.id, self.rt.owner, phase=phase, idx=idx)
+            raise
         except _PASS_THROUGH:
             raise
         except Exception as exc:

@@ -19,7 +19,12 @@ from remediator.store.unit_of_work import (
     StateMoved,
 )
 
-__all__ = ["BeginStep", "StepKey", "StepStore", "begin_step_in", "steps_begun"]
+__all__ = ["WAITING", "BeginStep", "StepKey", "StepStore", "begin_step_in", "steps_begun"]
+
+# A step row's progress key while the step waits to look again (it raised ResumeLater: a reboot not seen yet, a
+# `wait` with time left, a gate with no verdict). The next look resumes the same step: it is not a new start, so
+# it adds no `step.started` to the timeline (one entry for the whole wait, not one per poll) and no attempt.
+WAITING = "waiting_to_look_again"
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ async def begin_step_in(
             )
         )
     resumed = step is not None
+    looking_again = False
     if step is None:
         step = StepRow(
             remediation_id=rem_id, phase=begin.phase, idx=begin.idx, name=begin.name, action=begin.action,
@@ -74,10 +80,19 @@ async def begin_step_in(
         )
         session.add(step)
     else:
-        step.attempts += 1
+        progress = dict(step.progress or {})
+        looking_again = bool(progress.pop(WAITING, False)) and step.status == "running" and (
+            step.params == jsonable(begin.params)
+        )
+        if WAITING in (step.progress or {}):
+            step.progress = jsonable(progress)  # the action reads its own progress, never this mark
+        if not looking_again:
+            step.attempts += 1
         step.status = "running"
         step.params = jsonable(begin.params)
     await session.flush()
+    if looking_again:
+        return step
     await store.audit(
         session, "step.started", remediation_id=rem_id,
         data={"phase": begin.phase, "step": begin.name, "action": begin.action, "index": begin.idx,
@@ -105,6 +120,17 @@ class StepStore(RepositoryBase):
             return await begin_step_in(
                 self, session, rem_id, BeginStep(phase, idx, name, action, params, progress)
             )
+
+    async def note_step_waiting(self, rem_id: str, owner: str, *, phase: str, idx: int) -> None:
+        """The running step waits to look again (ResumeLater): mark its row so that the next look is not recorded
+        as a new start (see WAITING). No audit event: the wait's reason is recorded where it changes."""
+        async with self.transaction() as session:
+            await self._get_for_update(session, rem_id, owner)
+            step = await session.scalar(
+                select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
+            )
+            if step is not None and step.status == "running" and not (step.progress or {}).get(WAITING):
+                step.progress = jsonable({**(step.progress or {}), WAITING: True})
 
     async def checkpoint_step(self, rem_id: str, owner: str, *, phase: str, idx: int, progress: dict[str, Any]) -> None:
         async with self.transaction() as session:

@@ -18,6 +18,7 @@ from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, 
 from remediator.engine.decision import decide as decide_alert
 from remediator.engine.guardrails import GuardrailFacts, decide
 from remediator.engine.planning import build_variables, plan_steps, xid_variables
+from remediator.engine.return_gate import return_gate
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import normalize
 from remediator.settings import Settings
@@ -78,6 +79,7 @@ def simulate_alerts(
             target=proposal.target.key,
             xid=variables["xid"],
             steps=[asdict(s) for s in steps],
+            return_gate=[g.as_dict() for g in return_gate(actions, proposal.playbook, variables, proposal.target)],
             guardrails={"allow": verdict.allow, "guardrail": verdict.name, "reason": verdict.reason,
                         "assumed": "empty fleet state: nothing quarantined, not paused"},
         )
@@ -104,6 +106,11 @@ def render_text(report: dict[str, Any]) -> str:
             approval = " [approval required]" if step["approval"] else ""
             detail = step["note"] or ", ".join(f"{k}={v}" for k, v in step["params"].items())
             lines.append(f"  {mark} {step['index']}. {step['name']}: {step['action']}({detail}){approval}")
+        gate = entry.get("return_gate") or []
+        lines.append("  return to service: " + ("after its return gate:" if gate else
+                                               "no return gate (the undo runs as soon as the return starts)"))
+        for step in gate:
+            lines.append(f"    {step['index'] + 1}. {step['name']}: {step['action']} - {step['says']}")
         g = entry["guardrails"]
         lines.append(f"  guardrails: {'allow' if g['allow'] else 'hold'} ({g['reason']}; {g['assumed']})")
     return "\n".join(lines)

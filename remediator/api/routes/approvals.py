@@ -22,6 +22,7 @@ from remediator.api.signin import sign_in_of
 from remediator.api.templating import page
 from remediator.api.ui_facts import remediation_facts
 from remediator.engine.approvals import Approvals, ApprovalView, Decision, Outcome, hash_token
+from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Wakes
 from remediator.errors import ApprovalError
@@ -113,6 +114,7 @@ async def _approval_page(
         "ui_link": f"/remediations/{view.remediation.id}",
         "signed_in": identity,
         "facts": remediation_facts(rt.settings, view.remediation, None),
+        "return_gate": stored_gate(rt.actions, view.remediation, await rt.repo.steps(view.remediation.id)),
     }
     response = page("approval.html", context, status_code)
     if fresh:

@@ -15,6 +15,7 @@ from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.engine import overrides
+from remediator.engine.return_gate import stored_gate
 from remediator.engine.returns import Skip
 from remediator.engine.states import STATES
 from remediator.incident_archive import archive_name, pack
@@ -113,11 +114,14 @@ async def list_remediations(
 
 
 @router.get("/{rem_id}", response_model=RemediationDetail, responses={404: {}})
-async def get_remediation(rem_id: str, repo: RepoDep) -> RemediationDetail:
+async def get_remediation(rem_id: str, rt: RuntimeDep) -> RemediationDetail:
+    repo = rt.repo
     rem = await repo.get(rem_id)
     if rem is None:
         raise HTTPException(404, f"no remediation {rem_id}")
-    return detail_out(rem, await repo.steps(rem_id), await repo.current_approval(rem_id))
+    rows = await repo.steps(rem_id)
+    gate = [g.as_dict() for g in stored_gate(rt.actions, rem, rows)]
+    return detail_out(rem, rows, await repo.current_approval(rem_id), gate)
 
 
 @router.get("/{rem_id}/record", responses={404: {}})

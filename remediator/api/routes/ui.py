@@ -31,9 +31,10 @@ from remediator.engine.approvals import Approvals, ApprovalView, Decision
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.move_preview import MOVES, REASON_REQUIRED, offered_moves, preview
 from remediator.engine.notifications import pods_of
+from remediator.engine.return_gate import stored_gate
 from remediator.engine.returns import SKIPS
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import STATES
+from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.errors import ApprovalError, IllegalTransition
 from remediator.store.models import Remediation
 
@@ -126,6 +127,8 @@ async def detail(
             rem, rows, gated=view.approval.step_index if view is not None and rem.state == "awaiting_approval" else None
         ),
         "revert_rows": [r for r in rows if r.phase == "revert"],
+        "return_gate": stored_gate(rt.actions, rem, rows),
+        "active": rem.state in ACTIVE_STATES,  # a remediation that moves again (a revert) is not finished
         "timeline": [
             {"ts": e.ts, "kind": e.kind, "actor": e.actor, "data": e.data, "step": event_step(e)}
             for e in await rt.repo.list_audit(remediation_id=rem_id, limit=2000)
