@@ -49,7 +49,7 @@ async def test_one_message_per_remediation_then_edits_of_that_message(tmp_path: 
         )
         assert r.status_code == 200, r.text
         await gated.settle()
-        assert await gated.state(rem.id) == "succeeded"
+        assert await gated.state(rem.id) == "planned"  # plan-only
     posts, updates = slack.of("chat.postMessage"), slack.of("chat.update")
     assert len(posts) == 1, texts(slack)
     assert posts[0].body["channel"] == "#gpu-ops" and posts[0].auth == f"Bearer {BOT_TOKEN}"
@@ -58,7 +58,7 @@ async def test_one_message_per_remediation_then_edits_of_that_message(tmp_path: 
     shown = texts(slack)
     assert any(t.startswith("Approval needed") for t in shown)
     assert any(t.startswith("Approved") and "approved by api:alice" in t for t in shown)
-    assert shown[-1].startswith("Remediation succeeded")
+    assert shown[-1].startswith("Remediation planned")
     # the approval request carried links; the later edits say where it stands, without stale approve links
     assert "/approvals/" in json.dumps(next(c.body for c in slack.calls if c.body["text"].startswith("Approval")))
     assert "/approvals/" not in json.dumps(updates[-1].body["blocks"])
@@ -102,14 +102,14 @@ async def test_a_failed_step_is_a_threaded_reply_and_webhooks_are_not_told(tmp_p
     ):
         rem = await gated.fire()
         await gated.settle()
-        assert await gated.state(rem.id) == "succeeded"
+        assert await gated.state(rem.id) == "planned"  # plan-only
     replies = [c for c in slack.of("chat.postMessage") if "thread_ts" in c.body]
     (main,) = [c for c in slack.of("chat.postMessage") if "thread_ts" not in c.body]
     assert len(replies) == 1 and replies[0].body["thread_ts"] == "1700000000.000001"
     assert replies[0].body["channel"] == "C0GPUOPS"
     assert "tell" in replies[0].body["text"] and "no_such_label" in replies[0].body["text"]
     assert main.body["text"].startswith("Remediation started")
-    assert slack.of("chat.update")[-1].body["text"].startswith("Remediation succeeded")
+    assert slack.of("chat.update")[-1].body["text"].startswith("Remediation planned")
     assert "step_failed" not in {m.event for m in gated.capture.messages}  # a webhook-like channel: not sent
 
 
