@@ -75,6 +75,7 @@ def test_alert_kinds(defs: DefinitionSet) -> None:
         "GPUOrphanedMemory": "idle",
         "GPURecoveryActionRequired": "other",
         "GPUNVSwitchFatalSXid": "other",
+        "GPUDriverFailure": "other",
     }
 
 
@@ -184,6 +185,17 @@ def test_thermal_rules_have_no_cooldown(defs: DefinitionSet) -> None:
         ({"alertname": "GPURecoveryActionRequired", "recovery_action": "4"}, "recovery-action-reset", "reset-gpu"),
         ({"alertname": "GPURecoveryActionRequired", "recovery_action": "0"}, None, None),
         ({"alertname": "GPUNVSwitchFatalSXid", "sxid": "20034"}, "nvswitch-fatal-sxid", "quarantine-nvswitch-gpus"),
+        ({"alertname": "GPUDriverFailure", "kind": "gpu_init_failed", "UUID": "GPU-1"}, "driver-gpu-init-failed",
+         "quarantine-node"),
+        ({"alertname": "GPUDriverFailure", "kind": "gpu_init_failed"}, "driver-gpu-init-failed", "quarantine-node"),
+        ({"alertname": "GPUDriverFailure", "kind": "reset_required", "UUID": "GPU-1"}, "driver-reset-required",
+         "reset-gpu"),
+        ({"alertname": "GPUDriverFailure", "kind": "reset_required"}, "driver-reset-required-node",
+         "quarantine-node"),
+        ({"alertname": "GPUDriverFailure", "kind": "nvlink_rx_detect"}, "driver-nvlink-failure", "reboot-node"),
+        ({"alertname": "GPUDriverFailure", "kind": "nvlink_training_failed"}, "driver-nvlink-failure",
+         "reboot-node"),
+        ({"alertname": "GPUDriverFailure", "kind": "fallen_off_bus"}, None, None),
         ({"alertname": "GPUXidError", "xid": "169"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "48"}, "xid-reset-gpu", "reset-gpu"),
         ({"alertname": "GPUXidError", "xid": "119"}, "xid-reset-gpu", "reset-gpu"),
@@ -288,6 +300,7 @@ def _variables(
         ("GPUXidError", 45),
         ("GPURecoveryActionRequired", None),
         ("GPUNVSwitchFatalSXid", None),
+        ("GPUDriverFailure", None),
     ],
 )
 def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str, xid: int | None) -> None:
@@ -296,16 +309,22 @@ def test_every_step_renders_to_valid_params(defs: DefinitionSet, alertname: str,
         labels["recovery_action"] = "2"
     if alertname == "GPUNVSwitchFatalSXid":
         labels.update(sxid="20034", pci_bus_id="0000:06:00.0", link="48")
-    [match, *_] = match_rules(match_labels(_xid_alert(labels), defs), defs.rules)
-    playbook = defs.playbooks[match.rule.playbook]
-    variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
-    for step in (*playbook.steps, *playbook.return_gate):
-        if step.when:
-            compile_condition(step.when).evaluate(variables)
-        rendered = render_params(step.params, variables)
-        KNOWN_ACTIONS[step.action].model_validate(rendered)
-        if step.revert:
-            KNOWN_ACTIONS[step.revert.action].model_validate(render_params(step.revert.params, variables))
+    variants = [labels]
+    if alertname == "GPUDriverFailure":
+        variants = [{**labels, "kind": kind, **({"UUID": GPU} if uuid else {})}
+                    for kind in ("gpu_init_failed", "reset_required", "nvlink_rx_detect", "nvlink_training_failed")
+                    for uuid in (True, False)]
+    for variant in variants:
+        [match, *_] = match_rules(match_labels(_xid_alert(variant), defs), defs.rules)
+        playbook = defs.playbooks[match.rule.playbook]
+        variables = _variables(defs, alertname, xid, {**playbook.params, **match.params})
+        for step in (*playbook.steps, *playbook.return_gate):
+            if step.when:
+                compile_condition(step.when).evaluate(variables)
+            rendered = render_params(step.params, variables)
+            KNOWN_ACTIONS[step.action].model_validate(rendered)
+            if step.revert:
+                KNOWN_ACTIONS[step.revert.action].model_validate(render_params(step.revert.params, variables))
 
 
 def _rendered(defs: DefinitionSet, alertname: str, xid: int | None, step: str) -> dict[str, Any]:

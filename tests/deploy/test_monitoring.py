@@ -43,6 +43,7 @@ FAILURE_MODE_ALERTS = {
     "GPUOrphanedMemory",
     "GPURecoveryActionRequired",
     "GPUNVSwitchFatalSXid",
+    "GPUDriverFailure",
 }
 ROUTED_ALERTS = CONTRACT_ALERTS | FAILURE_MODE_ALERTS
 # Every alert identifies the GPU by these (Hostname copied from the main branch's `hostname`).
@@ -417,7 +418,8 @@ def test_rules_raise_the_contract_and_failure_mode_alert_names() -> None:
     names = [rule["alert"] for rule in rules()]
     # GPUXidError has two rules: the gauge (both exporter shapes) and the counter DCGM_EXP_XID_ERRORS_COUNT;
     # the node sidecar's group adds GPULost (and its own GPUXidError).
-    assert set(names) - {"GPULost", "GPUDriverFailure"} == ROUTED_ALERTS - {"GPULost", "GPUNVSwitchFatalSXid"}
+    assert set(names) - {"GPULost", "GPUDriverFailure"} == ROUTED_ALERTS - {
+        "GPULost", "GPUNVSwitchFatalSXid", "GPUDriverFailure"}
     assert names.count("GPUXidError") >= 2
 
 
