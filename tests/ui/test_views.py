@@ -63,7 +63,7 @@ async def test_plan_only_remediation_reads_planned_in_list_and_detail(views: Gat
     ok = await views.client.post(f"/api/v1/remediations/{rem.id}/approve", headers=AUTH, json={})
     assert ok.status_code == 200, ok.text
     await views.settle()
-    assert await views.state(rem.id) == "succeeded"  # stored state is unchanged; the pages say what happened
+    assert await views.state(rem.id) == "planned"  # its own stored state; the pages read the same name
     listing = (await views.client.get("/")).text
     row = listing[listing.index(f"/remediations/{rem.id}") - 200:listing.index(f"/remediations/{rem.id}")]
     assert 'data-state="planned"' in row and ">planned</span>" in row and "succeeded" not in row
