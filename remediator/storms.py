@@ -220,7 +220,8 @@ def attribute_text(key: str, value: str) -> str:
     kind, _, name = key.partition(":")
     words = {"kubelet": "run kubelet", "kernel": "run kernel", "os": "run OS image", "runtime": "run runtime",
              "created": "were created in the hours from",
-             "ready-since": "became Ready (rebooted) in the hours from", "alertname": "fired alert", "xid": "reported Xid",
+             "ready-since": "became Ready (rebooted) in the hours from", "alertname": "fired alert",
+             "xid": "reported Xid",
              "driver": "report driver", "vbios": "report VBIOS", "namespace": "ran pods of namespace",
              "workload": "ran workload"}
     return f"{words.get(name, f'have {kind} {name}')} {value}"

@@ -33,6 +33,7 @@ from typing import Any
 from remediator.adapters.kube import KubeAdapter
 from remediator.errors import RemediatorError
 from remediator.inventory import NodeFacts, NodeInventory, facts_of
+from remediator.storms import node_attributes
 
 __all__ = ["NodeWatch"]
 
@@ -81,14 +82,19 @@ class NodeWatch:
     async def sync(self) -> None:
         """List every node (paged) and replace the inventory; raises RemediatorError on failure."""
         facts: dict[str, NodeFacts] = {}
+        attributes: dict[str, frozenset[tuple[str, str]]] = {}  # the storm analysis' fleet counts (storms.py)
         version = ""
         async for items, page_version in self.kube.node_pages():
             for node in items:
-                facts[str((node.get("metadata") or {}).get("name", ""))] = facts_of(node)
+                name = str((node.get("metadata") or {}).get("name", ""))
+                facts[name] = facts_of(node)
+                if name:
+                    attributes[name] = node_attributes(node)
                 self._seen("LISTED", node)
             version = page_version or version
         self.lists += 1
         self.inventory.replace_facts(facts, version)
+        self.inventory.attributes.replace(attributes)
         self._changed()
 
     async def watch_once(self) -> None:

@@ -39,6 +39,7 @@ from remediator.api.routes import (
     ui,
     unacted,
 )
+from remediator.api.routes import storms as storm_routes
 from remediator.api.sign_in_limit import SignInLimiter
 from remediator.api.signin import SignIn, SignInRequired
 from remediator.api.templating import STATIC_DIR, set_docs_url
@@ -147,6 +148,7 @@ def create_app(
     app.include_router(unacted.api_router)
     app.include_router(silences.router)
     app.include_router(pauses.router)
+    app.include_router(storm_routes.router)
     _add_ui(app, settings, listen_host)
     app.add_middleware(alerts.WebhookFastPath)
     # Every body is bounded while it streams in, before routing, parsing and authentication.

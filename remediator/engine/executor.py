@@ -48,6 +48,7 @@ from remediator.engine.planning import approval_required, build_variables, step_
 from remediator.engine.returns import gate_step_kind, returned_reason, skip_of, skipped_note
 from remediator.engine.runtime import Runtime
 from remediator.engine.states import Event
+from remediator.engine.storm_guard import StormGuard
 from remediator.errors import (
     ActionError,
     Conflict,
@@ -218,6 +219,7 @@ class SteadyFacts:
     node_recent_remediations: int
     override: bool
     pause_reason: str | None = None  # a scoped pause holds it (engine/pauses.py)
+    storm_reason: str | None = None  # it shares an open storm's suspected cause (engine/storm_guard.py)
 
 
 class Executor:
@@ -227,6 +229,7 @@ class Executor:
         self.rt = rt
         self.admissions = AdmissionQueue(rt.repo)  # this replica's admissions go to the store together
         self.contexts = ContextPrefetch()  # contexts read while their remediations' decision commits (worker)
+        self.storms = StormGuard(rt)  # the shared-cause analysis of the window, kept between admissions
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -383,6 +386,7 @@ class Executor:
         quarantines = self._quarantines(rem)
         settings = self.rt.settings
         now = self.rt.repo._clock()
+        storm = await self.storms.hold(rem, now)
         steady = SteadyQuery(
             override_key=f"{OVERRIDE_FLAG_PREFIX}{rem.id}", fingerprint=rem.alert_fingerprint,
             flap_since=now - settings.flap_window, node=rem.node if quarantines else None,
@@ -392,7 +396,8 @@ class Executor:
         async def facts(session: AsyncSession, counts: SteadyCounts | None) -> GuardrailFacts:
             assert counts is not None  # asked for with `steady`
             # The time of the decision (the request may have waited for an earlier batch to commit).
-            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts, labels=labels, scoped=scoped)
+            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts, labels=labels, scoped=scoped,
+                                              storm=storm)
             return await self._breaker_facts(session, rem, quarantines, steady_facts)
 
         admitted, verdict, changed = await self.admissions.admit(
@@ -499,7 +504,7 @@ class Executor:
 
     def _steady_facts(
         self, rem: Remediation, now: datetime, counts: SteadyCounts, *, labels: Mapping[str, str] | None = None,
-        scoped: ActivePause | None = None,
+        scoped: ActivePause | None = None, storm: str | None = None,
     ) -> SteadyFacts:
         """The guardrail facts about this remediation alone (pause, override, flapping, the node's history),
         from what the admission batch read for it before the admission lock: other admissions do not change
@@ -515,6 +520,7 @@ class Executor:
             node_recent_remediations=counts.node_remediations,
             override=counts.override,
             pause_reason=None if flag or scoped is None else scoped.describe(),
+            storm_reason=storm,
         )
 
     async def _breaker_facts(
@@ -550,6 +556,7 @@ class Executor:
             windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
             override=steady.override,
             queued_ahead=queued_ahead,
+            storm_reason=steady.storm_reason,
         )
 
     # -- forward steps ----------------------------------------------------------------------------

@@ -56,6 +56,8 @@ class GuardrailFacts:
     override: bool = False
     # Nodes the circuit breaker holds remediations for that came before this one: room goes to them first.
     queued_ahead: int = 0
+    # The node shares the suspected cause of an open storm (engine/storm_guard.py): why it waits for the group.
+    storm_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ def decide(facts: GuardrailFacts) -> Verdict:
             False, "repeat_offender",
             f"node {facts.node} was remediated {facts.node_recent_remediations} times recently; held for a human",
         )
+    if facts.storm_reason and not facts.override:
+        return Verdict(False, "storm", facts.storm_reason)
     if facts.quarantines:
         already = facts.node is not None and facts.node in facts.quarantined_nodes
         if not already and len(facts.quarantined_nodes) >= facts.limit_nodes:

@@ -267,3 +267,28 @@ class Pause(Base):
     # The engine reads the pauses not yet ended: few, however many have ended.
     ended_at: Mapped[datetime | None] = mapped_column(index=True)
     ended_by: Mapped[str | None] = mapped_column(String(256))
+
+
+class Storm(Base):
+    """A shared-cause storm (remediator/storms.py, engine/storm_guard.py): many nodes faulted in one window and
+    one attribute they share (`cause_key`=`cause_value`) explains at least k of them. While `open`, new
+    remediations on nodes that share it are held for one group decision: `approved` lets them all go on,
+    `rejected` cancels them; `closed` when no node sharing it faulted for a window. Never deleted."""
+
+    __tablename__ = "storms"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    opened_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    cause_key: Mapped[str] = mapped_column(String(512))
+    cause_value: Mapped[str] = mapped_column(String(1024))
+    cause_text: Mapped[str] = mapped_column(Text)
+    nodes: Mapped[list[Any]]
+    analysis: Mapped[Json]
+    timeline: Mapped[list[Any]]
+    decided_at: Mapped[datetime | None]
+    decided_by: Mapped[str | None] = mapped_column(String(256))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    slack_channel: Mapped[str | None] = mapped_column(String(128))
+    slack_ts: Mapped[str | None] = mapped_column(String(64))

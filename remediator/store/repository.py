@@ -18,6 +18,7 @@ from remediator.store.read_store import ReadStore
 from remediator.store.session_store import SessionStore
 from remediator.store.silence_store import SilenceStore
 from remediator.store.step_store import StepStore
+from remediator.store.storm_store import StormStore
 from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StateMoved, StoredBatch, utcnow
 
 __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateMoved", "StoredBatch", "utcnow"]
@@ -25,6 +26,6 @@ __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateM
 
 class Repository(
     IntakeStore, DecisionStore, StepStore, ApprovalStore, FlagStore, ReadStore, SessionStore, SilenceStore,
-    NodeHoldStore, PauseStore,
+    NodeHoldStore, PauseStore, StormStore,
 ):
     """The store's whole API: one instance per process, shared by the API and the worker."""

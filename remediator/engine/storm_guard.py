@@ -1,0 +1,115 @@
+"""The storm guardrail: hold new remediations on nodes that share a storm's suspected cause, for one decision.
+
+At each admission the faults of the last `storm_window` are analysed (remediator/storms.py) against the fleet's
+attribute counts that the node inventory keeps; the analysis is recomputed only when the set of faulting nodes
+or the inventory changed, so a storm of alerts costs one store read per admission, not one fleet walk. When the
+top candidate explains at least `storm_hold_nodes` faulting nodes with a corrected p-value under
+`storm_p_value`, a storm row is opened (or grown) for that cause. A remediation whose node shares the cause of
+an open storm is held with the reason `storm <id>: ...`; approving the storm wakes every one it holds and lets
+later ones through, rejecting cancels those it holds (engine/storm_control.py). Nodes outside the cause go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from remediator.engine.runtime import Runtime
+from remediator.plan_snapshot import stored_xid_code
+from remediator.store.models import Remediation
+from remediator.store.storm_store import STORM_REASON
+from remediator.storms import (
+    Attribute,
+    Fault,
+    FleetCounts,
+    StormAnalysis,
+    StormPolicy,
+    analyse,
+    fault_attributes,
+    node_attributes,
+)
+
+__all__ = ["StormGuard", "policy_of"]
+
+log = logging.getLogger(__name__)
+
+
+def policy_of(settings: Any) -> StormPolicy:
+    return StormPolicy(min_nodes=settings.storm_min_nodes, hold_nodes=settings.storm_hold_nodes,
+                       p_value=settings.storm_p_value)
+
+
+def hold_reason(storm: Mapping[str, Any]) -> str:
+    return (f"{STORM_REASON}{storm['id']}: suspected shared cause: {storm['cause']['text']}; held for one group "
+            f"decision (remediator storm approve|reject {storm['id']})")
+
+
+class StormGuard:
+    """One per executor: the last analysis, kept while the faulting nodes and the inventory stay the same."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._key: tuple[frozenset[str], int] | None = None
+        self._analysis: StormAnalysis | None = None
+
+    def _fleet(self) -> FleetCounts | None:
+        inventory = self.rt.inventory
+        return inventory.attributes if inventory is not None and inventory.synced else None
+
+    async def evaluate(self, now: datetime) -> StormAnalysis | None:
+        """Analyse the window; open or grow the storm its cause names (and announce it when it changed)."""
+        fleet = self._fleet()
+        if fleet is None or not fleet.size:
+            return None
+        settings = self.rt.settings
+        faults = [
+            Fault(node, fault_attributes(alertname, stored_xid_code(plan), labels, context), created)
+            for node, alertname, plan, labels, context, created in await self.rt.repo.window_faults(
+                now - settings.storm_window)
+        ]
+        inventory = self.rt.inventory
+        key = (frozenset(f.node for f in faults), inventory.version if inventory is not None else 0)
+        if key == self._key:
+            return self._analysis
+        self._key, self._analysis = key, analyse(faults, fleet, policy_of(settings))
+        cause = self._analysis.cause if self._analysis is not None else None
+        if cause is not None:
+            storm, changed = await self.rt.repo.record_storm(
+                cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {})
+            if changed:
+                log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
+        await self.rt.repo.close_storms(now - settings.storm_window)
+        return self._analysis
+
+    def attributes_of(self, rem: Remediation) -> frozenset[Attribute]:
+        fleet = self._fleet()
+        known = fleet.attributes(rem.node) if fleet is not None and rem.node else None
+        if known is not None:
+            return known
+        node = (rem.context or {}).get("node") or {}
+        return node_attributes({"metadata": {"labels": node.get("labels") or {}}})
+
+    async def hold(self, rem: Remediation, now: datetime) -> str | None:
+        """Why this remediation waits for a storm's group decision, or None. Never raises: a failed analysis
+        is logged and holds nothing (the other guardrails still apply)."""
+        if not self.rt.settings.storm_hold or not rem.node:
+            return None
+        try:
+            await self.evaluate(now)
+            storms = await self.rt.repo.live_storms()
+        except Exception:
+            log.warning("storm analysis failed; no storm holds remediation %s", rem.id, exc_info=True)
+            return None
+        attrs = self.attributes_of(rem)
+        for storm in storms:
+            if (storm["cause"]["key"], storm["cause"]["value"]) not in attrs:
+                continue
+            if storm["state"] == "open":
+                return hold_reason(storm)
+            if storm["state"] == "rejected":
+                return (f"{STORM_REASON}{storm['id']}: suspected shared cause {storm['cause']['text']}; the group "
+                        f"was rejected by {storm['decided_by']}: held for a person")
+        return None
+

@@ -1,0 +1,151 @@
+"""Shared-cause storms in the database (engine/storm_guard.py): opened, grown, decided and closed, audited.
+
+A storm must hold on every replica and after a restart, and its group decision must reach every remediation it
+holds, so it is a row: the cause, the faulting nodes, the analysis as last computed, a timeline, and the
+decision with who made it and why. The remediations it holds say so in their state reason
+(`storm <id>: ...`), which is how a decision finds them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from remediator.store.models import Remediation, Storm
+from remediator.store.unit_of_work import RepositoryBase, _aware
+
+__all__ = ["STORM_REASON", "StormStore", "storm_record"]
+
+STORM_REASON = "storm "  # how a hold by a storm reads: "storm <id>: ..."
+OPEN_STATES = ("open", "approved", "rejected")  # not closed: the storm still decides for its cause's nodes
+
+
+def _iso(value: datetime | None) -> str | None:
+    value = _aware(value)
+    return value.isoformat() if value else None
+
+
+def storm_record(storm: Storm) -> dict[str, Any]:
+    """A storm as the API, the audit log, the UI and `remediator get storms` show it."""
+    return {
+        "id": storm.id, "state": storm.state, "opened_at": _iso(storm.opened_at), "updated_at": _iso(storm.updated_at),
+        "cause": {"key": storm.cause_key, "value": storm.cause_value, "text": storm.cause_text},
+        "nodes": list(storm.nodes), "analysis": dict(storm.analysis), "timeline": list(storm.timeline),
+        "decided_at": _iso(storm.decided_at), "decided_by": storm.decided_by,
+        "decision_reason": storm.decision_reason,
+        "slack": {"channel": storm.slack_channel, "ts": storm.slack_ts} if storm.slack_ts else None,
+    }
+
+
+class StormStore(RepositoryBase):
+    """Storms (a mixin of `Repository`)."""
+
+    async def window_faults(self, since: datetime) -> list[tuple[str, str, Any, dict[str, Any], dict[str, Any],
+                                                               datetime]]:
+        """(node, alert name, plan, alert labels, context, created) of the remediations created since `since`."""
+        async with self.transaction() as session:
+            rows = await session.execute(
+                select(Remediation.node, Remediation.alertname, Remediation.plan, Remediation.alert_labels,
+                       Remediation.context, Remediation.created_at)
+                .where(Remediation.created_at >= since, Remediation.node.is_not(None))
+            )
+            return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), _aware(c) or c)
+                    for n, a, p, labels, ctx, c in rows.all()]
+
+    async def live_storms(self) -> list[dict[str, Any]]:
+        """The storms not closed, oldest first."""
+        async with self.transaction() as session:
+            rows = await session.scalars(select(Storm).where(Storm.state.in_(OPEN_STATES)).order_by(Storm.opened_at))
+            return [storm_record(s) for s in rows]
+
+    async def list_storms(self, *, include_closed: bool = True, limit: int = 200) -> list[dict[str, Any]]:
+        async with self.transaction() as session:
+            query = select(Storm).order_by(Storm.opened_at.desc()).limit(limit)
+            if not include_closed:
+                query = query.where(Storm.state.in_(OPEN_STATES))
+            return [storm_record(s) for s in await session.scalars(query)]
+
+    async def get_storm(self, storm_id: str) -> dict[str, Any] | None:
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id)
+            return None if storm is None else storm_record(storm)
+
+    async def record_storm(self, key: str, value: str, text: str, nodes: Sequence[str],
+                           analysis: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Open a storm for this cause, or grow the live one: (its record, whether it changed). Audited as
+        `storm.opened` and `storm.grown` (new nodes)."""
+        now = self._clock()
+        async with self.transaction() as session:
+            storm = (await session.scalars(
+                select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.cause_key == key, Storm.cause_value == value)
+                .with_for_update()
+            )).first()
+            if storm is None:
+                storm = Storm(id=str(uuid.uuid4()), opened_at=now, updated_at=now, state="open", cause_key=key,
+                              cause_value=value, cause_text=text, nodes=sorted(set(nodes)), analysis=analysis,
+                              timeline=[{"at": now.isoformat(), "event": "opened", "nodes": len(set(nodes)),
+                                         "cause": text}])
+                session.add(storm)
+                await self.audit(session, "storm.opened", data={"storm": storm.id, "cause": text,
+                                                                 "nodes": storm.nodes})
+                return storm_record(storm), True
+            new = sorted(set(nodes) - set(storm.nodes))
+            if not new:
+                return storm_record(storm), False
+            storm.nodes = sorted(set(storm.nodes) | set(nodes))
+            storm.analysis, storm.cause_text, storm.updated_at = analysis, text, now
+            storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": new,
+                                                "nodes": len(storm.nodes), "cause": text}]
+            await self.audit(session, "storm.grown", data={"storm": storm.id, "added": new, "cause": text})
+            return storm_record(storm), True
+
+    async def decide_storm(self, storm_id: str, decision: str, *, actor: str, reason: str | None
+                           ) -> tuple[dict[str, Any] | None, list[str]]:
+        """Approve or reject an open storm: (its record, the ids of the remediations it holds). None: no such
+        storm. A storm already decided is returned as it is, with no ids (the first decision stands)."""
+        if decision not in ("approved", "rejected"):
+            raise ValueError(f"decision must be approved or rejected, not {decision!r}")
+        now = self._clock()
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id, with_for_update=True)
+            if storm is None:
+                return None, []
+            if storm.state != "open":
+                return storm_record(storm), []
+            storm.state, storm.decided_at, storm.decided_by, storm.decision_reason = decision, now, actor, reason
+            storm.updated_at = now
+            storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": decision, "by": actor,
+                                                "reason": reason}]
+            held = list(await session.scalars(
+                select(Remediation.id).where(Remediation.state == "held",
+                                             Remediation.state_reason.startswith(f"{STORM_REASON}{storm_id}:"))
+            ))
+            await self.audit(session, f"storm.{decision}", actor=actor,
+                             data={"storm": storm_id, "cause": storm.cause_text, "reason": reason,
+                                   "remediations": held})
+            return storm_record(storm), held
+
+    async def close_storms(self, before: datetime) -> list[str]:
+        """Close the live storms that have not grown since `before`; audited as `storm.closed`."""
+        now = self._clock()
+        closed: list[str] = []
+        async with self.transaction() as session:
+            for storm in await session.scalars(
+                select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.updated_at < before).with_for_update()
+            ):
+                storm.state, storm.updated_at = "closed", now
+                storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "closed"}]
+                await self.audit(session, "storm.closed", data={"storm": storm.id, "cause": storm.cause_text})
+                closed.append(storm.id)
+        return closed
+
+    async def note_storm_message(self, storm_id: str, channel: str, ts: str) -> None:
+        """Where the storm's Slack message is, so later growth edits it in place."""
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id, with_for_update=True)
+            if storm is not None:
+                storm.slack_channel, storm.slack_ts = channel, ts
