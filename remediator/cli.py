@@ -111,7 +111,14 @@ def serve(
 ) -> None:
     """Run the controller: webhook receiver, API, UI and worker."""
     from remediator.engine.runtime import replica_id
-    from remediator.engine.startup import EXIT_CONFIG, EXIT_GUARD_LOST, EXIT_WORKER_LOST, StartupFailure, prepare
+    from remediator.engine.startup import (
+        EXIT_CONFIG,
+        EXIT_GUARD_LOST,
+        EXIT_WORKER_LOST,
+        StartupFailure,
+        prepare,
+        resolve_worker_process,
+    )
 
     settings = _settings(config)
     if not settings.webhook_token and not is_loopback(host):
@@ -128,7 +135,7 @@ def serve(
             err=True,
         )
         raise typer.Exit(EXIT_CONFIG)
-    settings = settings.model_copy(update={"replica_id": replica_id(settings)})
+    settings = resolve_worker_process(settings.model_copy(update={"replica_id": replica_id(settings)}))
     _logging(settings.log_level, settings.log_format)  # before migrations: their INFO lines stay quiet
     try:
         guard = prepare(settings, str(settings.replica_id))
@@ -211,11 +218,21 @@ def check(
 
 @app.command()
 def simulate(
-    alert_file: Annotated[Path, typer.Argument(help="Alertmanager webhook payload (JSON)")],
+    alert_file: Annotated[Path | None, typer.Argument(help="Alertmanager webhook payload (JSON)")] = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    scenario: Annotated[Path | None, typer.Option("--scenario", help="a storm scenario file (YAML, docs/storms.md)")
+                        ] = None,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, max=10000, help="seeds to run the scenario with")] = 1,
 ) -> None:
-    """Alertmanager payload in, plan out. Touches no cluster and no database."""
+    """Alertmanager payload in, plan out; or, with --scenario, the storm analysis over a simulated fleet. Touches
+    no cluster and no database."""
+    if scenario is not None:
+        _simulate_scenario(scenario, seeds, as_json)
+        return
+    if alert_file is None:
+        typer.echo("error: give an Alertmanager payload file, or --scenario FILE", err=True)
+        raise typer.Exit(2)
     from remediator.tools.simulation import simulate_payload
 
     settings = _settings(config)
@@ -233,6 +250,17 @@ def simulate(
     from remediator.tools.simulation import render_text
 
     _report(render_text, report)
+
+
+def _simulate_scenario(path: Path, seeds: int, as_json: bool) -> None:
+    from remediator.tools.storm_scenarios import ScenarioError, load_scenario, render_scenarios, run_scenario
+
+    try:
+        report = run_scenario(load_scenario(path), seeds)
+    except (OSError, ScenarioError) as exc:
+        typer.echo(f"error: {path}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(report, indent=2) if as_json else render_scenarios(report))
 
 
 @app.command("test")
