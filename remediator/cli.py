@@ -21,6 +21,7 @@ from remediator import client_cli, incident_cli
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
 from remediator.silence_cli import silence_app
+from remediator.storm_cli import storm_app
 from remediator.terminal import printable
 
 __all__ = ["app", "main"]
@@ -54,6 +55,7 @@ app.add_typer(report_app, name="report")
 client_cli.register(app)
 app.command(rich_help_panel="Against a running controller")(incident_cli.bundle)
 app.add_typer(silence_app, name="silence", rich_help_panel="Against a running controller")
+app.add_typer(storm_app, name="storm", rich_help_panel="Against a running controller")
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
 

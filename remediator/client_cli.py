@@ -278,6 +278,11 @@ def get(
     """List remediations, approval requests, stored alerts or pauses, newest first (`get pauses --state all`:
     ended pauses too)."""
     shape = output.value if output else ""
+    if resource.lower() in ("storms", "storm"):  # shared-cause storms (storm_cli.py); --state open: not closed
+        from remediator.storm_cli import get_storms
+
+        get_storms(shape, state, server)
+        return
     if resource.lower() in ("pauses", "pause"):
         with _session(server) as session:
             rows = session.get(ControllerApi.path("pauses"), {"all": "true" if state == "all" else None})
@@ -301,9 +306,20 @@ def get(
     _show(rows, shape, lambda safe: render(kind, safe, shape, datetime.now(UTC)))
 
 
-def describe(rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None) -> None:
+def describe(
+    rem_id: IdArg, server: ServerOpt = None, output: DataOpt = None,
+    storm_id: Annotated[str | None, typer.Argument(help="with `storm`: the storm's ID")] = None,
+) -> None:
     """Show one remediation: state, target, alert labels, steps, escalation, approvals and its audit events.
-    With -o json|yaml: the whole incident record (GET /api/v1/remediations/{id}/record), nothing cut."""
+    With -o json|yaml: the whole incident record (GET /api/v1/remediations/{id}/record), nothing cut.
+    `describe storm ID`: a shared-cause storm's cause, candidates, nodes, timeline and decision."""
+    if rem_id == "storm":
+        from remediator.storm_cli import describe_storm
+
+        if not storm_id:
+            raise typer.BadParameter("describe storm ID: the storm's ID is missing", param_hint="ID")
+        describe_storm(storm_id, server, output.value if output else None)
+        return
     with _session(server) as session:
         full = session.resolve(rem_id)
         if output is not None:
