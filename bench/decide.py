@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import sqlite3
 import sys
@@ -32,6 +30,7 @@ if __package__ in (None, ""):  # run as `python bench/decide.py`: make the repos
 
 import httpx
 
+from bench._machine import describe
 from tests.controller_process import ControllerProcess
 from tests.fakekube.kubeconfig import write_kubeconfig
 from tests.fakekube.server import FakeKube
@@ -112,8 +111,8 @@ def main() -> None:
     if args.smoke:
         args.alerts, args.nodes = 500, 100
     r = asyncio.run(run(args))
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs); one webhook of {r['alerts']} alerts ({r['body_mb']:.1f} MB), {args.nodes} nodes, "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"one webhook of {r['alerts']} alerts ({r['body_mb']:.1f} MB), {args.nodes} nodes, "
           "SQLite, one replica")
     print("| measurement | seconds from send | alerts per second |")
     print("|---|---|---|")

@@ -21,7 +21,6 @@ import argparse
 import gc
 import importlib.util
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._machine import describe  # noqa: E402
 from remediator.sidecar import detector as current_detector  # noqa: E402
 from remediator.sidecar.metrics import SidecarMetrics  # noqa: E402
 
@@ -196,7 +196,7 @@ def main() -> int:
         }
     (base_row, current_row) = results.values()
     report = {
-        "machine": {"uname": " ".join(platform.uname()), "python": platform.python_version()},
+        "machine": describe().as_dict(),
         "series": args.buses * args.codes,
         "passes": args.passes,
         "results": results,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import statistics
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/drain.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._machine import describe
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.drain import Drain, DrainParams
 from remediator.adapters.kube import KubeAdapter
@@ -70,7 +70,7 @@ async def main() -> None:
     args = parser.parse_args()
     drains = [await drain_once(args.pods, args.qps) for _ in range(args.runs)]
     floors = [await floor_once(args.pods) for _ in range(args.runs)]
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}); "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
           f"{args.pods} pods, eviction_qps={args.qps:g}, {args.runs} runs")
     print("| measurement | median s | min s | max s |")
     print("|---|---|---|---|")

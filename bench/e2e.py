@@ -21,7 +21,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/e2e.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._machine import describe
 from tests.e2e.stack import Stack, eventually
 from tests.fakekube.server import Call
 
@@ -131,8 +131,8 @@ def main() -> None:
     stored = [(c - w) * 1000 for w, c, _ in results]
     taint = [t * 1000 for _, _, t in results]
     added = [(t - w) * 1000 for w, _, t in results]
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {load_before:.1f} before, {load_after:.1f} after); {args.runs} runs; "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"load average {load_before:.1f} before, {load_after:.1f} after; {args.runs} runs; "
           "scrape and evaluation every 1 s, group_wait 0")
     print("| from | to | p50 ms | p90 ms | p99 ms | max ms |")
     print("|---|---|---|---|---|---|")

@@ -25,7 +25,6 @@ import asyncio
 import hashlib
 import json
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -40,6 +39,7 @@ if __package__ in (None, ""):  # run as `python bench/fleet.py`: make the reposi
 
 import httpx
 
+from bench._machine import describe
 from bench._servers import tree_rss_mb
 from tests.controller_process import ControllerProcess
 from tests.fakekube import builders
@@ -292,8 +292,8 @@ async def measure(mode: str, args: argparse.Namespace, objects_for: Any, work: P
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs); nodes={args.nodes} pods={args.pods} seconds/phase={args.seconds} "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"nodes={args.nodes} pods={args.pods} seconds/phase={args.seconds} "
           f"status-period={args.status_period}s list-interval={args.list_interval}s")
     print(f"node object size: {len(json.dumps(node_object(0, '2026-12-03T00:00:00Z'))) / 1000:.1f} KB")
     print("| inventory | start-up: ready s / MB read / peak RSS MB | phase | RSS MB end / peak "

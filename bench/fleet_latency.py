@@ -23,7 +23,6 @@ import asyncio
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ if __package__ in (None, ""):  # run as `python bench/fleet_latency.py`: make th
 
 import httpx
 
+from bench._machine import describe
 from bench.fleet import NAMESPACES, PODS_PER_APP, fleet_objects
 from tests.controller_process import ControllerProcess
 from tests.fakekube.kubeconfig import write_kubeconfig
@@ -135,8 +135,8 @@ async def measure(label: str, nodes: int, pods: int, runs: int, work: Path) -> d
 
 
 def report(args: argparse.Namespace, results: list[dict[str, Any]], load: tuple[float, float]) -> None:
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {load[0]:.1f} before, {load[1]:.1f} after); {args.runs} runs each")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"load average {load[0]:.1f} before, {load[1]:.1f} after; {args.runs} runs each")
     print("| cluster | nodes / pods | webhook -> taint p50 ms | p90 ms | p99 ms | max ms "
           "| of which the fake server answering, p50 ms | fake's median per run by request, ms |")
     print("|---|---|---|---|---|---|---|---|")

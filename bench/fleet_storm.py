@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import random
 import statistics
 import sys
@@ -39,6 +38,7 @@ if __package__ in (None, ""):  # run as `python bench/fleet_storm.py`: make the 
 
 import httpx
 
+from bench._machine import describe
 from bench.fleet import NAMESPACES, fleet_objects
 from bench.storm import _admin, _database
 from tests.controller_process import ControllerProcess
@@ -263,8 +263,8 @@ async def free_room(
 
 
 def report(args: argparse.Namespace, r: dict[str, Any], load: tuple[float, float]) -> None:
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {load[0]:.1f} before, {load[1]:.1f} after); nodes={args.nodes} "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"load average {load[0]:.1f} before, {load[1]:.1f} after; nodes={args.nodes} "
           f"pods={args.pods} alerts={args.alerts} alert-nodes={args.alert_nodes} seconds={args.seconds} "
           f"replicas={args.replicas} concurrency={args.concurrency} limit={args.limit} ({r['limit']} nodes) "
           f"free={args.free}; PostgreSQL 127.0.0.1")

@@ -12,7 +12,6 @@ Usage: python bench/ingest.py [--seconds 10] [--connections 32] [--compare-fsync
 from __future__ import annotations
 
 import argparse
-import platform
 import re
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/ingest.py`: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._machine import describe
 from bench._servers import bare, controller, controller_database, free_port, stop, tree_rss_mb, wait_http
 
 HERE = Path(__file__).resolve().parent
@@ -134,8 +134,8 @@ def main() -> None:
                 results[name]["states"] = alert_states(controller_database(work, port))
         commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
     ratio = results["controller"]["rps"] / results["bare"]["rps"]
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
-          f"({platform.machine()}, {platform.processor() or 'cpu'}); wrk -t2 -c{args.connections} -d{args.seconds}s")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"wrk -t2 -c{args.connections} -d{args.seconds}s")
     print("| endpoint | req/s | p50 ms | p99 ms | non-2xx |")
     print("|---|---|---|---|---|")
     for name, label in (("bare", "bare FastAPI parse only (baseline)"),

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import re
 import resource
@@ -38,6 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._machine import describe  # noqa: E402
 
 CORPUS = ROOT / "tests" / "sidecar" / "data" / "kernel-log-lines.jsonl"
 FILLER = [
@@ -205,7 +205,7 @@ def main() -> None:
     ratio = results["regex"]["seconds"] and results["detector"]["seconds"] / results["regex"]["seconds"]
     print(f"\ndetector time / regex time: {ratio:.2f}\n")
     print(json.dumps({
-        "machine": {"uname": " ".join(platform.uname()), "nproc": os.cpu_count(), "python": platform.python_version()},
+        "machine": describe().as_dict(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "log": made, "rows": results, "ratio": round(ratio, 3),
     }))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import sys
 import time
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ if __package__ in (None, ""):  # run as `python bench/kube_client.py`: make the 
 
 from kubernetes.aio import client
 
+from bench._machine import describe
 from remediator.adapters.kube import KubeAdapter, with_session_options
 from tests.fakekube.server import FakeKube
 
@@ -35,8 +35,8 @@ async def per_read_ms(kube: KubeAdapter, reads: int, together: int) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}); {args.reads} reads a cell")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"load average {os.getloadavg()[0]:.1f}; {args.reads} reads a cell")
     print("| round | client session | one at a time, ms per read | 8 at once, ms per read |")
     print("|---|---|---|---|")
     async with FakeKube() as fake:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import httpx
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench._machine import describe
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
 from remediator.gc_freeze import freeze_startup_objects
@@ -304,8 +304,8 @@ async def run(args: argparse.Namespace) -> None:
                 await engine.dispose()
             baseline = await measure(empty_url, ids, args.requests)
             full = await measure(full_url, ids, args.requests)
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}, "
-          f"{os.cpu_count()} CPUs); {'PostgreSQL' if args.postgres else 'SQLite'}; {args.requests} sequential "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
+          f"{'PostgreSQL' if args.postgres else 'SQLite'}; {args.requests} sequential "
           "requests each through the ASGI app")
     print(f"| request | empty store p50 / p99 ms | {args.remediations} rem., {args.events} events p50 / p99 ms |")
     print("|---|---|---|")

@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
-import platform
 import random
 import sys
 import tempfile
@@ -37,6 +35,7 @@ if __package__ in (None, ""):  # run as `python bench/reboot_wake.py`: make the 
 
 import httpx
 
+from bench._machine import describe
 from remediator.adapters.kube import KubeAdapter
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
@@ -141,7 +140,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         watch = asyncio.run(one_mode(True, runs, Path(tmp)))
         poll = asyncio.run(one_mode(False, baseline, Path(tmp)))
-    print(f"# bench/reboot_wake.py on {platform.node()} ({os.cpu_count()} CPUs, Python {platform.python_version()}), "
+    print(f"# bench/reboot_wake.py on {describe().line()}, "
           f"{datetime.now(UTC):%Y-%m-%d}, {time.time() - started:.0f} s")
     print("| mode | runs | p50 s | p90 s | max s |")
     print("|---|---|---|---|---|")

@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._machine import describe  # noqa: E402
 from tests.sidecar.fakenvml import FakeNvml, build, h200_state  # noqa: E402
 
 
@@ -99,9 +100,12 @@ def main() -> int:
     if os.environ.get("LD_LIBRARY_PATH") != lib_dir:
         state = Path(tempfile.mkdtemp()) / "nvml-state.txt"
         FakeNvml(state).write(h200_state(args.gpus))
-        env = {**os.environ, "LD_LIBRARY_PATH": lib_dir, "FAKE_NVML_STATE": str(state)}
+        # Described before the fake library is on the loader's path, so nvidia-smi reports the real GPUs.
+        env = {**os.environ, "LD_LIBRARY_PATH": lib_dir, "FAKE_NVML_STATE": str(state),
+               "BENCH_MACHINE": json.dumps(describe().as_dict())}
         os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]], env)
-    print(json.dumps(measure(args.gpus, args.requests), indent=2))
+    machine = json.loads(os.environ["BENCH_MACHINE"])
+    print(json.dumps({"machine": machine, **measure(args.gpus, args.requests)}, indent=2))
     return 0
 
 

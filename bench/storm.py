@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import random
 import statistics
 import sys
@@ -27,6 +26,7 @@ if __package__ in (None, ""):  # run as `python bench/storm.py`: make the reposi
 import asyncpg
 import httpx
 
+from bench._machine import describe
 from tests.controller_process import ControllerProcess
 from tests.fakekube.kubeconfig import write_kubeconfig
 from tests.fakekube.server import FakeKube
@@ -121,7 +121,7 @@ async def _storm(replicas: int, url: str) -> dict[str, Any]:
 async def main() -> None:
     # Xid 79 -> reboot-node, which taints first: the taint marks an admitted quarantine.
     results = [await storm(1), await storm(2)]
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} ({platform.machine()}); "
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
           "500 alerts / 200 nodes / limit 20, PostgreSQL 127.0.0.1")
     print("| replicas | first webhook -> 20th quarantine s | webhook p50 ms | webhook p99 ms | max nodes tainted |")
     print("|---|---|---|---|---|")
