@@ -17,17 +17,33 @@ remediation, so deliveries at once (an HA Alertmanager pair, a retry racing the 
 on PostgreSQL, where the second update waits for the first's row lock and then finds the row `new`) put it
 back once; after the new decision a later repeat reads the new remediation. At most one new decision per
 repeat, and none after a remediation that ran.
+
+The same holds for an alert a silence held (outcome `silenced`, the note naming the silence; no remediation).
+Alertmanager notifies a still-firing alert again once its silence ends; the controller's silences are its
+own, so Alertmanager goes on sending the alert, and its repeats are the controller's cue. A repeat of such a
+first delivery, still firing and not resolved since (no resolved delivery of its fingerprint stored after
+it), that no silence in force matches any more (the silence expired by time or by `expire`/DELETE) puts it
+back to `new` the same way, conditional on the row still being `done`, `silenced`, with the same note;
+audited as `alert.redelivered` ("silence <id> ended: deciding again", no remediation). While a silence
+still matches, the repeat stays a repeat. The silences in force are read only when a repeat's first
+delivery was silenced, in the same read, and matched as the worker matches them (silencing.SilenceSet, its
+patterns compiled once and cached).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, exists, func, or_, select, update
+from sqlalchemy.orm import aliased
 
 from remediator.retrying import CONTEXT_READ_FAILED
+from remediator.silencing import SilenceSet, silence_id_of
 from remediator.store.models import AlertRow, Remediation
+from remediator.store.silence_store import active_silences_in
 from remediator.store.unit_of_work import RepositoryBase
 
 __all__ = ["decide_again", "ended_without_running"]
@@ -49,43 +65,85 @@ def ended_without_running() -> ColumnElement[bool]:
     )
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """A first delivery to decide again: after its remediation (`rem_id`) ended without running, or after the
+    silence that held it (`note` names it) ended."""
+
+    alert_id: int
+    rem_id: str | None
+    reason: str | None  # the remediation's state_reason
+    note: str | None  # the silenced alert's note
+
+
+def _silenced_unresolved() -> ColumnElement[bool]:
+    """A first delivery a silence held, of which no resolved delivery (same fingerprint) was stored since."""
+    later = aliased(AlertRow)
+    return and_(
+        AlertRow.outcome == "silenced", AlertRow.remediation_id.is_(None),
+        ~exists().where(later.fingerprint == AlertRow.fingerprint, later.status == "resolved", later.id > AlertRow.id),
+    )
+
+
 async def decide_again(repo: RepositoryBase, originals: Collection[int]) -> list[int]:
     """Put back to `new` those of `originals` (first deliveries of which a repeat was just stored) whose
-    remediation ended without running; returns their ids. A read beside the writer first: nearly always
-    there is none, and the webhook's intake then writes nothing more."""
+    remediation ended without running, or whose silence ended and that no silence in force matches now;
+    returns their ids. A read beside the writer first: nearly always there is none, and the webhook's intake
+    then writes nothing more."""
     wanted = sorted(set(originals))
     if not wanted:
         return []
-    found: list[tuple[int, str, str | None]] = []
+    found: list[_Ended] = []
     async with repo.reading() as session:
+        silenced: list[tuple[int, str | None, dict[str, Any]]] = []
         for i in range(0, len(wanted), _CHUNK):
             rows = await session.execute(
-                select(AlertRow.id, Remediation.id, Remediation.state_reason)
-                .join(Remediation, Remediation.id == AlertRow.remediation_id)
+                select(AlertRow.id, AlertRow.outcome, AlertRow.note, AlertRow.labels, Remediation.id,
+                       Remediation.state_reason)
+                .outerjoin(Remediation, Remediation.id == AlertRow.remediation_id)
                 .where(
                     AlertRow.id.in_(wanted[i : i + _CHUNK]), AlertRow.state == "done", AlertRow.status == "firing",
-                    Remediation.finished_at.is_not(None), Remediation.alert_resolved.is_(False),
-                    ended_without_running(),
+                    or_(
+                        and_(Remediation.finished_at.is_not(None), Remediation.alert_resolved.is_(False),
+                             ended_without_running()),
+                        _silenced_unresolved(),
+                    ),
                 )
             )
-            found.extend((int(a), str(r), reason) for a, r, reason in rows.all())
+            for alert_id, outcome, note, labels, rem_id, reason in rows.all():
+                if rem_id is None and outcome == "silenced":
+                    silenced.append((int(alert_id), note, dict(labels or {})))
+                elif rem_id is not None:
+                    found.append(_Ended(int(alert_id), str(rem_id), reason, None))
+        if silenced:  # only now: the silences in force, matched as the worker matches them
+            holding = SilenceSet(await active_silences_in(session, repo._clock()))
+            found.extend(_Ended(a, None, None, note) for a, note, labels in silenced
+                         if not (holding and holding.match(labels)))
     if not found:
         return []
     reopened: list[int] = []
     async with repo.transaction(intake=True) as session:
-        for alert_id, rem_id, reason in found:
-            why = f"re-delivered after {reason or 'its remediation crashed'}: deciding again"
+        for ended in found:
+            still: tuple[ColumnElement[bool], ...]
+            if ended.rem_id is None:
+                silence_id = silence_id_of(ended.note) or "?"
+                why = f"silence {silence_id} ended: deciding again"
+                still = (AlertRow.outcome == "silenced", AlertRow.remediation_id.is_(None),
+                         AlertRow.note == ended.note if ended.note is not None else AlertRow.note.is_(None))
+                data: dict[str, Any] = {"alert_id": ended.alert_id, "reason": why, "silence_id": silence_id}
+            else:
+                why = f"re-delivered after {ended.reason or 'its remediation crashed'}: deciding again"
+                still = (AlertRow.remediation_id == ended.rem_id,)
+                data = {"alert_id": ended.alert_id, "reason": why, "ended": ended.reason}
             back = await session.scalar(
                 update(AlertRow)
-                .where(AlertRow.id == alert_id, AlertRow.state == "done", AlertRow.remediation_id == rem_id)
+                .where(AlertRow.id == ended.alert_id, AlertRow.state == "done", *still)
                 .values(state="new", outcome=None, note=why, claimed_by=None, claim_expires=None)
                 .returning(AlertRow.id)
             )
             if back is None:  # another delivery put it back first, or it was decided again meanwhile
                 continue
-            reopened.append(alert_id)
-            await repo.audit(session, "alert.redelivered", remediation_id=rem_id,
-                             data={"alert_id": alert_id, "reason": why, "ended": reason})
-    for alert_id in reopened:
-        log.info("alert %s re-delivered after its remediation ended without running: deciding again", alert_id)
+            reopened.append(ended.alert_id)
+            await repo.audit(session, "alert.redelivered", remediation_id=ended.rem_id, data=data)
+            log.info("alert %s: %s", ended.alert_id, why)
     return reopened

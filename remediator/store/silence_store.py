@@ -13,12 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.silencing import ActiveSilence, Matcher
 from remediator.store.models import Silence
 from remediator.store.unit_of_work import RepositoryBase, _aware
 
-__all__ = ["SilenceStore"]
+__all__ = ["SilenceStore", "active_silences_in"]
 
 
 def _record(silence: Silence) -> dict[str, Any]:
@@ -33,6 +34,19 @@ def _iso(value: datetime) -> str:
     aware = _aware(value)
     assert aware is not None
     return aware.isoformat()
+
+
+async def active_silences_in(session: AsyncSession, now: datetime) -> list[ActiveSilence]:
+    """The silences in force at `now`, oldest first, read in `session` (one indexed read: those whose end is
+    still ahead). The worker's decisions and the intake's re-delivery after a silence (store/redelivery.py)
+    read them the same way."""
+    rows = await session.scalars(
+        select(Silence).where(Silence.ends_at > now, Silence.starts_at <= now).order_by(Silence.created_at)
+    )
+    return [
+        ActiveSilence(s.id, tuple(Matcher.of(m) for m in s.matchers), s.created_by, s.comment, _aware(s.ends_at) or now)
+        for s in rows.all()
+    ]
 
 
 class SilenceStore(RepositoryBase):
@@ -93,13 +107,6 @@ class SilenceStore(RepositoryBase):
             return list(rows.all())
 
     async def active_silences(self, now: datetime) -> list[ActiveSilence]:
-        """The silences in force at `now`, oldest first (one indexed read: those whose end is still ahead)."""
+        """The silences in force at `now`, oldest first (`active_silences_in`)."""
         async with self.reading() as session:
-            rows = await session.scalars(
-                select(Silence).where(Silence.ends_at > now, Silence.starts_at <= now).order_by(Silence.created_at)
-            )
-            return [
-                ActiveSilence(s.id, tuple(Matcher.of(m) for m in s.matchers), s.created_by, s.comment,
-                              _aware(s.ends_at) or now)
-                for s in rows.all()
-            ]
+            return await active_silences_in(session, now)
