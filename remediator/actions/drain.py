@@ -41,8 +41,10 @@ class DrainParams(StrictParams):
     @field_validator("pods")
     @classmethod
     def _pods(cls, value: str) -> str:
-        if not re.fullmatch(r"all|gpu|gpu:\S+", value):
-            raise ValueError(f'pods must be "all", "gpu" or "gpu:<uuid>", got {value!r}')
+        if not re.fullmatch(r"all|gpu|gpu:\S+|instance:[^\s/]+/[0-9]+", value):
+            raise ValueError(
+                f'pods must be "all", "gpu", "gpu:<uuid>" or "instance:<uuid>/<gpu instance id>", got {value!r}'
+            )
         return value
 
 
@@ -77,22 +79,43 @@ def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
     return any(r.get("kind") == "DaemonSet" and r.get("controller") for r in refs)
 
 
+def _listed(context: Mapping[str, Any], key: str, name: str) -> list[Mapping[str, Any]] | None:
+    mapping = context.get(key)
+    found = mapping.get(name) if isinstance(mapping, Mapping) else None
+    return [e for e in found if isinstance(e, Mapping)] if isinstance(found, list) else None
+
+
 def _gpu_selection(selection: str, context: Mapping[str, Any]) -> tuple[set[str] | None, str | None]:
-    """For "gpu:<uuid>": identities (uid or namespace/name) of that GPU's pods; None falls back to "gpu"."""
+    """For "gpu:<uuid>": identities (uid or namespace/name) of that GPU's pods; None falls back to "gpu".
+
+    For "instance:<uuid>/<N>": the pods of that MIG GPU instance (context `instance_pods`, engine/gpu_instance.py);
+    unknown, the GPU's pods instead, and every GPU pod of the node when those are unknown too."""
+    note = None
+    if selection.startswith("instance:"):
+        key = selection.split(":", 1)[1]
+        listed = _listed(context, "instance_pods", key)
+        if listed is not None:
+            return _identities(listed), None
+        uuid = key.rsplit("/", 1)[0]
+        why = context.get("gpu_instance_error") or "no instance_pods in context"
+        note = f"pods of GPU instance {key} unknown ({why}): drained the pods of GPU {uuid} instead"
+        selection = f"gpu:{uuid}"
     if not selection.startswith("gpu:"):
         return None, None
     uuid = selection.split(":", 1)[1]
-    listed = (
-        (context.get("gpu_pods") or {}).get(uuid) if isinstance(context.get("gpu_pods"), Mapping) else None
-    )
+    listed = _listed(context, "gpu_pods", uuid)
     if listed is None:
         return None, f"pods of GPU {uuid} unknown (no gpu_pods in context): drained every GPU pod instead"
+    return _identities(listed), note
+
+
+def _identities(listed: list[Mapping[str, Any]]) -> set[str]:
     identities = set()
     for entry in listed:
         if entry.get("uid"):
             identities.add(str(entry["uid"]))
         identities.add(f"{entry.get('namespace')}/{entry.get('name')}")
-    return identities, None
+    return identities
 
 
 def _skip_reason(
@@ -109,7 +132,11 @@ def _skip_reason(
     if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
         return "completed"
     if gpu_pods is not None:
-        return None if (ref.uid in gpu_pods or str(ref) in gpu_pods) else f"not on GPU {selection[4:]}"
+        if ref.uid in gpu_pods or str(ref) in gpu_pods:
+            return None
+        if selection.startswith("instance:"):
+            return f"not on GPU instance {selection.split(':', 1)[1]}"
+        return f"not on GPU {selection[4:]}"
     if selection != "all" and not uses_gpu(pod):
         return "uses no GPU"
     return None

@@ -3,7 +3,8 @@
 Events are named from the remediation, the step and the object, so re-running the step after a crash
 finds its own event (409 AlreadyExists) instead of posting a second one.
 
-`object: node | pods` says where the event goes. Its old name `on:` is still accepted (plans stored before
+`object: node | pods | instance_pods` says where the event goes (`instance_pods`: only the pods of the MIG GPU
+instance the alert names, engine/gpu_instance.py; none when the node agent did not name them). Its old name `on:` is still accepted (plans stored before
 the rename carry it): YAML 1.1 tools (PyYAML, Helm, kubectl, yamllint's truthy rule) read the key `on` as
 the boolean true, so definitions should spell it `object`; `remediator check` warns about the old key.
 """
@@ -32,7 +33,7 @@ class EventParams(StrictParams):
     reason: str = Field(min_length=1, max_length=128)
     message: str
     type: Literal["Normal", "Warning"] = "Warning"
-    object: Literal["node", "pods"] = "node"
+    object: Literal["node", "pods", "instance_pods"] = "node"
 
     # old key -> (its name now, why it changed); accepted, and reported by the definition checks
     deprecated_keys: ClassVar[dict[str, tuple[str, str]]] = {
@@ -88,9 +89,18 @@ async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, Any]) -> b
     return True
 
 
-def _pod_targets(ctx: ActionContext) -> list[tuple[str, dict[str, Any]]]:
+def _instance_pods(ctx: ActionContext) -> list[Any]:
+    """The pods of the MIG GPU instance the alert names (context `instance_pods`, engine/gpu_instance.py); none
+    when the node agent did not name them (the event then goes nowhere rather than to the whole GPU's pods)."""
+    mapping = ctx.gathered.get("instance_pods")
+    if not isinstance(mapping, Mapping):
+        return []
+    return [p for entries in mapping.values() if isinstance(entries, list) for p in entries if isinstance(p, Mapping)]
+
+
+def _pod_targets(ctx: ActionContext, pods: list[Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
     targets = []
-    for pod in ctx.gathered.get("pods") or []:
+    for pod in ctx.gathered.get("pods") or [] if pods is None else pods:
         if not pod.get("namespace") or not pod.get("name"):
             continue
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"], "name": pod["name"]}
@@ -133,6 +143,8 @@ class Event(Action[EventParams]):
     ) -> list[tuple[str, dict[str, Any]]]:
         if p.object == "pods":
             return _pod_targets(ctx)
+        if p.object == "instance_pods":
+            return _pod_targets(ctx, _instance_pods(ctx))
         name = target_node(ctx)
         node = await kube.get_node(name)
         uid = (node.get("metadata") or {}).get("uid")

@@ -48,7 +48,8 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
         "pod_source": "str: where the pod list came from (e.g. sidecar, kube, labels)",
         "node": "dict: always `name`; with cluster access also labels, taints, unschedulable, internal_ip, "
         "boot_id, ready (or `missing`): read those with .get('key') or `| default(...)`",
-        "...": "further keys gathered by the engine when it can (gpu_uuid, gpu_pods, sidecar_error): read "
+        "...": "further keys gathered by the engine when it can (gpu_uuid, gpu_pods, sidecar_error; for an alert "
+        "naming a MIG GPU instance gpu_instance, instance_pods, instance_uuid or gpu_instance_error): read "
         "them with .get('key') or `| default(...)`",
     },
     "params": {

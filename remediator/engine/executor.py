@@ -39,6 +39,7 @@ from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
 from remediator.engine.context_prefetch import ContextPrefetch
 from remediator.engine.first_step import PreparedStep, prepare_first_step
+from remediator.engine.gpu_instance import instance_context
 from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
@@ -494,6 +495,8 @@ class Executor:
         context.update(gpu_uuid=uuid, gpu_pods={uuid: on_gpu}, pod_source="sidecar", pods=pods)
         if named is not None:  # the exporter answered too: the sidecar wins, the alert's pod stays on record
             context["exporter_pod"] = f"{named[0]}/{named[1]}"
+        if sidecar is not None and ip:  # a MIG GPU instance the alert names: that instance's pods (gpu_instance.py)
+            context.update(await instance_context(sidecar, ip, uuid, labels, rem_id or target.key))
         return context
 
     def _quarantines(self, rem: Remediation) -> bool:
