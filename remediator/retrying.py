@@ -12,6 +12,12 @@ budget, not a count (`TransientPolicy`, modelled on client-go's and controller-r
 exponential backoff with full jitter, capped low so that an outage's end is noticed within seconds, and
 never sooner than the peer's Retry-After. When the budget runs out the caller is told `DependencyWaiting`:
 the remediation waits for the dependency and runs the step again later; it is not failed.
+
+Notifications (remediator/adapters/notifier.py) use the same policy through `TransientPolicy.run`, with
+their own classification and budget, an optional cap on attempts, and Retry-After honoured exactly; when
+it is spent they are told `RetriesSpent` (what ended the retries, in words) and record the message failed.
+A Retry-After longer than what is left of the budget ends the retries at once: never a request sooner
+than the peer asked.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ __all__ = [
     "WAITING_PREFIX",
     "Backoff",
     "DependencyWaiting",
+    "RetriesSpent",
     "TransientPolicy",
     "dependency_of",
     "is_transient",
@@ -77,6 +84,13 @@ def _symptom(exc: BaseException) -> str:
     return f"answering {status}" if status else "unreachable"
 
 
+def _retry_after_of(exc: BaseException) -> float | None:
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int | float) and not isinstance(retry_after, bool) and retry_after > 0:
+        return float(retry_after)
+    return None
+
+
 def waiting_reason(exc: BaseException, since: datetime) -> str:
     """`waiting: kubernetes API answering 429 since 12:01:03Z`: which dependency, how, and since when."""
     at = since.astimezone(UTC).strftime("%H:%M:%SZ")
@@ -96,6 +110,20 @@ class DependencyWaiting(RemediatorError):
         super().__init__(f"{self.reason}: {error}")
 
 
+class RetriesSpent(RemediatorError):
+    """A transient failure outlasted a policy (`TransientPolicy.run`): its budget or its attempts are spent.
+
+    `error` is the last transient error, `since` when the failures began (UTC), `attempts` the calls made,
+    `why` what ended the retries, in words (the budget, a Retry-After past it, the attempt limit)."""
+
+    def __init__(self, error: BaseException, since: datetime, attempts: int, why: str) -> None:
+        self.error = error
+        self.since = since
+        self.attempts = attempts
+        self.why = why
+        super().__init__(f"{why}: {error}")
+
+
 @dataclass
 class Backoff:
     """Waits between retries of one failing call: exponential with full jitter, capped, never under the peer's
@@ -107,6 +135,7 @@ class Backoff:
     cap: float = 5.0
     rng: random.Random = field(default_factory=random.Random)
     jitter: bool = True  # False: exactly base, 2*base, 4*base ... (a PodDisruptionBudget's 429 without Retry-After)
+    exact_retry_after: bool = False  # True: wait exactly the peer's Retry-After when it gave one
     _streak: int = 0
     _kind: tuple[type[BaseException], int | None] | None = None
 
@@ -116,9 +145,10 @@ class Backoff:
         self._kind = kind
         ceiling = min(self.cap, self.base * 2 ** min(self._streak - 1, 30))
         wait = self.rng.uniform(0, ceiling) if self.jitter else ceiling
-        retry_after = getattr(exc, "retry_after", None)
-        if isinstance(retry_after, int | float) and retry_after > 0:
-            wait = max(wait, float(retry_after))  # never sooner than the peer asked
+        retry_after = _retry_after_of(exc)
+        if retry_after is not None:
+            # never sooner than the peer asked; exactly what it asked when told so
+            wait = retry_after if self.exact_retry_after else max(wait, retry_after)
         return wait
 
     def reset(self) -> None:
@@ -127,15 +157,22 @@ class Backoff:
 
 @dataclass(frozen=True)
 class TransientPolicy:
-    """Retry transient errors for `budget` seconds (from the first failure), waiting per `Backoff`."""
+    """Retry transient errors for `budget` seconds (from the first failure), waiting per `Backoff`.
+
+    `attempts` (None: no limit) caps the calls made as well; `exact_retry_after` waits exactly the peer's
+    Retry-After when it gave one (otherwise the backoff's wait when longer)."""
 
     budget: float = 300.0
     base: float = 0.5
     cap: float = 5.0
+    attempts: int | None = None
+    exact_retry_after: bool = False
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.base <= 0 or self.cap < self.base:
             raise ValueError("a transient policy needs budget >= 0 and 0 < base <= cap")
+        if self.attempts is not None and self.attempts < 1:
+            raise ValueError("a transient policy's attempts must be at least 1 (or None: only the budget)")
 
     async def call(
         self,
@@ -148,23 +185,57 @@ class TransientPolicy:
 
         A permanent error (or anything not transient) is raised at once. No wait runs past the budget, except
         that the last wait is never shorter than the peer's Retry-After: the budget ends early instead."""
+        try:
+            return await self.run(attempt, on_retry=on_retry, rng=rng)
+        except RetriesSpent as spent:
+            raise DependencyWaiting(spent.error, spent.since) from spent.error
+
+    async def run(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        transient: Callable[[BaseException], bool] = is_transient,
+        on_retry: Callable[[BaseException, float], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> T:
+        """`attempt()`'s result; errors `transient` accepts retried until the budget or the attempts are
+        spent, then RetriesSpent. Anything else is raised at once, unchanged.
+
+        A wait that would end past the budget is never shortened: when the peer's Retry-After (or the
+        backoff) reaches beyond what is left, the retries end at once instead of asking sooner."""
         loop = asyncio.get_running_loop()
-        backoff = Backoff(self.base, self.cap, rng or random.Random())  # noqa: S311 (jitter, not secrets)
+        rng = rng or random.Random()  # noqa: S311 (jitter, not secrets)
+        backoff = Backoff(self.base, self.cap, rng, exact_retry_after=self.exact_retry_after)
         first: float | None = None
         since: datetime | None = None
+        calls = 0
         while True:
+            calls += 1
             try:
                 return await attempt()
             except BaseException as exc:
-                if not is_transient(exc):
+                if not transient(exc):
                     raise
                 now = loop.time()
                 if first is None:
                     first, since = now, datetime.now(UTC)
                 assert since is not None
+                if self.attempts is not None and calls >= self.attempts:
+                    raise RetriesSpent(exc, since, calls, f"at most {self.attempts} attempts allowed") from exc
                 wait = backoff.next(exc)
-                if now + wait - first > self.budget:
-                    raise DependencyWaiting(exc, since) from exc
+                left = self.budget - (now - first)
+                if wait > left:
+                    raise RetriesSpent(exc, since, calls, self._spent(exc, wait, left)) from exc
                 if on_retry is not None:
                     on_retry(exc, wait)
                 await asyncio.sleep(wait)
+
+    def _spent(self, exc: BaseException, wait: float, left: float) -> str:
+        left = max(0.0, left)
+        retry_after = _retry_after_of(exc)
+        if retry_after is not None and retry_after >= wait:
+            return (
+                f"the peer asked to wait {retry_after:g} s (Retry-After), past the {self.budget:g} s budget "
+                f"({left:.1f} s left); not asked sooner"
+            )
+        return f"the {self.budget:g} s budget is spent ({self.budget - left:.1f} s since the first failure)"

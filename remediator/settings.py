@@ -101,8 +101,12 @@ class Settings(BaseSettings):
     # Key for CSRF form tokens; replicas behind one URL must share it (random per process when unset).
     secret_key: str | None = None
     notify_webhook_url: str | None = None
-    # Delivery attempts per notification and the first backoff (doubling, at most 8 s between attempts).
-    notify_attempts: int = Field(default=4, ge=1, le=20)
+    # Notifications retry transient failures (connection errors, timeouts, 429, 5xx, Slack's transient
+    # `ok: false` codes) for notify_budget per message, waiting exactly a Retry-After (one past the budget
+    # ends the retries at once), else full-jitter backoff from notify_backoff capped at 8 s
+    # (remediator/adapters/notifier.py). notify_attempts, when set, also caps the calls per message.
+    notify_budget: timedelta = timedelta(minutes=10)
+    notify_attempts: int | None = Field(default=None, ge=1, le=1000)
     notify_backoff: timedelta = timedelta(milliseconds=500)
     approver_header: str | None = None
     approvers: CommaList = Field(default_factory=list)
@@ -243,6 +247,14 @@ class Settings(BaseSettings):
         for item in value:
             parse_origin(item, "SLACK_RESPONSE_URL_HOSTS")
         return value
+
+    @field_validator("notify_budget", mode="before")
+    @classmethod
+    def _notify_budget(cls, value: Any) -> timedelta:
+        duration = parse_duration(value)
+        if duration > timedelta(days=1):
+            raise ValueError("NOTIFY_BUDGET is at most 1d (0 sends each message once, without retries)")
+        return duration
 
     @field_validator("session_ttl", mode="before")
     @classmethod

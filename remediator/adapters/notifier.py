@@ -2,11 +2,16 @@
 the follow-ups to Slack's `response_url`.
 
 The only place that talks HTTP to Slack or to a PagerDuty-style receiver. Each channel gets one injected
-`httpx.AsyncClient` (tests swap its transport or point it at a local receiver) and retries connection
-failures, 429 and 5xx with exponential backoff (tenacity); a final failure raises `NotificationFailed`.
-The Slack bot (`SlackBot`, Web API `chat.postMessage` / `chat.update`) keeps one message per remediation
-and edits it in place; it also retries Slack's `ok: false` answers that are transient (`ratelimited`,
-honouring Retry-After) and gives up at once on the others (`channel_not_found`, `invalid_auth`, ...).
+`httpx.AsyncClient` (tests swap its transport or point it at a local receiver). Every answer is classified
+once (`transient_answer`): no answer (connection error, timeout), HTTP 408, 429 and 5xx, and Slack's
+transient `ok: false` codes (`SLACK_TRANSIENT_ERRORS`: `ratelimited`, `service_unavailable`, ...) are
+transient; any other 4xx and any other Slack code (`channel_not_found`, `invalid_auth`, `msg_too_long`, ...)
+is permanent and not retried. Transient failures are retried through the controller's transient policy
+(`remediator.retrying.TransientPolicy`) within a time budget (REMEDIATOR_NOTIFY_BUDGET), with capped
+full-jitter backoff, waiting exactly the receiver's Retry-After when it sent one; a Retry-After past what is
+left of the budget ends the retries at once, never a request sooner than asked. A final failure raises
+`NotificationFailed` saying why. The Slack bot (`SlackBot`, Web API `chat.postMessage` / `chat.update`)
+keeps one message per remediation and edits it in place.
 What a message says is decided by the engine (`remediator.engine.notifications`); this module only turns
 a neutral `Message` into each receiver's wire format and delivers it.
 
@@ -22,17 +27,23 @@ its URL is Slack's.
 
 from __future__ import annotations
 
+import email.utils
+import logging
+import math
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.errors import RemediatorError
+from remediator.retrying import RetriesSpent, TransientPolicy
 
 __all__ = [
+    "DEFAULT_NOTIFY_BUDGET",
     "DEFAULT_SLACK_API_URL",
+    "SLACK_TRANSIENT_ERRORS",
     "Button",
     "Channel",
     "JsonWebhook",
@@ -48,12 +59,17 @@ __all__ = [
     "SlackThreads",
     "SlackWebhook",
     "Tone",
+    "notify_policy",
     "open_channels",
     "open_responder",
     "response_url_refusal",
     "slack_blocks",
     "slack_escape",
+    "transient_answer",
 ]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Tone = Literal["info", "good", "warning", "danger"]
 _EMOJI: dict[str, str] = {
@@ -66,14 +82,23 @@ _MAX_PODS = 15
 
 
 class NotificationFailed(RemediatorError):
-    """A receiver could not be reached or refused the message after every retry."""
+    """A receiver could not be reached or refused the message after every retry.
+
+    `retryable` is the classification (`transient_answer`); `outcome` says, once delivery stopped, why it
+    stopped (permanent, or what ended the retries of a transient failure) and `attempts` how many calls."""
 
     def __init__(self, channel: str, reason: str, *, retryable: bool = True, retry_after: float | None = None) -> None:
         self.channel = channel
         self.reason = reason
         self.retryable = retryable
         self.retry_after = retry_after  # what the receiver asked for (Retry-After), in seconds
+        self.attempts = 1
+        self.outcome = ""
         super().__init__(f"{channel}: {reason}")
+
+    def __str__(self) -> str:
+        said = f"{self.channel}: {self.reason}"
+        return f"{said} ({self.outcome})" if self.outcome else said
 
 
 class SlackApiError(NotificationFailed):
@@ -241,53 +266,132 @@ def slack_blocks(message: Message) -> list[dict[str, Any]]:
     return blocks
 
 
+# Slack's `ok: false` codes that asking again later can fix (Slack's Web API error reference): its rate limit,
+# its own failures ("likely due to a transient issue on our end"), a request cut short, and a workspace
+# being moved into an Enterprise organisation ("intermittently unavailable until the transition is
+# complete"). Every other code (channel_not_found, not_in_channel, invalid_auth, not_authed, token_revoked,
+# msg_too_long, invalid_blocks, ...) will not get better by asking again.
+SLACK_TRANSIENT_ERRORS: Final = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)
+DEFAULT_NOTIFY_BUDGET: Final = 600.0  # REMEDIATOR_NOTIFY_BUDGET's default, seconds
+DEFAULT_BACKOFF: Final = 0.5  # REMEDIATOR_NOTIFY_BACKOFF's default: the first wait's ceiling
+MAX_BACKOFF: Final = 8.0  # the backoff's cap (a Retry-After may ask for longer and is waited out)
+
+
+def transient_answer(status: int | None, slack_error: str | None = None) -> bool:
+    """The one classification of a receiver's answer: may asking again later deliver the message?
+
+    `status` None: no answer at all (connection refused or reset, timeout). HTTP 408, 429 and 5xx are
+    transient, any other status of 300 or more permanent; a 2xx carrying Slack's `ok: false` is transient
+    exactly when its code is in SLACK_TRANSIENT_ERRORS."""
+    if status is None or status in (408, 429) or status >= 500:
+        return True
+    if status >= 300:
+        return False
+    return slack_error in SLACK_TRANSIENT_ERRORS
+
+
+def notify_policy(
+    budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
+    backoff_seconds: float = DEFAULT_BACKOFF,
+    max_backoff_seconds: float = MAX_BACKOFF,
+    attempts: int | None = None,
+) -> TransientPolicy:
+    """The transient policy of one channel: retries within `budget_seconds` (and at most `attempts` calls when
+    set), full-jitter backoff from `backoff_seconds` capped at `max_backoff_seconds`, Retry-After exactly."""
+    if not math.isfinite(budget_seconds) or budget_seconds < 0:
+        raise ValueError(f"a notification budget must be 0 or more seconds, got {budget_seconds!r}")
+    if not math.isfinite(backoff_seconds) or backoff_seconds < 0:
+        raise ValueError(f"a notification backoff must be 0 or more seconds, got {backoff_seconds!r}")
+    if attempts is not None and attempts < 1:
+        raise ValueError(f"notification attempts must be at least 1 (or unset), got {attempts!r}")
+    base = max(backoff_seconds, 0.001)  # 0 s: retry at once (a millisecond apart)
+    return TransientPolicy(
+        budget=budget_seconds,
+        base=base,
+        cap=max(base, max_backoff_seconds),
+        attempts=attempts,
+        exact_retry_after=True,
+    )
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, NotificationFailed) and exc.retryable
 
 
-MAX_RETRY_AFTER = 60.0
+def _retrying(failed: BaseException, wait: float) -> None:
+    log.debug("%s; asking again in %.2f s", failed, wait)
 
 
-def _wait(
-    backoff: float, max_backoff: float, max_retry_after: float = MAX_RETRY_AFTER
-) -> Callable[[RetryCallState], float]:
-    """Exponential backoff, or the receiver's Retry-After when it gave one (capped)."""
-    exponential = wait_exponential(multiplier=backoff, max=max_backoff)
-
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, NotificationFailed) and exc.retry_after is not None:
-            return min(max(exc.retry_after, 0.0), max_retry_after)
-        return float(exponential(state))
-
-    return wait
+async def _delivered(policy: TransientPolicy, attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()` retried per `policy` while it fails transiently; a final NotificationFailed says why."""
+    try:
+        return await policy.run(attempt, transient=_retryable, on_retry=_retrying)
+    except RetriesSpent as spent:
+        failed = spent.error
+        assert isinstance(failed, NotificationFailed)  # only these are retried (_retryable)
+        failed.attempts = spent.attempts
+        tries = "1 attempt" if spent.attempts == 1 else f"{spent.attempts} attempts"
+        failed.outcome = f"transient; gave up after {tries}: {spent.why}"
+        raise failed from None
+    except NotificationFailed as failed:
+        if not failed.retryable and not failed.outcome:
+            failed.outcome = "permanent; not retried"
+        raise
 
 
 def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+    """Seconds to wait from a Retry-After header: delay-seconds or an HTTP-date; None when absent or unreadable."""
+    if value is None:
         return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return None if math.isnan(seconds) or seconds <= 0 else seconds
+
+
+def _http_failure(name: str, what: str, response: httpx.Response) -> NotificationFailed:
+    return NotificationFailed(
+        name,
+        f"{what}HTTP {response.status_code}: {response.text[:200]}",
+        retryable=transient_answer(response.status_code),
+        retry_after=_retry_after(response.headers.get("retry-after")),
+    )
+
+
+def _unreachable(name: str, what: str, exc: httpx.TransportError) -> NotificationFailed:
+    return NotificationFailed(name, f"{what}{type(exc).__name__}: {exc}", retryable=transient_answer(None))
 
 
 async def _post_json(http: httpx.AsyncClient, url: str, body: dict[str, Any], name: str) -> None:
-    """One POST; NotificationFailed (retryable for connection errors, 429 and 5xx) when it did not land."""
+    """One POST; NotificationFailed, classified by `transient_answer`, when it did not land."""
     try:
         response = await http.post(url, json=body)
     except httpx.TransportError as exc:
-        raise NotificationFailed(name, f"{type(exc).__name__}: {exc}") from exc
-    if response.status_code == 429 or response.status_code >= 500:
-        raise NotificationFailed(
-            name,
-            f"HTTP {response.status_code}: {response.text[:200]}",
-            retry_after=_retry_after(response.headers.get("retry-after")),
-        )
+        raise _unreachable(name, "", exc) from exc
     if response.status_code >= 300:
-        raise NotificationFailed(name, f"HTTP {response.status_code}: {response.text[:200]}", retryable=False)
+        raise _http_failure(name, "", response)
 
 
 class _HttpChannel:
-    """POST JSON with retries; subclasses decide the body."""
+    """POST JSON with retries (`notify_policy`); subclasses decide the body."""
 
     name: ClassVar[str] = "http"
 
@@ -296,30 +400,21 @@ class _HttpChannel:
         url: str,
         http: httpx.AsyncClient,
         *,
-        attempts: int = 4,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 8.0,
+        attempts: int | None = None,
+        backoff_seconds: float = DEFAULT_BACKOFF,
+        max_backoff_seconds: float = MAX_BACKOFF,
+        budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
     ) -> None:
         self.url = url
         self._http = http
-        self._attempts = attempts
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
+        self.policy = notify_policy(budget_seconds, backoff_seconds, max_backoff_seconds, attempts)
 
     def body(self, message: Message) -> dict[str, Any]:
         raise NotImplementedError
 
     async def send(self, message: Message) -> None:
         body = self.body(message)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=_wait(self._backoff, self._max_backoff),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                await _post_json(self._http, self.url, body, self.name)
+        await _delivered(self.policy, lambda: _post_json(self._http, self.url, body, self.name))
 
 
 class SlackWebhook(_HttpChannel):
@@ -355,9 +450,6 @@ class JsonWebhook(_HttpChannel):
 
 
 DEFAULT_SLACK_API_URL = "https://slack.com/api"
-# Slack's `ok: false` codes worth another attempt; any other (channel_not_found, invalid_auth,
-# not_in_channel, ...) will not get better by asking again.
-_SLACK_TRANSIENT = frozenset({"ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"})
 # chat.update codes after which the remembered message is gone: post a new one and remember that.
 _SLACK_MESSAGE_GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 
@@ -415,20 +507,17 @@ class SlackBot:
         *,
         api_url: str = DEFAULT_SLACK_API_URL,
         threads: SlackThreads | None = None,
-        attempts: int = 4,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 8.0,
-        max_retry_after: float = MAX_RETRY_AFTER,
+        attempts: int | None = None,
+        backoff_seconds: float = DEFAULT_BACKOFF,
+        max_backoff_seconds: float = MAX_BACKOFF,
+        budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
     ) -> None:
         self.channel = channel
         self.api_url = api_url.rstrip("/")
         self.threads: SlackThreads = threads if threads is not None else _MemoryThreads()
         self._token = token
         self._http = http
-        self._attempts = attempts
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
-        self._max_retry_after = max_retry_after
+        self.policy = notify_policy(budget_seconds, backoff_seconds, max_backoff_seconds, attempts)
 
     async def send(self, message: Message) -> None:
         rem_id = message.remediation_id
@@ -464,16 +553,7 @@ class SlackBot:
 
     async def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
         """One Web API method with retries; Slack's answer when `ok`, else SlackApiError/NotificationFailed."""
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=_wait(self._backoff, self._max_backoff, self._max_retry_after),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await self._call_once(method, body)
-        raise AssertionError("unreachable: tenacity re-raises the last failure")  # pragma: no cover
+        return await _delivered(self.policy, lambda: self._call_once(method, body))
 
     async def _call_once(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -483,16 +563,14 @@ class SlackBot:
                 headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json; charset=utf-8"},
             )
         except httpx.TransportError as exc:
-            raise NotificationFailed(self.name, f"{method}: {type(exc).__name__}: {exc}") from exc
+            raise _unreachable(self.name, f"{method}: ", exc) from exc
         retry_after = _retry_after(response.headers.get("retry-after"))
-        if response.status_code == 429:
-            raise SlackApiError(self.name, method, "ratelimited", retryable=True, retry_after=retry_after)
-        if response.status_code >= 500:
-            raise NotificationFailed(self.name, f"{method}: HTTP {response.status_code}: {response.text[:200]}")
-        if response.status_code >= 300:
-            raise NotificationFailed(
-                self.name, f"{method}: HTTP {response.status_code}: {response.text[:200]}", retryable=False
+        if response.status_code == 429:  # Slack's rate limit: `ok: false, error: ratelimited` with Retry-After
+            raise SlackApiError(
+                self.name, method, "ratelimited", retryable=transient_answer(429), retry_after=retry_after
             )
+        if response.status_code >= 300:
+            raise _http_failure(self.name, f"{method}: ", response)
         try:
             answer = response.json()
         except ValueError as exc:
@@ -501,7 +579,13 @@ class SlackBot:
             raise NotificationFailed(self.name, f"{method}: the answer is not a JSON object", retryable=False)
         if answer.get("ok") is not True:
             error = str(answer.get("error") or "unknown_error")[:100]
-            raise SlackApiError(self.name, method, error, retryable=error in _SLACK_TRANSIENT, retry_after=retry_after)
+            raise SlackApiError(
+                self.name,
+                method,
+                error,
+                retryable=transient_answer(response.status_code, error),
+                retry_after=retry_after,
+            )
         return answer
 
 
@@ -543,15 +627,14 @@ class SlackResponseUrl:
         http: httpx.AsyncClient,
         *,
         allowed_origins: Collection[Origin],
-        attempts: int = 4,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 8.0,
+        attempts: int | None = None,
+        backoff_seconds: float = DEFAULT_BACKOFF,
+        max_backoff_seconds: float = MAX_BACKOFF,
+        budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
     ) -> None:
         self.allowed_origins = frozenset(allowed_origins)
         self._http = http
-        self._attempts = attempts
-        self._backoff = backoff_seconds
-        self._max_backoff = max_backoff_seconds
+        self.policy = notify_policy(budget_seconds, backoff_seconds, max_backoff_seconds, attempts)
 
     def body(self, message: Message) -> dict[str, Any]:
         out: dict[str, Any] = {"text": _slack_text(message), "replace_original": message.replace_original}
@@ -568,15 +651,7 @@ class SlackResponseUrl:
         if refusal is not None:
             raise NotificationFailed(self.name, refusal, retryable=False)
         body = self.body(message)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self._attempts),
-            wait=_wait(self._backoff, self._max_backoff),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                await _post_json(self._http, url, body, self.name)
+        await _delivered(self.policy, lambda: _post_json(self._http, url, body, self.name))
 
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
@@ -591,8 +666,9 @@ def open_channels(
     notify_webhook_url: str | None,
     http: httpx.AsyncClient | None = None,
     *,
-    attempts: int = 4,
-    backoff_seconds: float = 0.5,
+    attempts: int | None = None,
+    backoff_seconds: float = DEFAULT_BACKOFF,
+    budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
     slack_bot_token: str | None = None,
     slack_channel: str | None = None,
     slack_api_url: str = DEFAULT_SLACK_API_URL,
@@ -600,7 +676,8 @@ def open_channels(
 ) -> tuple[list[Channel], Callable[[], Awaitable[None]]]:
     """The configured channels on one shared client, and how to close that client when done.
 
-    A bot token with a channel selects the Slack bot; it then replaces the Slack incoming webhook.
+    A bot token with a channel selects the Slack bot; it then replaces the Slack incoming webhook. Each
+    channel retries transient failures for `budget_seconds` (and at most `attempts` calls when set).
     """
     bot = bool(slack_bot_token and slack_channel)
     if not slack_webhook_url and not notify_webhook_url and not bot:
@@ -618,12 +695,29 @@ def open_channels(
                 threads=slack_threads,
                 attempts=attempts,
                 backoff_seconds=backoff_seconds,
+                budget_seconds=budget_seconds,
             )
         )
     elif slack_webhook_url:
-        channels.append(SlackWebhook(slack_webhook_url, client, attempts=attempts, backoff_seconds=backoff_seconds))
+        channels.append(
+            SlackWebhook(
+                slack_webhook_url,
+                client,
+                attempts=attempts,
+                backoff_seconds=backoff_seconds,
+                budget_seconds=budget_seconds,
+            )
+        )
     if notify_webhook_url:
-        channels.append(JsonWebhook(notify_webhook_url, client, attempts=attempts, backoff_seconds=backoff_seconds))
+        channels.append(
+            JsonWebhook(
+                notify_webhook_url,
+                client,
+                attempts=attempts,
+                backoff_seconds=backoff_seconds,
+                budget_seconds=budget_seconds,
+            )
+        )
     return channels, (client.aclose if http is None else _nothing)
 
 
@@ -631,12 +725,17 @@ def open_responder(
     http: httpx.AsyncClient | None = None,
     *,
     allowed_origins: Collection[Origin],
-    attempts: int = 4,
-    backoff_seconds: float = 0.5,
+    attempts: int | None = None,
+    backoff_seconds: float = DEFAULT_BACKOFF,
+    budget_seconds: float = DEFAULT_NOTIFY_BUDGET,
 ) -> tuple[SlackResponseUrl, Callable[[], Awaitable[None]]]:
     """The `response_url` poster on its own client (or `http`; never following redirects), and how to close it."""
     client = http or httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, follow_redirects=False)
     responder = SlackResponseUrl(
-        client, allowed_origins=allowed_origins, attempts=attempts, backoff_seconds=backoff_seconds
+        client,
+        allowed_origins=allowed_origins,
+        attempts=attempts,
+        backoff_seconds=backoff_seconds,
+        budget_seconds=budget_seconds,
     )
     return responder, (client.aclose if http is None else _nothing)

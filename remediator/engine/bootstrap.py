@@ -84,7 +84,8 @@ async def build_runtime(
                     "REMEDIATOR_SLACK_WEBHOOK_URL is not used")
     channels, close_channels = open_channels(
         settings.slack_webhook_url, settings.notify_webhook_url, attempts=settings.notify_attempts,
-        backoff_seconds=settings.notify_backoff.total_seconds(), slack_bot_token=settings.slack_bot_token,
+        backoff_seconds=settings.notify_backoff.total_seconds(), budget_seconds=settings.notify_budget.total_seconds(),
+        slack_bot_token=settings.slack_bot_token,
         slack_channel=settings.slack_channel, slack_api_url=settings.slack_api_url,
         slack_threads=SlackMessageStore(repo),
     )

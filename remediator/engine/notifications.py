@@ -308,6 +308,7 @@ class NotificationService:
                     allowed_origins=self.settings.slack_response_origins,
                     attempts=self.settings.notify_attempts,
                     backoff_seconds=self.settings.notify_backoff.total_seconds(),
+                    budget_seconds=self.settings.notify_budget.total_seconds(),
                 )
             self._enqueue(message, [self._responder])
         except Exception:

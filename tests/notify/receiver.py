@@ -1,4 +1,8 @@
-"""A real HTTP receiver on 127.0.0.1 for webhook tests: records JSON bodies, can fail on purpose."""
+"""A real HTTP receiver on 127.0.0.1 for webhook tests: records JSON bodies, can fail on purpose.
+
+`script` answers the first requests with the given status (and Retry-After, when not None), in order;
+`times` is when each request arrived and `answered` when each scripted failure was answered (loop time).
+"""
 
 from __future__ import annotations
 
@@ -20,11 +24,24 @@ class Receiver:
     fail_first: int = 0
     fail_status: int = 500
     always_fail: bool = False
+    script: list[tuple[int, float | str | None]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.Request) -> web.Response:
+        loop = asyncio.get_running_loop()
+        self.times.append(loop.time())
         self.attempts += 1
         raw = await request.read()
+        if self.script:
+            status, retry_after = self.script.pop(0)
+            headers = {}
+            if retry_after is not None:
+                headers["Retry-After"] = retry_after if isinstance(retry_after, str) else f"{retry_after:g}"
+            self.answered.append(loop.time())
+            self.arrived.set()
+            return web.Response(status=status, text="scripted failure", headers=headers)
         if self.always_fail or self.attempts <= self.fail_first:
             return web.Response(status=self.fail_status, text="try again")
         self.bodies.append(json.loads(raw))

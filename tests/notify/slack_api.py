@@ -2,7 +2,9 @@
 
 Answers like Slack does (HTTP 200 with `ok`, `channel`, `ts`; `ok: false` with an error code), and can be
 told to answer the next calls of a method with an error first (`ratelimited` comes as HTTP 429 with
-Retry-After, as Slack sends it).
+Retry-After, as Slack sends it). `script` gives whole answers first (`Answer`: HTTP status, Slack's error
+code, Retry-After); each call records when it arrived (`at`, loop time) and each scripted one when it was
+answered (`answered`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,16 @@ class Call:
     method: str
     body: dict[str, Any]
     auth: str
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A scripted answer: HTTP `status`, `ok: false` with `error` (None: no Slack body), `retry_after` header."""
+
+    status: int = 200
+    error: str | None = None
+    retry_after: float | None = None
 
 
 @dataclass
@@ -31,6 +43,8 @@ class FakeSlack:
     calls: list[Call] = field(default_factory=list)
     responses: list[dict[str, Any]] = field(default_factory=list)  # bodies POSTed to /response/...
     errors: dict[str, list[str]] = field(default_factory=dict)  # method -> error codes to answer first
+    script: dict[str, list[Answer]] = field(default_factory=dict)  # method -> answers to give first
+    answered: list[float] = field(default_factory=list)  # when each scripted answer was given
     retry_after: int = 1
     messages: dict[str, dict[str, Any]] = field(default_factory=dict)  # ts -> latest body
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
@@ -46,8 +60,17 @@ class FakeSlack:
     async def api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         body = json.loads(await request.read())
-        self.calls.append(Call(method, body, request.headers.get("Authorization", "")))
+        loop = asyncio.get_running_loop()
+        self.calls.append(Call(method, body, request.headers.get("Authorization", ""), at=loop.time()))
         self.arrived.set()
+        scripted = self.script.get(method)
+        if scripted:
+            answer = scripted.pop(0)
+            headers = {} if answer.retry_after is None else {"Retry-After": f"{answer.retry_after:g}"}
+            self.answered.append(loop.time())
+            if answer.error is None:
+                return web.Response(status=answer.status, text="scripted failure", headers=headers)
+            return web.json_response({"ok": False, "error": answer.error}, status=answer.status, headers=headers)
         pending = self.errors.get(method)
         if pending:
             error = pending.pop(0)
