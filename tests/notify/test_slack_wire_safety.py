@@ -89,7 +89,7 @@ async def test_a_response_url_outside_the_allowed_origins_is_refused_logged_and_
             r = await gated.client.post("/slack/interactions", content=body, headers=headers)
             assert r.status_code == 200 and r.json()["text"].startswith("Recorded"), r.text
             await gated.settle()
-        assert await gated.state(rem.id) == "succeeded"  # the approval went through; only the URL was refused
+        assert await gated.state(rem.id) == "planned"  # approved and run plan-only; only the URL was refused
         failed = [
             e
             for e in await gated.rt.repo.list_audit()
