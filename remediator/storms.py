@@ -104,6 +104,7 @@ class FleetCounts:
         self.counts: Counter[Attribute] = Counter()
         self._key_nodes: Counter[str] = Counter()
         self._key_values: Counter[str] = Counter()
+        self.version = 0  # moves on every change (the storm guard recomputes its analysis when it moves)
 
     @property
     def size(self) -> int:
@@ -117,6 +118,7 @@ class FleetCounts:
         old = self._nodes.get(name)
         if old == attrs:
             return
+        self.version += 1
         for attr in old or ():
             self.counts[attr] -= 1
             self._key_nodes[attr[0]] -= 1

@@ -387,7 +387,6 @@ class Executor:
         quarantines = self._quarantines(rem)
         settings = self.rt.settings
         now = self.rt.repo._clock()
-        storm = await self.storms.hold(rem, now)
         steady = SteadyQuery(
             override_key=f"{OVERRIDE_FLAG_PREFIX}{rem.id}", fingerprint=rem.alert_fingerprint,
             flap_since=now - settings.flap_window, node=rem.node if quarantines else None,
@@ -397,8 +396,9 @@ class Executor:
         async def facts(session: AsyncSession, counts: SteadyCounts | None) -> GuardrailFacts:
             assert counts is not None  # asked for with `steady`
             # The time of the decision (the request may have waited for an earlier batch to commit).
-            steady_facts = self._steady_facts(rem, self.rt.repo._clock(), counts, labels=labels, scoped=scoped,
-                                              storm=storm)
+            at = self.rt.repo._clock()
+            storm = await self.storms.hold(rem, at, session)  # in the admitting transaction, in order
+            steady_facts = self._steady_facts(rem, at, counts, labels=labels, scoped=scoped, storm=storm)
             return await self._breaker_facts(session, rem, quarantines, steady_facts)
 
         admitted, verdict, changed = await self.admissions.admit(

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from remediator.engine.runtime import Runtime
 from remediator.plan_snapshot import stored_xid_code
 from remediator.store.models import Remediation
@@ -58,8 +60,8 @@ class StormGuard:
         inventory = self.rt.inventory
         return inventory.attributes if inventory is not None and inventory.synced else None
 
-    async def evaluate(self, now: datetime) -> StormAnalysis | None:
-        """Analyse the window; open or grow the storm its cause names (and announce it when it changed)."""
+    async def evaluate(self, now: datetime, session: AsyncSession) -> StormAnalysis | None:
+        """Analyse the window; open or grow the storm its cause names. In the admitting transaction."""
         fleet = self._fleet()
         if fleet is None or not fleet.size:
             return None
@@ -67,20 +69,19 @@ class StormGuard:
         faults = [
             Fault(node, fault_attributes(alertname, stored_xid_code(plan), labels, context), created)
             for node, alertname, plan, labels, context, created in await self.rt.repo.window_faults(
-                now - settings.storm_window)
+                now - settings.storm_window, session)
         ]
-        inventory = self.rt.inventory
-        key = (frozenset(f.node for f in faults), inventory.version if inventory is not None else 0)
-        if key == self._key:
-            return self._analysis
-        self._key, self._analysis = key, analyse(faults, fleet, policy_of(settings))
+        key = (frozenset(f.node for f in faults), fleet.version)
+        if key != self._key:  # the costly part, only when the faulting nodes or the inventory changed
+            self._key, self._analysis = key, analyse(faults, fleet, policy_of(settings))
         cause = self._analysis.cause if self._analysis is not None else None
-        if cause is not None:
+        if cause is not None:  # every time: a rolled-back admission must not lose the storm it opened
             storm, changed = await self.rt.repo.record_storm(
-                cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {})
+                cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {},
+                session)
             if changed:
                 log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
-        await self.rt.repo.close_storms(now - settings.storm_window)
+        await self.rt.repo.close_storms(now - settings.storm_window, session)
         return self._analysis
 
     def attributes_of(self, rem: Remediation) -> frozenset[Attribute]:
@@ -91,17 +92,18 @@ class StormGuard:
         node = (rem.context or {}).get("node") or {}
         return node_attributes({"metadata": {"labels": node.get("labels") or {}}})
 
-    async def hold(self, rem: Remediation, now: datetime) -> str | None:
-        """Why this remediation waits for a storm's group decision, or None. Never raises: a failed analysis
-        is logged and holds nothing (the other guardrails still apply)."""
-        if not self.rt.settings.storm_hold or not rem.node:
+    async def hold(self, rem: Remediation, now: datetime, session: AsyncSession) -> str | None:
+        """Why this remediation waits for a storm's group decision, or None; read and written in the admitting
+        transaction (`session`), in the order the admissions come. Without a synced inventory nothing is read.
+        An analysis error is logged and holds nothing (the other guardrails still apply); a store error is
+        the admission's own."""
+        if not self.rt.settings.storm_hold or not rem.node or self._fleet() is None:
             return None
         try:
-            await self.evaluate(now)
-            storms = await self.rt.repo.live_storms()
-        except Exception:
+            await self.evaluate(now, session)
+        except (ArithmeticError, ValueError, KeyError, TypeError):
             log.warning("storm analysis failed; no storm holds remediation %s", rem.id, exc_info=True)
-            return None
+        storms = await self.rt.repo.live_storms(session)
         attrs = self.attributes_of(rem)
         for storm in storms:
             if (storm["cause"]["key"], storm["cause"]["value"]) not in attrs:

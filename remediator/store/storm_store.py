@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.store.models import Remediation, Storm
 from remediator.store.unit_of_work import RepositoryBase, _aware
@@ -44,23 +45,28 @@ def storm_record(storm: Storm) -> dict[str, Any]:
 class StormStore(RepositoryBase):
     """Storms (a mixin of `Repository`)."""
 
-    async def window_faults(self, since: datetime) -> list[tuple[str, str, Any, dict[str, Any], dict[str, Any],
-                                                               datetime]]:
-        """(node, alert name, plan, alert labels, context, created) of the remediations created since `since`."""
-        async with self.transaction() as session:
-            rows = await session.execute(
-                select(Remediation.node, Remediation.alertname, Remediation.plan, Remediation.alert_labels,
-                       Remediation.context, Remediation.created_at)
-                .where(Remediation.created_at >= since, Remediation.node.is_not(None))
-            )
-            return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), _aware(c) or c)
-                    for n, a, p, labels, ctx, c in rows.all()]
+    async def window_faults(self, since: datetime, session: AsyncSession | None = None) -> list[
+            tuple[str, str, Any, dict[str, Any], dict[str, Any], datetime]]:
+        """(node, alert name, plan, alert labels, context, created) of the remediations created since `since`;
+        read in `session` when given (the admitting transaction)."""
+        if session is None:
+            async with self.transaction() as own:
+                return await self.window_faults(since, own)
+        rows = await session.execute(
+            select(Remediation.node, Remediation.alertname, Remediation.plan, Remediation.alert_labels,
+                   Remediation.context, Remediation.created_at)
+            .where(Remediation.created_at >= since, Remediation.node.is_not(None))
+        )
+        return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), _aware(c) or c)
+                for n, a, p, labels, ctx, c in rows.all()]
 
-    async def live_storms(self) -> list[dict[str, Any]]:
-        """The storms not closed, oldest first."""
-        async with self.transaction() as session:
-            rows = await session.scalars(select(Storm).where(Storm.state.in_(OPEN_STATES)).order_by(Storm.opened_at))
-            return [storm_record(s) for s in rows]
+    async def live_storms(self, session: AsyncSession | None = None) -> list[dict[str, Any]]:
+        """The storms not closed, oldest first (read in `session` when given)."""
+        if session is None:
+            async with self.transaction() as own:
+                return await self.live_storms(own)
+        rows = await session.scalars(select(Storm).where(Storm.state.in_(OPEN_STATES)).order_by(Storm.opened_at))
+        return [storm_record(s) for s in rows]
 
     async def list_storms(self, *, include_closed: bool = True, limit: int = 200) -> list[dict[str, Any]]:
         async with self.transaction() as session:
@@ -75,33 +81,37 @@ class StormStore(RepositoryBase):
             return None if storm is None else storm_record(storm)
 
     async def record_storm(self, key: str, value: str, text: str, nodes: Sequence[str],
-                           analysis: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+                           analysis: dict[str, Any], session: AsyncSession | None = None
+                           ) -> tuple[dict[str, Any], bool]:
         """Open a storm for this cause, or grow the live one: (its record, whether it changed). Audited as
-        `storm.opened` and `storm.grown` (new nodes)."""
+        `storm.opened` and `storm.grown` (new nodes). Written in `session` when given (the admitting
+        transaction), else in a transaction of its own."""
+        if session is None:
+            async with self.transaction() as own:
+                return await self.record_storm(key, value, text, nodes, analysis, own)
         now = self._clock()
-        async with self.transaction() as session:
-            storm = (await session.scalars(
-                select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.cause_key == key, Storm.cause_value == value)
-                .with_for_update()
-            )).first()
-            if storm is None:
-                storm = Storm(id=str(uuid.uuid4()), opened_at=now, updated_at=now, state="open", cause_key=key,
-                              cause_value=value, cause_text=text, nodes=sorted(set(nodes)), analysis=analysis,
-                              timeline=[{"at": now.isoformat(), "event": "opened", "nodes": len(set(nodes)),
-                                         "cause": text}])
-                session.add(storm)
-                await self.audit(session, "storm.opened", data={"storm": storm.id, "cause": text,
-                                                                 "nodes": storm.nodes})
-                return storm_record(storm), True
-            new = sorted(set(nodes) - set(storm.nodes))
-            if not new:
-                return storm_record(storm), False
-            storm.nodes = sorted(set(storm.nodes) | set(nodes))
-            storm.analysis, storm.cause_text, storm.updated_at = analysis, text, now
-            storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": new,
-                                                "nodes": len(storm.nodes), "cause": text}]
-            await self.audit(session, "storm.grown", data={"storm": storm.id, "added": new, "cause": text})
+        storm = (await session.scalars(
+            select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.cause_key == key, Storm.cause_value == value)
+            .with_for_update()
+        )).first()
+        if storm is None:
+            storm = Storm(id=str(uuid.uuid4()), opened_at=now, updated_at=now, state="open", cause_key=key,
+                          cause_value=value, cause_text=text, nodes=sorted(set(nodes)), analysis=analysis,
+                          timeline=[{"at": now.isoformat(), "event": "opened", "nodes": len(set(nodes)),
+                                     "cause": text}])
+            session.add(storm)
+            await self.audit(session, "storm.opened", data={"storm": storm.id, "cause": text,
+                                                             "nodes": storm.nodes})
             return storm_record(storm), True
+        new = sorted(set(nodes) - set(storm.nodes))
+        if not new:
+            return storm_record(storm), False
+        storm.nodes = sorted(set(storm.nodes) | set(nodes))
+        storm.analysis, storm.cause_text, storm.updated_at = analysis, text, now
+        storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": new,
+                                            "nodes": len(storm.nodes), "cause": text}]
+        await self.audit(session, "storm.grown", data={"storm": storm.id, "added": new, "cause": text})
+        return storm_record(storm), True
 
     async def decide_storm(self, storm_id: str, decision: str, *, actor: str, reason: str | None
                            ) -> tuple[dict[str, Any] | None, list[str]]:
@@ -129,18 +139,22 @@ class StormStore(RepositoryBase):
                                    "remediations": held})
             return storm_record(storm), held
 
-    async def close_storms(self, before: datetime) -> list[str]:
-        """Close the live storms that have not grown since `before`; audited as `storm.closed`."""
+    async def close_storms(self, before: datetime, session: AsyncSession | None = None) -> list[str]:
+        """Close the decided storms that have not grown since `before`; audited as `storm.closed`. An open storm
+        is never closed by time: what it holds waits for its decision."""
+        if session is None:
+            async with self.transaction() as own:
+                return await self.close_storms(before, own)
         now = self._clock()
         closed: list[str] = []
-        async with self.transaction() as session:
-            for storm in await session.scalars(
-                select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.updated_at < before).with_for_update()
-            ):
-                storm.state, storm.updated_at = "closed", now
-                storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "closed"}]
-                await self.audit(session, "storm.closed", data={"storm": storm.id, "cause": storm.cause_text})
-                closed.append(storm.id)
+        for storm in await session.scalars(
+            select(Storm).where(Storm.state.in_(("approved", "rejected")), Storm.updated_at < before)
+            .with_for_update()
+        ):
+            storm.state, storm.updated_at = "closed", now
+            storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "closed"}]
+            await self.audit(session, "storm.closed", data={"storm": storm.id, "cause": storm.cause_text})
+            closed.append(storm.id)
         return closed
 
     async def note_storm_message(self, storm_id: str, channel: str, ts: str) -> None:
