@@ -34,6 +34,17 @@ HEALTH_GAUGES = {
     "remapped_rows_pending": "1 while a row remap waits for a GPU reset",
     "remapped_rows_failure": "1 when a row remap failed (the GPU needs replacing)",
     "orphaned_memory_bytes": "Framebuffer used by compute processes on a GPU that no pod holds",
+    # The readings the shipped rules fall back on where dcgm-exporter runs its default counters file.
+    "ecc_uncorrected_volatile": "Uncorrected (double-bit) ECC errors since the driver loaded (NVML volatile "
+    "count, as DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)",
+    "ecc_corrected_volatile": "Corrected (single-bit) ECC errors since the driver loaded (NVML volatile count, "
+    "as DCGM_FI_DEV_ECC_SBE_VOL_TOTAL)",
+    "clock_event_reasons": "Bit mask of the active clock-event (throttle) reasons (NVML, as "
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS): 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake",
+    "retired_pages_pending": "1 while memory pages wait to be retired at the next reset (NVML, as "
+    "DCGM_FI_DEV_RETIRED_PENDING; absent on GPUs that remap rows instead)",
+    "power_usage_watts": "GPU power draw in watts (NVML, as DCGM_FI_DEV_POWER_USAGE)",
+    "power_limit_watts": "GPU power-management limit in watts (NVML, as DCGM_FI_DEV_POWER_MGMT_LIMIT)",
 }
 
 

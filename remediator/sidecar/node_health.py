@@ -1,4 +1,5 @@
-"""One read of every GPU's identity and the health fields DCGM does not export, on the NVML thread.
+"""One read of every GPU's identity and health fields (those DCGM does not export, and those dcgm-exporter's default
+counters file leaves off, for the rules' fallbacks), on the NVML thread.
 
 Each field a GPU cannot report (NOT_SUPPORTED, an old driver without the entry point) is left out
 rather than failing the read, and a GPU that answers NVML_ERROR_GPU_IS_LOST (or whose handle cannot be
@@ -106,6 +107,12 @@ def _read_one(nvml: Nvml, handle: DeviceHandle) -> GpuHealth:
     if rows is not None:
         values["remapped_rows_pending"] = int(rows.pending)
         values["remapped_rows_failure"] = int(rows.failure)
+    values["ecc_uncorrected_volatile"] = _optional(lambda: nvml.ecc_errors(handle, "uncorrected", "volatile"))
+    values["ecc_corrected_volatile"] = _optional(lambda: nvml.ecc_errors(handle, "corrected", "volatile"))
+    values["clock_event_reasons"] = _optional(lambda: nvml.clock_event_reasons(handle))
+    values["retired_pages_pending"] = _optional(lambda: int(nvml.retired_pages_pending(handle)))
+    values["power_usage_watts"] = _optional(lambda: nvml.power_usage_mw(handle) / 1000)
+    values["power_limit_watts"] = _optional(lambda: nvml.power_limit_mw(handle) / 1000)
     processes = _optional(lambda: nvml.compute_processes(handle)) or []
     used = sum(p.used_memory_bytes or 0 for p in processes)
     mig = _optional(lambda: nvml.mig_mode(handle))

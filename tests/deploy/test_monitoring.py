@@ -88,6 +88,12 @@ SIDECAR_METRICS = {
     "gpu_remediator_pcie_link_generation",
     "gpu_remediator_pcie_link_generation_max",
     "gpu_remediator_orphaned_memory_bytes",
+    "gpu_remediator_ecc_uncorrected_volatile",
+    "gpu_remediator_ecc_corrected_volatile",
+    "gpu_remediator_clock_event_reasons",
+    "gpu_remediator_retired_pages_pending",
+    "gpu_remediator_power_usage_watts",
+    "gpu_remediator_power_limit_watts",
     "gpu_remediator_xid_events_total",
     "gpu_remediator_xid_events_created",
     "gpu_remediator_gpu_lost",
@@ -369,6 +375,14 @@ def test_promtool_unit_tests_of_the_sidecar_rules_pass() -> None:
     done = run([promtool, "test", "rules", "rules_sidecar_test.yml"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
+
+
+def test_promtool_unit_tests_of_the_fallbacks_pass() -> None:
+    """Each rule on a field dcgm-exporter's default file leaves off fires from the exporter's series and from
+    the node sidecar's own reading alone (rules_fallback_test.yml)."""
+    promtool = require_binary("promtool", "prometheus")
+    done = run([promtool, "test", "rules", "rules_fallback_test.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_promtool_unit_tests_can_fail(tmp_path: Any) -> None:

@@ -184,6 +184,26 @@ def test_health_gauges_and_orphaned_memory(env: SidecarEnv) -> None:
     assert ("gpu_remediator_orphaned_memory_bytes", frozenset(GPU0.items())) not in metrics(env)
 
 
+def test_the_readings_the_rules_fall_back_on(env: SidecarEnv) -> None:
+    """The NVML readings the shipped rules read where dcgm-exporter runs its default counters file (ECC volatile
+    counts, clock-event reasons, pending page retirement, power draw and limit), labelled like its series."""
+    env.nvml.set("gpu.0.ecc.volatile.uncorrected", 2)
+    env.nvml.set("gpu.0.ecc.volatile.corrected", 7)
+    env.nvml.set("gpu.0.clock_events", 0x80 | 0x20)  # HW power brake and SW thermal
+    env.nvml.set("gpu.0.power_usage", 690_500)
+    env.nvml.set("gpu.0.power_limit", 700_000)
+    m = {name: value(env, f"gpu_remediator_{name}", **GPU0) for name in (
+        "ecc_uncorrected_volatile", "ecc_corrected_volatile", "clock_event_reasons", "power_usage_watts",
+        "power_limit_watts")}
+    assert m == {"ecc_uncorrected_volatile": 2, "ecc_corrected_volatile": 7, "clock_event_reasons": 0xA0,
+                 "power_usage_watts": 690.5, "power_limit_watts": 700}
+    # the H200 answers NOT_SUPPORTED for page retirement (it remaps rows): no series rather than a 0
+    assert ("gpu_remediator_retired_pages_pending", frozenset(GPU0.items())) not in metrics(env)
+    env.nvml.set("err.nvmlDeviceGetRetiredPagesPendingStatus.1", 0)
+    env.nvml.set("gpu.1.retired_pending", 1)
+    assert value(env, "gpu_remediator_retired_pages_pending", **GPU1) == 1
+
+
 def test_burst_of_20000_lines_through_a_fifo(tmp_path: Path, fake_nvml_dir: Path) -> None:
     fifo = tmp_path / "kmsg.fifo"
     os.mkfifo(fifo)
