@@ -5,7 +5,9 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import tomllib
 
+from remediator.api.routes.docs import INSTALLED_DOCS
 from tests.deploy.helpers import OVERLAYS, ROOT, only, rendered
 
 
@@ -74,3 +76,24 @@ def test_build_context_leaves_out_local_state_and_keeps_the_package() -> None:
         assert ignored(path), path
     for path in ("pyproject.toml", "README.md", "remediator/cli.py", "remediator/settings.py"):
         assert not ignored(path), path
+
+
+def test_the_image_installs_the_operator_docs_its_runbook_links_open() -> None:
+    """The UI's state badges link to /docs/operations.md#state-<state>: the image must carry docs/*.md where the
+    controller looks. The build context keeps them, `pip install .` puts them in the venv's
+    share/gpu-remediator/docs (pyproject.toml's data-files), and the final stage copies that venv whole."""
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    assert any(p.name == "operations.md" for p in docs)
+    for path in docs:
+        assert not ignored(f"docs/{path.name}"), f".dockerignore leaves docs/{path.name} out of the build"
+    assert ignored("docs/scenarios/random-faults.yaml"), "only the markdown pages are needed"
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data_files == {"/".join(INSTALLED_DOCS): ["docs/*.md"]}
+
+    steps = instructions()
+    stages = [i for i, (k, _) in enumerate(steps) if k == "FROM"]
+    build, final = steps[stages[0]:stages[-1]], steps[stages[-1]:]
+    venv = next(rest.split()[-1] for k, rest in build if k == "RUN" and " -m venv " in rest)
+    assert any(k == "COPY" and rest.split() == [".", "."] for k, rest in build), "the build stage copies the context"
+    assert any(k == "RUN" and re.search(rf"{re.escape(venv)}/bin/pip install \.(\s|$)", rest) for k, rest in build)
+    assert ("COPY", f"--from=build {venv} {venv}") in final, "the final stage must copy the whole venv, share/ too"

@@ -3,13 +3,16 @@ web UI's state badges can link to the runbook (docs/operations.md `## Runbook`) 
 
 Headings get the anchors GitHub gives them (`### State: held` -> `#state-held`), so the same links work when
 REMEDIATOR_DOCS_URL points at a git host's copy of docs/ instead. The docs folder is REMEDIATOR_DOCS_DIR, else
-the checkout's docs/ beside the installed package (an editable install), else ./docs (running from the
-checkout); without one the page answers 404 saying so. Open like the other UI pages: it holds no data.
+the checkout's docs/ beside the package (an editable install), else the copy `pip install .` puts in
+<prefix>/share/gpu-remediator/docs (pyproject.toml's data-files; the image's too), else ./docs; without one
+the page answers 404 saying so. Open like the other UI pages: it holds no data.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ from markdown_it import MarkdownIt
 from remediator.api.deps import runtime_of
 from remediator.api.templating import SECURITY_HEADERS
 
-__all__ = ["docs_dir", "router", "slug"]
+__all__ = ["docs_dir", "installed_docs", "router", "slug"]
 
 router = APIRouter(tags=["ui"])
 
@@ -34,11 +37,28 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+INSTALLED_DOCS = ("share", "gpu-remediator", "docs")  # where pyproject.toml's data-files put docs/*.md
+
+
+@cache
+def installed_docs() -> Path | None:
+    """The docs folder the installed distribution recorded (wherever its scheme put data files: a venv, the
+    system prefix, --user), or None when the package is not installed with them."""
+    try:
+        files = metadata.distribution("gpu-remediator").files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.parts[-4:] == (*INSTALLED_DOCS, "operations.md"):
+            return Path(str(file.locate())).resolve().parent
+    return None
+
+
 def docs_dir(configured: str | None) -> Path | None:
     candidates = [Path(configured)] if configured else [
-        Path(__file__).resolve().parents[3] / "docs", Path.cwd() / "docs",
+        Path(__file__).resolve().parents[3] / "docs", installed_docs(), Path.cwd() / "docs",
     ]
-    return next((c for c in candidates if (c / "operations.md").is_file()), None)
+    return next((c for c in candidates if c is not None and (c / "operations.md").is_file()), None)
 
 
 def _markdown() -> MarkdownIt:
