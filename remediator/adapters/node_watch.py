@@ -19,7 +19,10 @@ makes it list again; any other error reopens it after an exponential backoff wit
 `on_node(event_type, node)` sees every node object the list and the watch bring (`LISTED` for a node of a
 list, else the watch event's type), before it is reduced to its facts: the engine's node marks
 (remediator/engine/hand_changes.py) read a person's uncordon or taint removal and a reboot from it, as they
-happen, instead of polling the API server.
+happen, instead of polling the API server. `on_resync(kind)` is called after each full list (`LISTED`: the
+first one at start-up, and after a 410) and at each bookmark (`BOOKMARK`): the node marks then compare every
+held node with what the watch last saw of it, so a change no event reported to this process (one made while no
+controller ran, or one whose check the database could not record) is noticed too.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class NodeWatch:
         *,
         on_change: Callable[[NodeInventory], None] | None = None,
         on_node: Callable[[str, Mapping[str, Any]], None] | None = None,
+        on_resync: Callable[[str], None] | None = None,
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (1.0, 30.0),
     ) -> None:
@@ -62,6 +66,7 @@ class NodeWatch:
         self.inventory = inventory if inventory is not None else NodeInventory()
         self.on_change = on_change
         self.on_node = on_node
+        self.on_resync = on_resync
         self.watch_timeout = watch_timeout
         self.backoff = backoff
         self.lists = 0
@@ -78,6 +83,14 @@ class NodeWatch:
             self.on_node(kind, node)
         except Exception:  # a consumer's bug must not stop the inventory
             log.exception("node watch consumer failed on a %s event", kind)
+
+    def _resynced(self, kind: str) -> None:
+        if self.on_resync is None:
+            return
+        try:
+            self.on_resync(kind)
+        except Exception:  # a consumer's bug must not stop the inventory
+            log.exception("node watch consumer failed on a %s resync", kind)
 
     async def sync(self) -> None:
         """List every node (paged) and replace the inventory; raises RemediatorError on failure."""
@@ -96,6 +109,7 @@ class NodeWatch:
         self.inventory.replace_facts(facts, version)
         self.inventory.attributes.replace(attributes)
         self._changed()
+        self._resynced("LISTED")
 
     async def watch_once(self) -> None:
         """One watch request from the inventory's resourceVersion, applied event by event until it ends."""
@@ -114,6 +128,8 @@ class NodeWatch:
             if kind != "BOOKMARK":
                 self._seen(kind, obj)
                 self._changed()
+            else:
+                self._resynced(kind)
 
     async def run(self) -> None:
         """List if not yet synced, then watch forever: resume, relist on 410, back off on errors."""

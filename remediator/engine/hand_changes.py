@@ -22,6 +22,15 @@ remediation's) and its node condition (through the condition step's own undo) ar
 applied again: the cordon and the taints stay as the person left them. A repeat delivery of the same alert
 is a repeat (it never starts work); a new fault starts a new remediation, subject to the cooldown.
 
+Durable, whatever the database does: the watch records a node's new marks before the check runs, so a check
+the store could not answer (StoreUnavailable: PostgreSQL away, the SQLite file locked) would be lost with it.
+Such a failure makes a reconcile owed instead, retried with backoff (STORE_RETRY_S) until the store answers.
+The reconcile compares every remediation that holds a node (`holding_nodes`) with the node's marks as the
+watch last saw them; a mark of its that is gone is checked, exactly as above, against the node read now (its
+managedFields). It runs as well after each full list of the nodes (the first at start-up: a hand change made
+while no controller ran is noticed there; and after a 410) and at a bookmark, at most once every
+RECONCILE_EVERY_S.
+
 A node Ready with a boot ID other than the last one seen makes the remediations on it that wait on a
 timer due at once (`wake_after_reboot`), so a return gate waiting for the reboot goes on within the watch's
 latency instead of at its next 30 s look (bench/reboot_wake.py). REBOOT_WATCH_WAKE=false turns it off.
@@ -42,12 +51,17 @@ from remediator.definitions.templates import render_params
 from remediator.engine.executor import Executor
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
+from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.plan_snapshot import playbook_of
+from remediator.retrying import Backoff
 from remediator.store.models import Remediation, StepRow
 
-__all__ = ["Lifted", "Marks", "NodeMarks", "field_owner", "marks_of"]
+__all__ = ["RECONCILE_EVERY_S", "STORE_RETRY_S", "Lifted", "Marks", "NodeMarks", "field_owner", "marks_of"]
 
 log = logging.getLogger(__name__)
+
+RECONCILE_EVERY_S = 30.0  # a bookmark reconciles at most this often (a full list always does)
+STORE_RETRY_S = (0.5, 10.0)  # backoff (first, cap) of an owed reconcile while the store does not answer
 
 # Forward steps whose action lifts a mark of the same remediation (the playbook lifts its own quarantine).
 _LIFTS = {"cordon": "uncordon", "drain": "uncordon", "taint": "untaint"}
@@ -100,9 +114,8 @@ def field_owner(node: Mapping[str, Any], field: str) -> dict[str, Any] | None:
     return None
 
 
-def lifted_marks(node: Mapping[str, Any], rows: list[StepRow]) -> list[Lifted]:
+def lifted_marks(marks: Marks, rows: list[StepRow]) -> list[Lifted]:
     """The marks this remediation's succeeded forward steps put on the node that are no longer there."""
-    marks = marks_of(node)
     gone: list[Lifted] = []
     for row in rows:
         if row.phase != "forward" or row.status != "succeeded" or row.action not in _LIFTS:
@@ -126,6 +139,12 @@ def _own_lift(rows: list[StepRow], lifted: Lifted, after: int) -> bool:
     )
 
 
+def _lifted_by_others(marks: Marks, rows: list[StepRow]) -> list[Lifted]:
+    """The remediation's marks that are gone and that none of its own forward steps lifted."""
+    by_name = {r.name: r for r in rows if r.phase == "forward"}
+    return [mark for mark in lifted_marks(marks, rows) if not _own_lift(rows, mark, by_name[mark.step].idx)]
+
+
 class NodeMarks:
     """Fed by the node watch (`seen`, synchronous and cheap); acts in tasks of its own.
 
@@ -134,6 +153,7 @@ class NodeMarks:
 
     def __init__(
         self, executor: Executor, *, stop: Callable[[str], None], wake: Callable[[], None], reboot_wake: bool = True,
+        reconcile_every: float = RECONCILE_EVERY_S,
     ) -> None:
         self.executor = executor
         self.rt = executor.rt
@@ -143,6 +163,10 @@ class NodeMarks:
         self._marks: dict[str, Marks] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._checking: dict[str, asyncio.Lock] = {}
+        self.reconcile_every = reconcile_every
+        self._reconciler: asyncio.Task[None] | None = None
+        self._reconcile_due = False  # a reconcile was asked for (or is owed) and has not run since
+        self._reconciled_at: float | None = None  # loop time of the last reconcile begun
 
     def seen(self, kind: str, node: Mapping[str, Any]) -> None:
         name = str((node.get("metadata") or {}).get("name") or "")
@@ -162,10 +186,43 @@ class NodeMarks:
         if rebooted and self.reboot_wake:
             self._spawn(self.rebooted(name), f"reboot-wake-{name}")
 
-    def _spawn(self, work: Any, name: str) -> None:
+    def resynced(self, kind: str) -> None:
+        """The watch listed every node (`LISTED`: start-up, after a 410) or sent a bookmark (`BOOKMARK`): compare
+        the held nodes with their marks; after a bookmark at most once every `reconcile_every` seconds."""
+        now = asyncio.get_running_loop().time()
+        if kind == "BOOKMARK" and self._reconciled_at is not None and now - self._reconciled_at < self.reconcile_every:
+            return
+        self.request_reconcile()
+
+    def request_reconcile(self) -> None:
+        """Run a reconcile soon: one runs at a time, and a request made while it runs runs it once more."""
+        self._reconcile_due = True
+        if self._reconciler is None or self._reconciler.done():
+            self._reconciler = self._spawn(self._reconcile_until_done(), "hand-change-reconcile")
+
+    async def _reconcile_until_done(self) -> None:
+        backoff = Backoff(*STORE_RETRY_S)
+        while self._reconcile_due:
+            self._reconcile_due = False
+            self._reconciled_at = asyncio.get_running_loop().time()
+            try:
+                released = await self.reconcile()
+            except StoreUnavailable as exc:
+                self._reconcile_due = True  # owed until the store answers
+                wait = backoff.next(exc)
+                log.warning("hand changes: the store is unavailable (%s); held nodes are compared with their marks "
+                            "again in %.1f s", exc, wait)
+                await asyncio.sleep(wait)
+                continue
+            backoff.reset()
+            if released:
+                log.info("hand changes: %d remediation(s) released whose marks were lifted unseen", released)
+
+    def _spawn(self, work: Any, name: str) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -189,26 +246,60 @@ class NodeMarks:
             self.wake()
 
     async def check_lifted(self, node: str, seen: Mapping[str, Any]) -> None:
-        """A cordon or taint went away on `node`: release each remediation whose mark a person lifted."""
-        lock = self._checking.setdefault(node, asyncio.Lock())
-        async with lock:  # two events for one node close together are looked at one after the other
-            for rem in await self.rt.repo.holding_node(node):
-                await self._check(rem, seen)
+        """A cordon or taint went away on `node`: release each remediation whose mark a person lifted. When the
+        store does not answer, a reconcile is owed (retried until it does): the watch has moved on."""
+        try:
+            async with self._checking.setdefault(node, asyncio.Lock()):  # events close together: one at a time
+                for rem in await self.rt.repo.holding_node(node):
+                    await self._check(rem, seen)
+        except StoreUnavailable as exc:
+            log.warning("hand change on node %s not recorded yet: the store is unavailable (%s); retried until it "
+                        "answers", node, exc)
+            self.request_reconcile()
 
-    async def _check(self, rem: Remediation, node: Mapping[str, Any]) -> None:
+    async def reconcile(self) -> int:
+        """Compare every remediation that holds a node with the node's marks as the watch last saw them; where a
+        mark of its is gone, check the node as read now (managedFields) for a hand change. A node the watch has
+        not seen is left to its list and events. Returns how many remediations were released."""
+        held = await self.rt.repo.holding_nodes()
+        if not held:
+            return 0
+        steps = await self.rt.repo.steps_for([rem.id for rem in held])
+        released = 0
+        for rem in held:
+            marks = self._marks.get(rem.node or "")
+            if marks is None or not _lifted_by_others(marks, steps[rem.id]):
+                continue
+            node = await self._read_node(rem.node or "")
+            if node is None:
+                continue
+            async with self._checking.setdefault(rem.node or "", asyncio.Lock()):
+                released += await self._check(rem, node, steps[rem.id])
+        return released
+
+    async def _read_node(self, name: str) -> Mapping[str, Any] | None:
+        kube = self.rt.kube
+        if kube is None:
+            return None
+        try:
+            return await kube.get_node(name)
+        except RemediatorError as exc:  # gone, or the API server is away: the next list or bookmark looks again
+            log.warning("hand changes: cannot read node %s to compare its marks: %s", name, exc)
+            return None
+
+    async def _check(self, rem: Remediation, node: Mapping[str, Any], rows: list[StepRow] | None = None) -> bool:
+        """Release `rem` when a mark of its is gone from `node` and was lifted by someone other than the
+        controller; True when it was."""
         if rem.state == "reverting" and rem.current_step >= len(playbook_of(rem).return_gate):
-            return  # its own undo lifts the marks
-        rows = await self.rt.repo.steps(rem.id)
-        by_name = {r.name: r for r in rows if r.phase == "forward"}
-        lifted = [
-            mark for mark in lifted_marks(node, rows)
-            if not _own_lift(rows, mark, by_name[mark.step].idx)
-        ]
+            return False  # its own undo lifts the marks
+        if rows is None:
+            rows = await self.rt.repo.steps(rem.id)
+        lifted = _lifted_by_others(marks_of(node), rows)
         owners = {mark.field: field_owner(node, mark.field) for mark in lifted}
         lifted = [mark for mark in lifted if (owners[mark.field] or {}).get("manager") != FIELD_MANAGER]
         lifted = list({mark.what: mark for mark in lifted}.values())  # a drain's cordon is the cordon step's too
         if not lifted:
-            return
+            return False
         owner = next((o for o in (owners[m.field] for m in lifted) if o), None)
         manager = str(owner["manager"]) if owner else None
         meta = node.get("metadata") or {}
@@ -228,7 +319,7 @@ class NodeMarks:
             rem.id, expected_state=rem.state, reason=reason, actor=actor, data=data
         )
         if released is None:
-            return
+            return False
         log.warning("remediation %s released: %s", rem.id, reason)
         self.stop(rem.id)
         cleaned = await self._clean_up(released, rows)
@@ -238,6 +329,7 @@ class NodeMarks:
         await entered(self.rt, released, reason)
         await self.rt.repo.wake_held()  # quarantine room freed
         self.wake()
+        return True
 
     async def _clean_up(self, rem: Remediation, rows: list[StepRow]) -> list[str]:
         """Remove the project's marks (where still this remediation's) and undo its condition; never the cordon

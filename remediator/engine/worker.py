@@ -305,7 +305,8 @@ class Worker:
         if kube is None:
             return None
         if self._watch is None or self._watch.kube is not kube:
-            self._watch = NodeWatch(kube, on_change=self._publish_inventory, on_node=self.node_marks.seen)
+            self._watch = NodeWatch(kube, on_change=self._publish_inventory, on_node=self.node_marks.seen,
+                                    on_resync=self.node_marks.resynced)
         return self._watch
 
     def _stop_drive(self, rem_id: str) -> None:

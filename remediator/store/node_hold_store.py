@@ -30,6 +30,18 @@ class NodeHoldStore(RepositoryBase):
             )
             return list(rows.all())
 
+    async def holding_nodes(self) -> list[Remediation]:
+        """Every remediation that may hold its node under the controller's quarantine, oldest first: what the
+        hand-change reconcile compares with the nodes' marks (at start-up, after a relist, on bookmarks)."""
+        async with self.reading() as session:
+            rows = await session.scalars(
+                select(Remediation)
+                .where(Remediation.node.is_not(None), Remediation.quarantined == true(),
+                       Remediation.state.not_in(_LET_GO))
+                .order_by(Remediation.created_at)
+            )
+            return list(rows.all())
+
     async def release_by_hand(
         self, rem_id: str, *, expected_state: str, reason: str, actor: str, data: dict[str, Any]
     ) -> Remediation | None:

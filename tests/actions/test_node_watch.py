@@ -160,3 +160,30 @@ async def test_a_watch_that_keeps_expiring_at_once_backs_off(kube_adapter: KubeA
         await task
     assert 2 <= len(fake_kube.requests("watch", "nodes")) <= 12  # not hundreds: about one per backoff
     assert watch.lists >= 2  # each 410 made it list again
+
+
+async def test_each_list_and_each_bookmark_tells_on_resync_and_events_do_not(
+    kube_adapter: KubeAdapter, fake_kube: FakeKube
+) -> None:
+    """What the hand-change reconcile hangs on: `LISTED` after every full list (start-up, after a 410),
+    `BOOKMARK` at each bookmark; a node's own event is not a resync."""
+    resyncs: list[str] = []
+    fake_kube.bookmark_interval = 1000
+    watch = NodeWatch(kube_adapter, on_resync=resyncs.append, watch_timeout=(30, 30), backoff=(0.01, 0.05))
+    task = asyncio.create_task(watch.run())
+    try:
+        await until(fake_kube, lambda: fake_kube.open_watches == 1)
+        assert resyncs == ["LISTED"]
+        fake_kube.add_node("new-node")
+        await until(fake_kube, lambda: "new-node" in watch.inventory)
+        assert resyncs == ["LISTED"]
+        fake_kube.add_namespace("moves-the-revision")
+        fake_kube.expire_watches()
+        await until(fake_kube, lambda: resyncs == ["LISTED", "LISTED"])
+        fake_kube.bookmark_interval = 0.05
+        fake_kube.end_watches()
+        await until(fake_kube, lambda: "BOOKMARK" in resyncs)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

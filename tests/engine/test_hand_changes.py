@@ -8,13 +8,16 @@ hand changes. The same watch wakes a return gate waiting for the reboot as soon 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from remediator.store import db
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import TAINT_KEY, gpu_node, taints
 from tests.helpers import am_alert, am_payload, xid_labels
@@ -197,3 +200,69 @@ async def test_a_return_gate_waiting_for_the_reboot_goes_on_when_the_watch_sees_
         await asyncio.gather(loop, return_exceptions=True)
     events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
     assert not [e for e in events if e["kind"] == "node.changed_by_hand"]
+
+
+async def test_a_hand_uncordon_while_the_database_is_locked_releases_once_it_answers(
+    watched: Callable[..., Awaitable[Cluster]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """The watch records the uncordon at once, but the release cannot be written while another connection holds
+    the SQLite file's write lock: the observation is kept and the release happens when the database answers."""
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 1)  # a writer gives up after 1 s instead of 30 s
+    cluster = await watched()
+    rem = await quarantined(cluster)
+    health = cluster.rt.repo.health
+    locker = sqlite3.connect(tmp_path / "c.db", timeout=30, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")  # the file's write lock, held by another connection
+    try:
+        await kubectl(cluster, {"spec": {"unschedulable": False}}, manager="kubectl-patch",
+                      content_type="application/strategic-merge-patch+json")
+        await until(lambda: _true(health.problem is not None), timeout=15)  # the release failed on the lock
+        await asyncio.sleep(1.5)  # and fails again meanwhile
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    await until(lambda: _is(cluster, rem["id"], "released"), timeout=30)
+    await cluster.worker.node_marks.idle()
+    assert health.problem is None
+    events = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    (hand,) = [e for e in events if e["kind"] == "node.changed_by_hand"]
+    assert hand["actor"] == "hand:kubectl-patch" and hand["data"]["lifted"] == ["cordon"]
+    assert marks(cluster) == {"cordoned": False, "tainted": True, "labels": [], "annotations": [],
+                              "gpu_healthy": "True"}
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_hand_uncordon_while_no_controller_ran_is_noticed_at_start_up(make_cluster: MakeCluster) -> None:
+    """Controller stopped, node uncordoned by hand through the API server, controller started: its start-up
+    compares each held node with its marks after the first list and releases the remediation, audited; a held
+    node nobody touched stays held."""
+    first: Cluster = await make_cluster()
+    gpu_node(first.fake)
+    first.fake.add_node("gpu-2", labels={"nvidia.com/gpu.present": "true"})
+    await first.worker.refresh_inventory()
+    rem = await quarantined(first)
+    await first.post(am_payload(am_alert(xid_labels("gpu-2", 79))))
+    await first.settle()
+    rems = (await first.api.get("/api/v1/remediations")).json()
+    other = next(r for r in rems if r["node"] == "gpu-2")
+    assert other["state"] == "succeeded"
+    await first.worker.stop()  # no controller runs from here on
+
+    await kubectl(first, {"spec": {"unschedulable": False}}, manager="kubectl-patch",
+                  content_type="application/strategic-merge-patch+json")
+
+    second: Cluster = await make_cluster()  # a controller starts on the same database and lists the nodes
+    await second.worker.start()
+    await until(lambda: _is(second, rem["id"], "released"))
+    await second.worker.node_marks.idle()
+    events = (await second.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    (hand,) = [e for e in events if e["kind"] == "node.changed_by_hand"]
+    assert hand["actor"] == "hand:kubectl-patch" and hand["data"]["field_manager"] == "kubectl-patch"
+    assert hand["data"]["lifted"] == ["cordon"]
+    assert marks(second)["labels"] == [] and marks(second)["cordoned"] is False
+    assert await state_of(second, other["id"]) == "succeeded"
+    guard = (await second.api.get("/api/v1/guardrails")).json()
+    assert guard["circuit_breaker"]["quarantined_nodes"] == ["gpu-2"]
