@@ -77,6 +77,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "REMEDIATOR_KUBECONFIG": str(write_kubeconfig(work / "kubeconfig", fake.url)),
                 "REMEDIATOR_MAX_QUARANTINED_NODES": "20", "REMEDIATOR_KUBE_QPS": "500",
                 "REMEDIATOR_MAX_BODY_BYTES": str(256 * 1024 * 1024), "REMEDIATOR_LOG_LEVEL": "WARNING",
+                "REMEDIATOR_WORKER_PROCESS": "false",  # one process, as the recorded figures were measured
             }
             proc = ControllerProcess(work, env, name="decide")
             await proc.start(timeout=300)

@@ -258,7 +258,7 @@ async def measure(mode: str, args: argparse.Namespace, objects_for: Any, work: P
             "REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING",
             "REMEDIATOR_KUBECONFIG": str(write_kubeconfig(work / f"kubeconfig-{mode}", fake.url)),
             "REMEDIATOR_MAX_QUARANTINED_NODES": "1%", "BENCH_LIST_INTERVAL": str(args.list_interval),
-            **({"REMEDIATOR_WORKER_PROCESS": "true"} if mode == "process" else {}),
+            "REMEDIATOR_WORKER_PROCESS": "true" if mode == "process" else "false",
         }
         proc = ControllerProcess(work, env, name=f"fleet-{mode}",
                                  python_args=("-c", PRELUDE) if mode == "list" else ("-m", "remediator.cli"))

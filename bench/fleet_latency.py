@@ -95,6 +95,7 @@ async def measure(label: str, nodes: int, pods: int, runs: int, work: Path) -> d
             "REMEDIATOR_KUBECONFIG": str(write_kubeconfig(work / f"kubeconfig-{label}", fake.url)),
             "REMEDIATOR_MAX_QUARANTINED_NODES": "1000", "REMEDIATOR_QUARANTINE_RATE": "1000",
             "REMEDIATOR_WORKER_POLL_INTERVAL": "100ms",
+            "REMEDIATOR_WORKER_PROCESS": "false",  # one process, as the recorded figures were measured
         }
         proc = ControllerProcess(work, env, name=f"latency-{label}")
         await proc.start(timeout=600)

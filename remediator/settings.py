@@ -152,8 +152,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = 16
     # `serve` runs the worker (decisions, remediations, inventory watch) in a second process on the same
     # database, so webhooks and decisions each get a core (engine/worker_process.py). SQLite only: PostgreSQL
-    # scales out by replicas instead.
-    worker_process: bool = False
+    # scales out by replicas instead. None ("auto", the default): `serve` turns it on for a SQLite file and
+    # off for PostgreSQL and :memory: (engine.startup.resolve_worker_process); true or false wins.
+    worker_process: bool | None = None
     lease_duration: timedelta = timedelta(seconds=30)
     held_recheck_interval: timedelta = timedelta(seconds=10)
     # Crash backoff: a remediation whose driver fails unexpectedly is claimed again only after
@@ -255,6 +256,13 @@ class Settings(BaseSettings):
         if duration > timedelta(days=1):
             raise ValueError("NOTIFY_BUDGET is at most 1d (0 sends each message once, without retries)")
         return duration
+
+    @field_validator("worker_process", mode="before")
+    @classmethod
+    def _worker_process(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("", "auto"):
+            return None  # auto: on for a SQLite file, off otherwise
+        return value
 
     @field_validator("session_ttl", mode="before")
     @classmethod

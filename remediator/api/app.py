@@ -69,8 +69,10 @@ def create_app(
     """Build the app. With `runtime` given (tests), it is used as is and not disposed of.
 
     `listen_host` is the address the server binds: beyond loopback, every web UI page needs a signed-in
-    person (`remediator serve` passes its `--host`). With REMEDIATOR_WORKER_PROCESS the worker runs in a
-    process of its own (engine/worker_process.py); `on_worker_exit` is called if it stops by itself.
+    person (`remediator serve` passes its `--host`). With REMEDIATOR_WORKER_PROCESS true the worker runs in a
+    process of its own (engine/worker_process.py); `on_worker_exit` is called if it stops by itself. Unset
+    (auto) is decided by `serve` (engine.startup.resolve_worker_process); an app built here without it runs
+    the worker on its own event loop.
     """
 
     @asynccontextmanager
@@ -80,7 +82,7 @@ def create_app(
         if rt is None:
             rt, engine = await build_runtime(settings)
         app.state.runtime = rt
-        own_process = run_worker and runtime is None and settings.worker_process
+        own_process = run_worker and runtime is None and settings.worker_process is True
         worker: Worker | WorkerProcess | None = None
         if own_process:
             await rt.repo.spool_webhooks()  # webhooks never wait for the worker process's transactions

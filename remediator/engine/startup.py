@@ -34,7 +34,7 @@ from remediator.store.intake_spool import prepare_spool, spool_path
 
 __all__ = [
     "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "EXIT_WORKER_LOST",
-    "StartupFailure", "check_approver_header", "prepare",
+    "StartupFailure", "check_approver_header", "prepare", "resolve_worker_process",
 ]
 
 EXIT_CONFIG = 2
@@ -152,6 +152,16 @@ def _check_free_space(database: Path, exc: BaseException | None = None) -> None:
         f"free, at least {_size(START_MIN_FREE_BYTES)} is needed to start: free some space or grow the volume, "
         "then start again", EXIT_DATABASE,
     ) from exc
+
+
+def resolve_worker_process(settings: Settings) -> Settings:
+    """The settings with REMEDIATOR_WORKER_PROCESS decided: unset (auto) is on for a SQLite file, where the
+    second process gives the flood's webhooks and decisions a core each, and off for PostgreSQL and an
+    in-memory SQLite database (a second process could not open the same one). true or false as given wins;
+    true without a SQLite file is refused by `prepare`."""
+    if settings.worker_process is not None:
+        return settings
+    return settings.model_copy(update={"worker_process": replica_guard.sqlite_file(settings.database_url) is not None})
 
 
 def prepare(settings: Settings, owner: str) -> replica_guard.ReplicaGuard:

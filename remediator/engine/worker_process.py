@@ -1,4 +1,4 @@
-"""The worker in a process of its own: `remediator serve` with REMEDIATOR_WORKER_PROCESS=true (SQLite).
+"""The worker in a process of its own: `remediator serve` on a SQLite file (its default; REMEDIATOR_WORKER_PROCESS).
 
 CPython runs one thread of Python code at a time, so with the worker on the web server's event loop a
 flood's decisions and its webhooks share one core: every webhook that arrives during a decision batch waits
@@ -332,7 +332,7 @@ def main() -> None:
     """Entry point of the worker process (`python -m remediator.engine.worker_process`, started by serve)."""
     fd = os.environ.pop(LINK_FD_ENV, "")
     if not fd:
-        sys.exit("this module is started by `remediator serve` with REMEDIATOR_WORKER_PROCESS=true")
+        sys.exit("this module is started by `remediator serve` (its worker process on a SQLite file)")
     import uvloop
 
     uvloop.run(_child(socket.socket(fileno=int(fd))))

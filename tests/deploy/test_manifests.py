@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 
 from remediator import __version__, kube_kinds
+from remediator.engine.startup import resolve_worker_process
 from remediator.settings import Settings
 from remediator.sidecar.settings import SidecarSettings
 from tests.deploy.helpers import (
@@ -306,8 +307,11 @@ def test_single_overlay_keeps_sqlite_on_a_volume() -> None:
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert env_of(main)["REMEDIATOR_DATABASE_URL"]["value"] == "sqlite+aiosqlite:////data/remediator.db"
     assert "REMEDIATOR_ALLOW_MULTIPLE_REPLICAS" not in env_of(main)
-    # Webhooks and decisions in two processes: the container may use two cores and holds two Pythons.
-    assert env_of(main)["REMEDIATOR_WORKER_PROCESS"]["value"] == "true"
+    # Webhooks and decisions in two processes, serve's default on a SQLite file (no setting needed): the
+    # container may use two cores and holds two Pythons.
+    assert "REMEDIATOR_WORKER_PROCESS" not in env_of(main)
+    url = env_of(main)["REMEDIATOR_DATABASE_URL"]["value"]
+    assert resolve_worker_process(Settings(database_url=url, worker_process=None)).worker_process is True
     assert main["resources"]["limits"] == {"cpu": "2", "memory": "1Gi"}
     assert main["resources"]["requests"] == {"cpu": "1", "memory": "512Mi"}
     for container in spec["initContainers"] + spec["containers"]:

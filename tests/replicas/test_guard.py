@@ -128,7 +128,8 @@ async def _kill_9_then_restart(
 async def test_sqlite_kill_9_then_immediate_restart_resumes_at_once(
     tmp_path: Path, processes: list[ControllerProcess]
 ) -> None:
-    await _kill_9_then_restart(tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", processes)
+    await _kill_9_then_restart(
+        tmp_path, f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", processes, REMEDIATOR_WORKER_PROCESS="false")
 
 
 async def test_sqlite_kill_9_with_a_worker_process_then_immediate_restart_resumes_at_once(

@@ -20,7 +20,7 @@ from tests.controller_process import ControllerProcess
 from tests.fakekube.server import Call, FakeKube
 from tests.helpers import am_payload, shipped_xid_alert
 from tests.replicas.test_guard import TOKEN, _audit_kinds, _rems, wait_until
-from tests.replicas.test_worker_process import WORKER, cluster_env, one_gpu_node, worker_env
+from tests.replicas.test_worker_process import ONE_PROCESS, WORKER, cluster_env, one_gpu_node, worker_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,7 +40,8 @@ async def test_a_repeat_after_a_remediation_that_did_not_run_is_decided_again(
     async with FakeKube() as fake:
         one_gpu_node(fake)
         fake.before("list", "pods", refuse, times=10_000)
-        ctl = ControllerProcess(tmp_path, {**cluster_env(tmp_path, fake), **(WORKER if worker_process else {})})
+        mode = WORKER if worker_process else ONE_PROCESS
+        ctl = ControllerProcess(tmp_path, {**cluster_env(tmp_path, fake), **mode})
         processes.append(ctl)
         await ctl.start()
         alert = shipped_xid_alert("gpu-1", 79)  # Alertmanager sends the same alert, startsAt and all, each time

@@ -26,6 +26,7 @@ from tests.replicas.test_guard import TOKEN, _env, _rems, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 WORKER = {"REMEDIATOR_WORKER_PROCESS": "true"}
+ONE_PROCESS = {"REMEDIATOR_WORKER_PROCESS": "false"}
 
 
 def worker_env(tmp_path: Path) -> dict[str, str]:
@@ -169,9 +170,10 @@ async def test_webhooks_spooled_before_a_crash_are_decided_after_a_restart_witho
         with sqlite3.connect(database) as conn:
             assert conn.execute("SELECT count(*) FROM alerts").fetchone() == (0,)
 
-        second = ControllerProcess(tmp_path, env, name="second")
+        second = ControllerProcess(tmp_path, {**env, **ONE_PROCESS}, name="second")
         processes.append(second)
         await second.start()
+        assert second.proc is not None and not children(second.proc.pid)
 
         async def done() -> bool:
             rems = await _rems(url)
@@ -259,3 +261,71 @@ async def test_settings_for_postgres_or_memory_are_refused() -> None:
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith("error: REMEDIATOR_WORKER_PROCESS needs a SQLite database file")
         assert "Traceback" not in result.stderr
+
+
+async def test_serve_on_a_sqlite_file_runs_the_worker_process_by_default(
+    tmp_path: Path, processes: list[ControllerProcess]
+) -> None:
+    """No REMEDIATOR_WORKER_PROCESS at all: the shipped default on a SQLite file is two processes, webhooks
+    answered from the spool while the database's writer is held, then moved in and decided."""
+    database = tmp_path / "c.db"
+    async with FakeKube() as fake:
+        one_gpu_node(fake)
+        ctl = ControllerProcess(tmp_path, cluster_env(tmp_path, fake))
+        ctl.env.pop("REMEDIATOR_WORKER_PROCESS", None)  # whatever the test run's environment says
+        processes.append(ctl)
+        await ctl.start()
+        worker = worker_pid(ctl)
+        assert spool_path(database).exists()
+        writer = sqlite3.connect(database, isolation_level=None, timeout=30)
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            assert (await post_xid_79(ctl)).status_code == 200
+            with sqlite3.connect(spool_path(database)) as conn:
+                assert conn.execute("SELECT sum(alert_count) FROM spooled").fetchone() == (1,)
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+
+        async def done() -> bool:
+            rems = await _rems(worker_env(tmp_path)["REMEDIATOR_DATABASE_URL"])
+            return len(rems) == 1 and rems[0].state == "succeeded"
+
+        await wait_until(done, 90, "the worker process to decide and remediate the spooled alert")
+        assert worker_pid(ctl) == worker
+
+
+@pytest.mark.postgres
+async def test_serve_on_postgres_runs_one_process_by_default(
+    tmp_path: Path, pg_url: str, processes: list[ControllerProcess]
+) -> None:
+    """PostgreSQL scales by replicas: no worker process by default, and no refusal as with WORKER_PROCESS=true."""
+    ctl = ControllerProcess(tmp_path, {"REMEDIATOR_DATABASE_URL": pg_url})
+    ctl.env.pop("REMEDIATOR_WORKER_PROCESS", None)
+    processes.append(ctl)
+    await ctl.start()
+    assert ctl.proc is not None and not children(ctl.proc.pid)
+    async with httpx.AsyncClient(timeout=20) as client:
+        r = await client.post(f"{ctl.url}/api/v1/alerts", json=am_payload(shipped_xid_alert("gpu-1", 79)))
+        assert r.status_code == 200, r.text
+
+        async def decided() -> bool:
+            alerts = (await client.get(f"{ctl.url}/api/v1/alerts")).json()
+            return bool(alerts) and all(a["state"] == "done" for a in alerts)
+
+        await wait_until(decided, 60, "the one process to decide the alert")
+    assert not children(ctl.proc.pid)
+
+
+def test_the_worker_process_setting_resolves_per_database() -> None:
+    from remediator.engine.startup import resolve_worker_process
+    from remediator.settings import Settings
+
+    file, memory = "sqlite+aiosqlite:////data/r.db", "sqlite+aiosqlite:///:memory:"
+    pg = "postgresql+asyncpg://remediator@127.0.0.1:5432/test"
+    for url, given, expected in (
+        (file, None, True), (memory, None, False), (pg, None, False),
+        (file, False, False), (file, True, True), (pg, True, True),  # true with PostgreSQL: refused by prepare
+    ):
+        assert resolve_worker_process(Settings(database_url=url, worker_process=given)).worker_process is expected
+    assert Settings(worker_process="auto").worker_process is None  # type: ignore[arg-type]
