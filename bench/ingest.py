@@ -60,6 +60,28 @@ def alert_states(database: Path) -> dict[str, int]:
     return states
 
 
+def tree_cpu_s(pid: int) -> list[float]:
+    """CPU seconds (user + system) a process and each of its children (a worker process) have used so far."""
+    import os
+
+    def cpu(p: int) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    children = [int(c) for task in Path(f"/proc/{pid}/task").glob("*")
+                for c in (task / "children").read_text().split()]
+    return [cpu(pid), *(cpu(c) for c in children)]
+
+
+def undecided(states: dict[str, int]) -> int:
+    """Acknowledged alerts no decision has closed yet: spooled, or stored `new` (claimed or not)."""
+    return states.get("new", 0) + states.get("spooled", 0)
+
+
+def decided(states: dict[str, int]) -> int:
+    return sum(states.values()) - undecided(states) - states.get("repeat", 0)
+
+
 def commit_latency(work: Path, synchronous: str, commits: int = 500) -> dict[str, float]:
     """Sequential one-alert webhook commits through the SQLite intake: what one fsync adds to a commit."""
     import asyncio
@@ -103,6 +125,8 @@ def main() -> None:
     parser.add_argument("--no-worker-process", action="store_true",
                         help="leave out the controller with REMEDIATOR_WORKER_PROCESS=true")
     parser.add_argument("--smoke", action="store_true", help="1 s a row, 8 connections, a 1 s warm-up: seconds")
+    parser.add_argument("--rows", help="only these rows, comma-separated: bare,controller,process,normal "
+                        "(e.g. `--rows process --seconds 60`: does the worker process decide as fast as webhooks come)")
     args = parser.parse_args()
     warm_up = 2
     if args.smoke:
@@ -113,27 +137,40 @@ def main() -> None:
         work = Path(tmp)
         results: dict[str, dict[str, Any]] = {}
         env = {"REMEDIATOR_WEBHOOK_TOKEN": TOKEN, "REMEDIATOR_LOG_LEVEL": "WARNING"}
-        names = ("bare", "controller", *(() if args.no_worker_process else ("process",)),
-                 *(("normal",) if args.compare_fsync else ()))
+        names: tuple[str, ...] = ("bare", "controller", *(() if args.no_worker_process else ("process",)),
+                                  *(("normal",) if args.compare_fsync else ()))
+        if args.rows:
+            names = tuple(n.strip() for n in args.rows.split(","))
+            unknown = set(names) - {"bare", "controller", "process", "normal"}
+            if unknown:
+                parser.error(f"--rows: unknown {', '.join(sorted(unknown))} (bare, controller, process, normal)")
         for name in names:
             port = free_port()
             if name == "bare":
                 proc = bare(port, work)
             else:
-                mode = {"REMEDIATOR_WORKER_PROCESS": "true"} if name == "process" else {}
-                proc = controller(port, work, {**env, **mode},
+                worker = {"REMEDIATOR_WORKER_PROCESS": "true" if name == "process" else "false"}
+                proc = controller(port, work, {**env, **worker},
                                   intake_synchronous="NORMAL" if name == "normal" else None)
             try:
                 wait_http(f"http://127.0.0.1:{port}/docs")
                 wrk(f"http://127.0.0.1:{port}", warm_up, args.connections)
+                database = controller_database(work, port)
+                before = alert_states(database) if name != "bare" else {}
+                cpu_before = tree_cpu_s(proc.pid)
                 results[name] = wrk(f"http://127.0.0.1:{port}", args.seconds, args.connections)
+                cpu = [b - a for a, b in zip(cpu_before, tree_cpu_s(proc.pid), strict=False)]
                 results[name]["rss"] = tree_rss_mb(proc.pid)  # at the end of the flood, before the stop
+                if name != "bare":  # read while the controller runs: what it decided during the flood
+                    after = alert_states(database)
+                    results[name]["flood"] = {"decided": decided(after) - decided(before),
+                                              "backlog": undecided(after), "spooled": after.get("spooled", 0),
+                                              "cpu": cpu}
             finally:
                 stop(proc)
             if name != "bare":
                 results[name]["states"] = alert_states(controller_database(work, port))
         commits = {mode: commit_latency(work, mode) for mode in ("FULL", "NORMAL")} if args.compare_fsync else {}
-    ratio = results["controller"]["rps"] / results["bare"]["rps"]
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
           f"wrk -t2 -c{args.connections} -d{args.seconds}s")
     print("| endpoint | req/s | p50 ms | p99 ms | non-2xx |")
@@ -153,15 +190,21 @@ def main() -> None:
         if name in results:
             states = results[name]["states"]
             stored = sum(states.values())
-            decided = stored - states.get("new", 0) - states.get("repeat", 0) - states.get("spooled", 0)
-            print(f"{name}: {stored} alerts stored (warm-up included), {decided} decided by the worker before it "
-                  f"stopped; by state: {dict(sorted(states.items()))}")
+            print(f"{name}: {stored} alerts stored (warm-up included), {decided(states)} decided by the worker "
+                  f"before it stopped; by state: {dict(sorted(states.items()))}")
+            flood = results[name]["flood"]
+            print(f"{name}: during the {args.seconds} s flood {results[name]['rps']:.0f} acknowledged/s, "
+                  f"{flood['decided'] / args.seconds:.0f} decided/s; at its end {flood['backlog']} acknowledged and "
+                  f"undecided ({flood['spooled']} of them spooled); CPU seconds used in it: "
+                  + " + ".join(f"{c:.1f}" for c in flood["cpu"])
+                  + (" (web process + worker process)" if len(flood["cpu"]) > 1 else ""))
     for mode, c in commits.items():
         print(f"one-alert commit through the intake, synchronous={mode}: p50 {c['p50_ms']:.2f} ms, "
               f"p99 {c['p99_ms']:.2f} ms (500 sequential commits)")
-    print(f"throughput ratio controller/bare: {ratio:.2f} (target >= 0.6); controller p99 "
-          f"{results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
-    if "process" in results:
+    if "controller" in results and "bare" in results:
+        print(f"throughput ratio controller/bare: {results['controller']['rps'] / results['bare']['rps']:.2f} "
+              f"(target >= 0.6); controller p99 {results['controller']['p99_ms']:.1f} ms (target < 50 ms)")
+    if "process" in results and "bare" in results:
         print(f"with the worker process: ratio {results['process']['rps'] / results['bare']['rps']:.2f}, p99 "
               f"{results['process']['p99_ms']:.1f} ms")
 

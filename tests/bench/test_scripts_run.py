@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,12 @@ def test_ingest_smoke_measures_the_three_rows() -> None:
         assert float(cells[0]) > 0 and cells[3] == "0", cells  # requests served, none refused
     assert "(web process + worker process)" in stdout
     assert "with the worker process: ratio" in stdout
+    # The one-process row stays one process now that serve's default on a SQLite file is two.
+    (memory,) = [line for line in stdout.splitlines() if line.startswith("controller: resident memory")]
+    assert "worker process" not in memory
+    for name in ("controller", "process"):  # decided against acknowledged, read while the flood's server runs
+        assert re.search(rf"^{name}: during the 1 s flood \d+ acknowledged/s, \d+ decided/s; at its end \d+ ",
+                         stdout, re.M), stdout
 
 
 def test_decide_smoke_decides_every_alert() -> None:
