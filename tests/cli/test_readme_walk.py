@@ -139,6 +139,8 @@ def fresh_copy(dest: Path) -> None:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
     for name in filter(None, listed):
+        if name.split("/", 1)[0] == ".venv":
+            continue  # a .venv that is a link (not matched by a `.venv/` ignore rule) would install into the real one
         src, dst = REPO / name, dest / name
         if not src.is_symlink() and not src.exists():
             continue  # deleted in the working tree, not yet in git
