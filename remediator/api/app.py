@@ -36,6 +36,7 @@ from remediator.api.routes import (
     reports,
     silences,
     slack,
+    storm_ui,
     ui,
     unacted,
 )
@@ -192,6 +193,8 @@ def _add_ui(app: FastAPI, settings: Settings, listen_host: str) -> None:
     app.include_router(unacted.router)
     app.include_router(silences.ui_router)
     app.include_router(pause_ui.router)
+    app.include_router(storm_ui.router)
+    app.include_router(storm_ui.link_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
 

@@ -405,6 +405,8 @@ class Executor:
             AdmissionRequest(rem.id, self.rt.owner, decide, facts, context=gathered, steady=steady,
                              first_step=first.begin if first is not None else None)
         )
+        self.storms.announce(verdict.reason if admitted.state == "held" and changed and verdict.name == "storm"
+                             else None)
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
                 self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()

@@ -22,7 +22,7 @@ from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = [
     "KILL_SWITCH", "Said", "describe_new_pause", "describe_resume", "end_pause", "lift_kill_switch",
-    "pause_everything", "scope_words", "start_pause",
+    "pause_everything", "scope_words", "start_pause", "who",
 ]
 
 KILL_SWITCH = "kill-switch"  # how the page names the kill switch where a pause ID goes
@@ -71,6 +71,12 @@ async def lift_kill_switch(rt: Runtime, *, actor: str, reason: str | None) -> li
     ended = await rt.repo.end_everything_pauses(actor=actor, reason=reason)
     await rt.repo.wake_held()
     return ended
+
+
+def who(actor: str | None) -> str:
+    """An actor as a person reads it (as the pages' `who` macro): an API caller that gave no name is said so
+    in words, never a bare `api`."""
+    return actor if actor and actor != "api" else "an API caller that gave no name"
 
 
 def _names(kind: str, names: Sequence[str]) -> str:
@@ -142,13 +148,13 @@ async def describe_resume(rt: Runtime, pause_id: str, *, actor: str) -> Said | N
         alls = [p for p in await rt.repo.active_pauses() if p.everything]
         if not flag.get("paused") and not alls:
             return None
-        by = f" (set by {flag.get('by')}: {flag.get('reason') or 'no reason given'})" if flag.get("paused") else ""
+        by = f" (set by {who(flag.get('by'))}: {flag.get('reason') or 'no reason given'})" if flag.get("paused") else ""
         caught = [_line(h) for h in held if (h.state_reason or "").startswith("controller is paused")
                   or any(f"(pause {p.id}," in (h.state_reason or "") for p in alls)]
         details = ["Steps start again everywhere no other pause holds; held remediations are looked at again."]
         if alls:
             details.append(f"This also ends {len(alls)} pause(s) of scope all: "
-                           + "; ".join(f"{p.id} by {p.created_by}: {p.reason}" for p in alls))
+                           + "; ".join(f"{p.id} by {who(p.created_by)}: {p.reason}" for p in alls))
         details.append(f"Recorded in the audit log (controller.resumed) as done by {actor}.")
         return Said(f"Lift the kill switch{by} now.", details, caught)
     pause = next((p for p in await rt.repo.active_pauses() if p.id == pause_id), None)
@@ -157,7 +163,7 @@ async def describe_resume(rt: Runtime, pause_id: str, *, actor: str) -> Said | N
     until = f", until {pause.ends_at.strftime('%Y-%m-%d %H:%M UTC')}" if pause.ends_at else ""
     caught = [_line(h) for h in held if f"(pause {pause.id}," in (h.state_reason or "")]
     return Said(
-        f"End the pause {scope_words(pause.nodes, pause.selector, pause.playbooks)} (by {pause.created_by}: "
+        f"End the pause {scope_words(pause.nodes, pause.selector, pause.playbooks)} (by {who(pause.created_by)}: "
         f"{pause.reason}{until}) now.",
         ["The remediations it holds go on at their next step, unless another pause or a guardrail holds them.",
          f"Recorded in the audit log (pause.ended) as done by {actor}."],

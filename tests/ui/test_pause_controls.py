@@ -147,7 +147,8 @@ async def test_everything_and_playbooks_read_as_they_hold_and_the_kill_switch_is
         assert "Paused everywhere (kill switch) by an API caller that gave no name: storm" in fleet
         assert "Paused by api" not in fleet
         confirm = await gated.client.get("/fleet/pauses/kill-switch/resume")
-        assert "Lift the kill switch (set by api: storm) now." in html.unescape(confirm.text)
+        assert "Lift the kill switch (set by an API caller that gave no name: storm) now." in html.unescape(
+            confirm.text)
         r = await gated.client.post("/fleet/pauses/kill-switch/resume",
                                     data={"csrf": csrf_of(confirm.text), "confirmed": "yes"})
         assert r.status_code == 303
@@ -157,3 +158,30 @@ async def test_everything_and_playbooks_read_as_they_hold_and_the_kill_switch_is
         r = await gated.client.post("/fleet/pauses/kill-switch/resume",
                                     data={"csrf": csrf_of(confirm.text), "confirmed": "yes"})
         assert r.status_code == 409
+
+
+async def test_the_fleet_page_lists_each_pause_once_with_who_why_scope_until_and_resume(tmp_path: Path) -> None:
+    """One list beside the banner (no separate 'Paused' card): each pause and the kill switch once, with its
+    scope, author, reason, start and end and a Resume link; an unnamed API caller is said in words, never 'api'."""
+    async with gated_controller(tmp_path, ui_tokens=[f"alice:{ALICE_TOKEN}"]) as gated:
+        made = await gated.client.post("/api/v1/pauses", headers=AUTH, json={
+            "reason": "rack r12 firmware", "selector": "rack=r12", "for": "2h"})
+        assert made.status_code == 201, made.text
+        pause = made.json()
+        assert pause["created_by"] == "api"
+        assert (await gated.client.post("/api/v1/pause", json={"reason": "storm"}, headers=AUTH)).status_code == 200
+        raw = (await gated.client.get("/fleet")).text
+        assert 'id="pauses"' not in raw  # the old card is gone
+        body = raw[raw.index("<h1>Fleet</h1>"):]  # the page below the banner
+        assert body.count(f'data-pause="{pause["id"]}"') == 1 and body.count('id="pause-all"') == 1
+        assert body.count('href="/fleet/pauses/kill-switch/resume"') == 1
+        assert body.count(f'href="/fleet/pauses/{pause["id"]}/resume"') == 1
+        item = body[body.index(f'data-pause="{pause["id"]}"'):]
+        item = text_of(item[item.index(">") + 1:item.index("</li>")])
+        assert item.startswith("Paused on nodes matching rack=r12 by an API caller that gave no name since ")
+        assert ": rack r12 firmware, until " in item and item.endswith("Resume…")
+        kill = body[body.index('id="pause-all"'):]
+        kill = text_of(kill[kill.index(">") + 1:kill.index("</li>")])
+        assert kill.startswith("Paused everywhere (kill switch) by an API caller that gave no name: storm, until "
+                               "someone resumes it.")
+        assert not re.search(r">\s*api\s*<", raw) and "paused by api" not in text_of(raw).lower()
