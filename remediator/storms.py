@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = [
     "HOSTNAME_LABEL", "Candidate", "Fault", "FleetCounts", "StormAnalysis", "StormPolicy", "analyse",
-    "attribute_text", "fault_attributes", "hypergeom_sf", "node_attributes",
+    "attribute_text", "fault_attributes", "hypergeom_sf", "node_attributes", "nodes_phrase",
 ]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -227,6 +227,28 @@ def attribute_text(key: str, value: str) -> str:
              "driver": "report driver", "vbios": "report VBIOS", "namespace": "ran pods of namespace",
              "workload": "ran workload"}
     return f"{words.get(name, f'have {kind} {name}')} {value}"
+
+
+# Labels whose meaning is known (GPU Feature Discovery, the well-known topology labels): said in words.
+_LABEL_WORDS = {
+    "nvidia.com/cuda.driver-version.full": "running driver", "nvidia.com/cuda.driver.full": "running driver",
+    "nvidia.com/gpu.product": "with GPU", "nvidia.com/gpu.family": "with GPU family",
+    "nvidia.com/cuda.runtime-version.full": "with CUDA runtime", "topology.kubernetes.io/zone": "in zone",
+    "topology.kubernetes.io/region": "in region", "node.kubernetes.io/instance-type": "of instance type",
+}
+
+
+def nodes_phrase(key: str, value: str) -> str:
+    """The nodes that share an attribute, in words: 'nodes running driver 580.95.05', 'nodes labelled rack=r12'."""
+    if key.startswith(LABEL):
+        label = key[len(LABEL):]
+        words = _LABEL_WORDS.get(label)
+        return f"nodes {words} {value}" if words else f"nodes labelled {label}={value}"
+    kind, _, name = key.partition(":")
+    said = {"kubelet": "running kubelet", "kernel": "running kernel", "os": "running OS image",
+            "runtime": "running container runtime", "created": "created in the hours from",
+            "ready-since": "Ready (rebooted) since the hours from"}
+    return f"nodes {said.get(name, f'with {kind} {name}')} {value}"
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,9 @@ __all__ = [
     "open_responder",
     "response_url_refusal",
     "slack_blocks",
+    "slack_delete",
     "slack_escape",
+    "slack_post_or_edit",
     "transient_answer",
 ]
 
@@ -739,3 +741,31 @@ def open_responder(
         budget_seconds=budget_seconds,
     )
     return responder, (client.aclose if http is None else _nothing)
+
+
+# -- one message about something other than a remediation (a storm), edited in place ------------------------
+
+
+async def slack_post_or_edit(
+    bot: SlackBot, message: Message, thread: SlackThread | None
+) -> tuple[SlackThread, bool]:
+    """Edit the message at `thread` with `chat.update`, or post `message` with `chat.postMessage` when there is
+    none or Slack says it is gone: (where the message is now, whether it was posted anew). The caller keeps
+    where it is (a storm's row); `SlackBot.send` does the same for remediations through its `threads`."""
+    if thread is not None:
+        try:
+            await bot.call("chat.update", {**bot._body(message, thread.channel), "ts": thread.ts})
+            return thread, False
+        except SlackApiError as exc:
+            if exc.error not in _SLACK_MESSAGE_GONE:
+                raise
+    answer = await bot.call("chat.postMessage", bot._body(message, message.channel or bot.channel))
+    channel, ts = answer.get("channel"), answer.get("ts")
+    if not isinstance(channel, str) or not isinstance(ts, str) or not ts:
+        raise NotificationFailed(bot.name, "chat.postMessage: the answer names no channel and ts", retryable=False)
+    return SlackThread(channel=channel, ts=ts), True
+
+
+async def slack_delete(bot: SlackBot, thread: SlackThread) -> None:
+    """Delete a message the bot posted (`chat.delete`): a second message that lost the race to be the one."""
+    await bot.call("chat.delete", {"channel": thread.channel, "ts": thread.ts})

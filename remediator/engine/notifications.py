@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from remediator.adapters.notifier import Button, Channel, Message, PodLine, SlackThread, Tone, open_responder
+from remediator.engine.storm_notices import StormNotices
 from remediator.observability import Metrics
 from remediator.settings import Settings
 from remediator.store.models import Remediation
@@ -147,6 +148,7 @@ class NotificationService:
         self._queues: dict[str, asyncio.Queue[Message]] = {}
         self._senders: dict[str, asyncio.Task[None]] = {}
         self._last: dict[str, tuple[str, str]] = {}
+        self._storms: StormNotices | None = None  # one Slack message per storm (engine/storm_notices.py)
 
     @property
     def channel_names(self) -> list[str]:
@@ -279,6 +281,16 @@ class NotificationService:
             },
         )
 
+    def storm_event(self, storm_id: str) -> None:
+        """A storm opened, grew, changed its candidates, was decided or closed: its one Slack message says so
+        (engine/storm_notices.py). Returns at once, never raises."""
+        try:
+            if self._storms is None:
+                self._storms = StormNotices(self.channels, self.repo, self.settings, self.metrics)
+            self._storms.changed(storm_id)
+        except Exception:
+            log.exception("could not queue the message of storm %s", storm_id)
+
     # -- Slack interactions -----------------------------------------------------------------------
 
     async def slack_follow_up(
@@ -356,12 +368,16 @@ class NotificationService:
         """Wait until every queued message was delivered or given up on (tests, demo, shutdown)."""
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(limit):
+                if self._storms is not None:
+                    await self._storms.flush(limit)
                 for queue in list(self._queues.values()):
                     await queue.join()
 
     async def aclose(self, limit: float = 5.0) -> None:
         """Deliver what is queued (briefly), then stop the senders."""
         await self.flush(limit)
+        if self._storms is not None:
+            await self._storms.aclose()
         for task in self._senders.values():
             task.cancel()
         for task in self._senders.values():

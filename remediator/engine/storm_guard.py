@@ -55,6 +55,8 @@ class StormGuard:
         self.rt = rt
         self._key: tuple[frozenset[str], int] | None = None
         self._analysis: StormAnalysis | None = None
+        self._told: set[str] = set()  # storms changed by admissions since the last `announce`
+        self._sizes: dict[str, int] = {}  # storm id -> nodes when last logged
 
     def _fleet(self) -> FleetCounts | None:
         inventory = self.rt.inventory
@@ -80,9 +82,23 @@ class StormGuard:
                 cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {},
                 session)
             if changed:
-                log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
-        await self.rt.repo.close_storms(now - settings.storm_window, session)
+                self._told.add(storm["id"])
+                if self._sizes.get(storm["id"]) != len(storm["nodes"]):  # opened or grown, not other candidates
+                    self._sizes[storm["id"]] = len(storm["nodes"])
+                    log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
+        self._told.update(await self.rt.repo.close_storms(now - settings.storm_window, session))
         return self._analysis
+
+    def announce(self, held_by: str | None = None) -> None:
+        """After the admitting transaction: tell people about the storms it opened, grew, changed or closed,
+        and the one that now holds `held_by`'s remediation (its hold reason), through the storm's one Slack
+        message (engine/storm_notices.py)."""
+        if held_by is not None and held_by.startswith(STORM_REASON):
+            self._told.add(held_by[len(STORM_REASON):].split(":", 1)[0])
+        told, self._told = self._told, set()
+        if self.rt.notifier is not None:
+            for storm_id in sorted(told):
+                self.rt.notifier.storm_event(storm_id)
 
     def attributes_of(self, rem: Remediation) -> frozenset[Attribute]:
         fleet = self._fleet()

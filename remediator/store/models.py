@@ -292,3 +292,5 @@ class Storm(Base):
     decision_reason: Mapped[str | None] = mapped_column(Text)
     slack_channel: Mapped[str | None] = mapped_column(String(128))
     slack_ts: Mapped[str | None] = mapped_column(String(64))
+    # SHA-256 of each approve-group link sent for it (engine/storm_notices.py); the links themselves are never kept.
+    approval_links: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)

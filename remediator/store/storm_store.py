@@ -8,26 +8,37 @@ decision with who made it and why. The remediations it holds say so in their sta
 
 from __future__ import annotations
 
+import hmac
 import uuid
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.store.models import Remediation, Storm
+from remediator.store.models import AuditEvent, Remediation, Storm
 from remediator.store.unit_of_work import RepositoryBase, _aware
 
 __all__ = ["STORM_REASON", "StormStore", "storm_record"]
 
 STORM_REASON = "storm "  # how a hold by a storm reads: "storm <id>: ..."
 OPEN_STATES = ("open", "approved", "rejected")  # not closed: the storm still decides for its cause's nodes
+MAX_LINKS = 50  # approve-group links remembered per storm (each replica or restart sends its own)
+SlackPlace = tuple[str, str]  # (channel, ts) of a storm's Slack message; ("incoming-webhook", phase) for webhooks
 
 
 def _iso(value: datetime | None) -> str | None:
     value = _aware(value)
     return value.isoformat() if value else None
+
+
+def _candidates(analysis: Any) -> list[tuple[Any, ...]]:
+    """What of an analysis people are shown: each candidate with its counts (not its floating p-value)."""
+    if not isinstance(analysis, dict):
+        return []
+    return [(c.get("key"), c.get("value"), c.get("faulting"), c.get("faulting_total"), c.get("fleet"))
+            for c in analysis.get("candidates") or [] if isinstance(c, dict)]
 
 
 def storm_record(storm: Storm) -> dict[str, Any]:
@@ -105,7 +116,12 @@ class StormStore(RepositoryBase):
             return storm_record(storm), True
         new = sorted(set(nodes) - set(storm.nodes))
         if not new:
-            return storm_record(storm), False
+            if _candidates(storm.analysis) == _candidates(analysis):
+                return storm_record(storm), False
+            # The same nodes, other candidates or counts (a fault elsewhere in the window): the record, and the
+            # Slack message drawn from it, say so; not audited, nothing it holds changes.
+            storm.analysis, storm.cause_text = analysis, text
+            return storm_record(storm), True
         storm.nodes = sorted(set(storm.nodes) | set(nodes))
         storm.analysis, storm.cause_text, storm.updated_at = analysis, text, now
         storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": new,
@@ -163,3 +179,71 @@ class StormStore(RepositoryBase):
             storm = await session.get(Storm, storm_id, with_for_update=True)
             if storm is not None:
                 storm.slack_channel, storm.slack_ts = channel, ts
+
+    async def storm_holds(self, storm_ids: Collection[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The remediations each storm holds now, by storm id: [{id, node, playbook, created_at}], by node."""
+        async with self.transaction() as session:
+            rows = await session.execute(
+                select(Remediation.id, Remediation.node, Remediation.playbook, Remediation.state_reason,
+                       Remediation.created_at)
+                .where(Remediation.state == "held", Remediation.state_reason.startswith(STORM_REASON))
+            )
+            found = rows.all()
+        out: dict[str, list[dict[str, Any]]] = {}
+        for rem_id, node, playbook, reason, created in found:
+            storm_id = str(reason)[len(STORM_REASON):].split(":", 1)[0]
+            if storm_ids is None or storm_id in storm_ids:
+                out.setdefault(storm_id, []).append({"id": rem_id, "node": node, "playbook": playbook,
+                                                     "created_at": _iso(created)})
+        for held in out.values():
+            held.sort(key=lambda r: (str(r["node"]), str(r["created_at"])))
+        return out
+
+    async def storm_events(self, storm_id: str, *, limit: int = 1000) -> list[AuditEvent]:
+        """The audit log's `storm.*` events of one storm, oldest first (its timeline as audited)."""
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id)
+            if storm is None:
+                return []
+            opened = _aware(storm.opened_at) or storm.opened_at
+            since = (opened - timedelta(minutes=1)).astimezone(UTC).replace(tzinfo=None)
+            events = await session.scalars(
+                select(AuditEvent).where(AuditEvent.kind.startswith("storm."), AuditEvent.ts >= since)
+                .order_by(AuditEvent.id).limit(100 * limit)
+            )
+            return [e for e in events if isinstance(e.data, dict) and e.data.get("storm") == storm_id][:limit]
+
+    async def swap_storm_message(self, storm_id: str, expect: SlackPlace | None, new: SlackPlace
+                                 ) -> tuple[bool, SlackPlace | None]:
+        """Set where the storm's Slack message is to `new` only if it is `expect` now (compare-and-set, so two
+        replicas never both keep a message of their own): (whether it was set, where it is now)."""
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id, with_for_update=True)
+            if storm is None:
+                return False, None
+            now: SlackPlace | None = (storm.slack_channel or "", storm.slack_ts) if storm.slack_ts else None
+            if now != expect:
+                return False, now
+            storm.slack_channel, storm.slack_ts = new
+            return True, new
+
+    async def add_storm_link(self, storm_id: str, token_hash: str) -> bool:
+        """Remember the SHA-256 of an approve-group link sent for an open storm (False: no such open storm)."""
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id, with_for_update=True)
+            if storm is None or storm.state != "open":
+                return False
+            storm.approval_links = [*(storm.approval_links or []), token_hash][-MAX_LINKS:]
+            return True
+
+    async def storm_by_link(self, storm_id: str, token_hash: str) -> dict[str, Any] | None:
+        """The storm an approve-group link was sent for, or None (unknown storm, or not one of its links)."""
+        async with self.transaction() as session:
+            storm = await session.get(Storm, storm_id)
+            if storm is None:
+                return None
+            known = [str(h) for h in storm.approval_links or []]
+            matched = False
+            for digest in known:  # constant time per digest: a link is never guessed by its timing
+                matched |= hmac.compare_digest(digest.encode(), token_hash.encode())
+            return storm_record(storm) if matched else None

@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.query_check import KnownQuery
+from remediator.api.routes.storm_ui import storm_overview
 from remediator.api.schemas import as_utc
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
@@ -89,5 +90,5 @@ async def fleet_page(rt: RuntimeDep, who: SignedIn) -> Response:
     fleet = await fleet_view(rt)
     return page("fleet.html", {
         "nav_here": "/fleet", "signed_in": who, "fleet": fleet, "banner": fleet.guardrails, "refresh": 30,
-        "state_of": display_state,
+        "state_of": display_state, "storms": await storm_overview(rt),
     })
