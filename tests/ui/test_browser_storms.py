@@ -56,8 +56,8 @@ async def test_the_storm_page_shows_the_cause_and_a_signed_in_person_approves_th
         return Settings(
             database_url=f"sqlite+aiosqlite:///{tmp_path / 'c.db'}",
             webhook_token=[TOKEN], public_url=base, secret_key="test-secret-key",
-            ui_tokens=[f"{PERSON}:{UI_TOKEN}"], worker_poll_interval=0.05,  # type: ignore[arg-type]
-            held_recheck_interval=0.1,  # type: ignore[arg-type]
+            ui_tokens=[f"{PERSON}:{UI_TOKEN}"], worker_poll_interval=0.05,
+            held_recheck_interval=0.1,
             storm_p_value=0.01, max_quarantined_nodes="20",  # a small fleet: a looser threshold (docs/storms.md)
         )
 
