@@ -3,6 +3,12 @@ same under the new one, and a downgrade gives them back.
 
 0007: approval decisions stored once, on the approval request (no longer also on the remediation).
 0008: a remediation's phase derived from its state (the `phase` column goes; steps keep theirs).
+0011: a plan-only run stored `succeeded` becomes `planned`, and back.
+0012: `remediations.return_request` added (null for the rows already there), and dropped keeping the rows.
+Each is checked at its own revision through the tables as that revision has them (reflected, never the ORM
+models, which are the head's: `Remediation` reads `return_request`, a column only 0012 adds), then through
+today's repository once every later migration ran, then downgraded. And every migration from 0009 on: the
+chain is one line to one head, and each goes up and down to the same schema.
 """
 
 from __future__ import annotations
@@ -11,16 +17,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from remediator.api.schemas import summary_out
 from remediator.engine.approval_decisions import decision_of
+from remediator.engine.states import phase_of
 from remediator.store.db import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
 
@@ -43,11 +52,21 @@ async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
-async def downgrade(url: str, revision: str) -> None:
+def alembic_config(url: str | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    await asyncio.to_thread(command.downgrade, config, revision)
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+async def downgrade(url: str, revision: str) -> None:
+    await asyncio.to_thread(command.downgrade, alembic_config(url), revision)
+
+
+def row_as_object(row: dict[str, Any] | None) -> Any:
+    """A reflected row read the way the engine's functions read a model (attributes), at any revision."""
+    return None if row is None else SimpleNamespace(**row)
 
 
 def remediation(rem_id: str, **columns: Any) -> dict[str, Any]:
@@ -145,15 +164,26 @@ async def test_0007_moves_decisions_onto_the_requests_and_back(db_url: str, engi
     assert (by_rem["expired-continue"]["decision"], by_rem["expired-continue"]["decision_source"]) == (
         "expired", "expiry")
 
-    # What the API shows as the remediation's decision is what it showed before.
+    # What the API shows as the remediation's decision is what it showed before: at 0007, from its rows (the
+    # newest request of each remediation, as the repository picks it) ...
+    rems_0007 = {r["id"]: r for r in await rows(engine, "remediations", "id")}
+    newest = {r["remediation_id"]: r for r in await rows(engine, "approvals", "id")}  # by id: the last wins
+    for before in remediations:
+        current = newest.get(before["id"])
+        assert decision_of(row_as_object(rems_0007[before["id"]]), row_as_object(current)) == before["decision"]
+        assert (current["decided_by"] if current else None) == before["decided_by"]
+        assert (current["step_index"] if current else None) == before["approval_step"]
+
+    # ... and through today's repository once every later migration ran.
+    await upgrade(db_url)
     repo = Repository(make_sessionmaker(engine))
     for before in remediations:
         rem = await repo.get(before["id"])
         assert rem is not None
-        current = await repo.current_approval(rem.id)
-        assert decision_of(rem, current) == before["decision"]
-        assert (current.decided_by if current else None) == before["decided_by"]
-        assert (current.step_index if current else None) == before["approval_step"]
+        approval = await repo.current_approval(rem.id)
+        assert decision_of(rem, approval) == before["decision"]
+        assert (approval.decided_by if approval else None) == before["decided_by"]
+        assert (approval.step_index if approval else None) == before["approval_step"]
 
     await downgrade(db_url, "0006")
 
@@ -209,6 +239,12 @@ async def test_0008_derives_the_phase_from_the_state_and_restores_the_column(
 
     assert "phase" not in {c.name for c in (await table(engine, "remediations")).columns}
     assert "phase" in {c.name for c in (await table(engine, "steps")).columns}
+    at_0008 = {r["id"]: r["state"] for r in await rows(engine, "remediations", "id")}
+    assert at_0008 == {rem_id: state for rem_id, (state, _) in phases.items()}
+    assert {rem_id: phase_of(state) for rem_id, state in at_0008.items()} == {
+        rem_id: "revert" if state in ("reverting", "reverted") else "forward" for rem_id, (state, _) in phases.items()}
+
+    await upgrade(db_url)  # today's repository reads the same, once every later migration ran
     repo = Repository(make_sessionmaker(engine))
     for rem_id, (state, _) in phases.items():
         rem = await repo.get(rem_id)
@@ -219,3 +255,110 @@ async def test_0008_derives_the_phase_from_the_state_and_restores_the_column(
 
     after = {r["id"]: r["phase"] for r in await rows(engine, "remediations", "id")}
     assert after == {rem_id: phase for rem_id, (_, phase) in phases.items()}
+
+
+async def test_0011_moves_plan_only_successes_to_planned_and_back(db_url: str, engine: AsyncEngine) -> None:
+    await upgrade(db_url, "0010")
+    before = {
+        "plan-only": ("succeeded", "plan-only: nothing was changed"),
+        "changed": ("succeeded", "all steps succeeded"),
+        "failed-plan": ("failed", "plan-only: nothing was changed"),
+        "no-reason": ("succeeded", None),
+    }
+    await insert(engine, "remediations", [remediation(rem_id, state=state, state_reason=reason)
+                                          for rem_id, (state, reason) in before.items()])
+
+    await upgrade(db_url, "0011")
+
+    after = {r["id"]: (r["state"], r["state_reason"]) for r in await rows(engine, "remediations", "id")}
+    assert after == {**before, "plan-only": ("planned", "plan-only: nothing was changed")}
+    await upgrade(db_url)
+    rem = await Repository(make_sessionmaker(engine)).get("plan-only")
+    assert rem is not None and summary_out(rem).state == "planned"
+
+    await downgrade(db_url, "0010")
+
+    assert {r["id"]: (r["state"], r["state_reason"]) for r in await rows(engine, "remediations", "id")} == before
+
+
+async def test_0012_adds_the_return_request_and_drops_it_keeping_the_rows(db_url: str, engine: AsyncEngine) -> None:
+    await upgrade(db_url, "0011")
+    states = {"held-node": "succeeded", "undoing": "reverting", "done": "reverted"}
+    await insert(engine, "remediations", [remediation(rem_id, state=state) for rem_id, state in states.items()])
+    await insert(engine, "steps", [step("undoing", "revert", "running")])
+
+    await upgrade(db_url, "0012")
+
+    found = await rows(engine, "remediations", "id")
+    assert {r["id"]: (r["state"], r["return_request"]) for r in found} == {
+        rem_id: (state, None) for rem_id, state in states.items()}
+    request_ = {"actor": "alice", "reason": "vendor swapped the board", "skip": ["reboot"], "at": T0.isoformat()}
+    remediations_0012 = await table(engine, "remediations")
+    async with engine.begin() as conn:
+        await conn.execute(sa.update(remediations_0012).where(remediations_0012.c.id == "held-node")
+                           .values(return_request=request_))
+    await upgrade(db_url)
+    rem = await Repository(make_sessionmaker(engine)).get("held-node")
+    assert rem is not None and rem.return_request == request_
+
+    await downgrade(db_url, "0011")
+
+    kept = await rows(engine, "remediations", "id")
+    assert "return_request" not in kept[0]
+    assert {r["id"]: r["state"] for r in kept} == states
+    assert [(s["remediation_id"], s["status"]) for s in await rows(engine, "steps", "id")] == [("undoing", "running")]
+
+
+def test_the_migrations_are_one_line_to_one_head() -> None:
+    """`alembic heads` answers one head, every revision revises the one before it (no branch, no merge), and
+    the file names carry their revision in order."""
+    script = ScriptDirectory.from_config(alembic_config())
+    revisions = list(reversed(list(script.walk_revisions())))
+    assert script.get_heads() == [revisions[-1].revision] and script.get_bases() == ["0001"]
+    for number, revision in enumerate(revisions, 1):
+        assert revision.revision == f"{number:04d}", revision.revision
+        assert revision.down_revision == (f"{number - 1:04d}" if number > 1 else None), revision.revision
+        assert not revision.branch_labels and not revision.dependencies, revision.revision
+        assert Path(revision.path).name.startswith(f"{number:04d}_"), revision.path
+
+
+def schema(sync: sa.Connection) -> dict[str, Any]:
+    """Tables with their columns, indexes, unique constraints and foreign keys, as the database reports them."""
+    inspector = sa.inspect(sync)
+    found: dict[str, Any] = {}
+    for name in inspector.get_table_names():
+        if name == "alembic_version":
+            continue
+        found[name] = {
+            "columns": sorted((c["name"], str(c["type"]), bool(c["nullable"])) for c in inspector.get_columns(name)),
+            "indexes": sorted((i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                              for i in inspector.get_indexes(name)),
+            "unique": sorted(tuple(u["column_names"]) for u in inspector.get_unique_constraints(name)),
+            "foreign_keys": sorted((tuple(f["constrained_columns"]), f["referred_table"], tuple(f["referred_columns"]))
+                                   for f in inspector.get_foreign_keys(name)),
+        }
+    return found
+
+
+DATA_ONLY = {"0011"}  # migrations that move rows and leave the schema as it was
+
+
+async def test_each_migration_from_0009_goes_up_and_down_to_the_same_schema(db_url: str, engine: AsyncEngine) -> None:
+    script = ScriptDirectory.from_config(alembic_config())
+    later = [r.revision for r in reversed(list(script.walk_revisions())) if r.revision >= "0009"]
+    assert later[0] == "0009" and len(later) >= 7  # 0009 .. 0015 at least
+    await upgrade(db_url, "0008")
+    for revision in later:
+        previous = f"{int(revision) - 1:04d}"
+        async with engine.connect() as conn:
+            below = await conn.run_sync(schema)
+        await upgrade(db_url, revision)
+        async with engine.connect() as conn:
+            above = await conn.run_sync(schema)
+        assert (above == below) == (revision in DATA_ONLY), revision
+        await downgrade(db_url, previous)
+        async with engine.connect() as conn:
+            assert await conn.run_sync(schema) == below, f"{revision} down"
+        await upgrade(db_url, revision)
+        async with engine.connect() as conn:
+            assert await conn.run_sync(schema) == above, f"{revision} up again"
