@@ -49,7 +49,7 @@ def nav_links(html: str) -> list[tuple[str, bool]]:
 
 
 async def test_navigation_is_a_list_of_links_with_the_current_page_marked(views: Gated) -> None:
-    for path in ("/", "/fleet", "/alerts/ignored", "/definitions", "/reports/idle"):
+    for path in ("/", "/fleet", "/alerts/ignored", "/storms", "/definitions", "/reports/idle"):
         page = await views.client.get(path)
         assert page.status_code == 200, path
         links = nav_links(page.text)
