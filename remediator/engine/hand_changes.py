@@ -10,8 +10,9 @@ A lifted mark is looked up against the remediations holding that node (store: `h
 controller's own write, and ignored, when
 - the field it lives in (`spec.unschedulable`, `spec.taints`) is owned now by the controller's field
   manager (`remediator`) in metadata.managedFields;
-- the remediation's own undo is under way (reverting past its return gate), or one of its own forward
-  steps lifts that mark (reset-gpu untaints after a good reset).
+- the remediation's own undo is under way (reverting past its return gate) or lifted that mark (an undo that
+  then failed), or one of its own forward steps lifts it (reset-gpu untaints after a good reset);
+- the step only described the mark (a dry run's `succeeded` step places nothing).
 Otherwise it was done by hand: the remediation is let go (`released`, engine/states.py) in one transaction
 with the audit event `node.changed_by_hand` (the node, what was lifted, the field manager that owns the
 changed field now, its operation and time: Kubernetes records a manager only for the fields a write set,
@@ -120,6 +121,8 @@ def lifted_marks(marks: Marks, rows: list[StepRow]) -> list[Lifted]:
     for row in rows:
         if row.phase != "forward" or row.status != "succeeded" or row.action not in _LIFTS:
             continue
+        if (row.output or {}).get("dry_run") or (row.output or {}).get("planned"):
+            continue  # a dry run's step described the mark and placed none: there is nothing to lift
         if row.action == "taint":
             key = str(row.params.get("key") or DEFAULT_TAINT_KEY)
             effect = str(row.params.get("effect") or "NoSchedule")
@@ -131,10 +134,11 @@ def lifted_marks(marks: Marks, rows: list[StepRow]) -> list[Lifted]:
 
 
 def _own_lift(rows: list[StepRow], lifted: Lifted, after: int) -> bool:
-    """A later forward step of the same remediation lifts this mark (begun or done)."""
+    """The same remediation lifts this mark itself (begun or done): a later forward step, or a step of its undo
+    (a reconcile may look long after an undo that lifted the taint and then failed at the uncordon)."""
     undo = _LIFTS[lifted.action]
     return any(
-        r.phase == "forward" and r.action == undo and r.idx > after and r.status in ("running", "succeeded")
+        r.action == undo and r.status in ("running", "succeeded") and (r.phase != "forward" or r.idx > after)
         for r in rows
     )
 

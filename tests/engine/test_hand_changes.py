@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
+from remediator.engine.hand_changes import Marks, _lifted_by_others, lifted_marks
 from remediator.store import db
+from remediator.store.models import StepRow
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import TAINT_KEY, gpu_node, taints
 from tests.helpers import am_alert, am_payload, xid_labels
@@ -266,3 +268,38 @@ async def test_a_hand_uncordon_while_no_controller_ran_is_noticed_at_start_up(ma
     assert await state_of(second, other["id"]) == "succeeded"
     guard = (await second.api.get("/api/v1/guardrails")).json()
     assert guard["circuit_breaker"]["quarantined_nodes"] == ["gpu-2"]
+
+
+def test_a_mark_a_dry_run_only_described_is_never_taken_as_lifted() -> None:
+    """DRY_RUN with cluster credentials records its cordon and taint steps `succeeded` (output `dry_run`) and
+    places nothing: the reconcile must not read the node's missing cordon as a person's uncordon."""
+    bare = Marks(unschedulable=False, taints=frozenset(), boot_id="b", ready=True)
+    rows = [
+        StepRow(phase="forward", idx=0, name="cordon", action="cordon", status="succeeded", params={},
+                output={"changed": False, "message": "dry run: cordon node gpu-1", "dry_run": True}),
+        StepRow(phase="forward", idx=1, name="taint", action="taint", status="succeeded", params={"key": TAINT_KEY},
+                output={"changed": False, "message": "dry run: taint node gpu-1", "dry_run": True}),
+    ]
+    assert lifted_marks(bare, rows) == []
+    placed = [StepRow(phase="forward", idx=0, name="cordon", action="cordon", status="succeeded", params={},
+                      output={"changed": True, "message": "cordoned"})]
+    assert [m.what for m in lifted_marks(bare, placed)] == ["cordon"]
+
+
+def test_a_mark_the_remediations_own_undo_lifted_is_not_a_hand_change_after_the_undo_failed() -> None:
+    """An undo that untainted (the whole `spec.taints` removed: no field manager left) and then failed at the
+    uncordon ends `failed`, still holding the node: a later reconcile must not take the gone taint as a hand
+    change, while a cordon lifted by someone else still is one."""
+    forward = [
+        StepRow(phase="forward", idx=0, name="taint", action="taint", status="succeeded", params={"key": TAINT_KEY},
+                output={"changed": True}),
+        StepRow(phase="forward", idx=1, name="cordon", action="cordon", status="succeeded", params={},
+                output={"changed": True}),
+    ]
+    undo = [StepRow(phase="revert", idx=0, name="taint", action="untaint", status="succeeded", params={},
+                    output={"changed": True}),
+            StepRow(phase="revert", idx=1, name="cordon", action="uncordon", status="failed", params={}, output={})]
+    untainted = Marks(unschedulable=True, taints=frozenset(), boot_id="b", ready=True)
+    assert _lifted_by_others(untainted, [*forward, *undo]) == []
+    bare = Marks(unschedulable=False, taints=frozenset(), boot_id="b", ready=True)
+    assert [m.what for m in _lifted_by_others(bare, [*forward, *undo])] == ["cordon"]
