@@ -502,6 +502,7 @@ class Detector:
             self.metrics.gpus_visible.labels(host).set(len(health.gpus))
             replace_series(self.metrics.gpu_lost, lost_series)
             per_gauge: dict[str, dict[tuple[str, ...], float]] = {name: {} for name in self.metrics.health}
+            nvlink: dict[tuple[str, ...], float] = {}
             for item in health.gpus:
                 labels = (host, item.gpu.uuid, str(item.gpu.index), item.gpu.pci_bus_id, item.gpu.name)
                 for name, value in item.values.items():
@@ -510,8 +511,12 @@ class Detector:
                 if allocations is not None:
                     held = self._held(item.gpu, item.mig_uuids, allocations)
                     per_gauge["orphaned_memory_bytes"][labels] = 0.0 if held else float(item.process_memory_bytes)
+                for link, counts in item.nvlink_errors.items():
+                    for error, count in counts.items():
+                        nvlink[(*labels, str(link), error)] = float(count)
             for name, series in per_gauge.items():
                 replace_series(self.metrics.health[name], series)
+            self.metrics.nvlink_errors.replace(nvlink)
 
     def _held(self, gpu: GpuRecord, mig_uuids: Sequence[str], allocations: Sequence[PodAllocation]) -> bool:
         identity = GpuIdentity(index=gpu.index, uuid=gpu.uuid, mig_uuids=mig_uuids)

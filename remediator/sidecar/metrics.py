@@ -9,14 +9,16 @@ expected/visible/lost and the health fields DCGM does not export, labelled like 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from remediator.sidecar.nvml import error_name
 
-__all__ = ["HEALTH_GAUGES", "REFUSAL_REASONS", "SidecarMetrics", "replace_series"]
+__all__ = ["HEALTH_GAUGES", "REFUSAL_REASONS", "NvlinkErrors", "SidecarMetrics", "replace_series"]
 
 # Why the detector refused a kernel log line (remediator_sidecar_kernel_lines_refused_total{reason}).
 REFUSAL_REASONS = ("facility", "unanchored", "oversize")
@@ -56,6 +58,35 @@ def replace_series(gauge: Gauge, values: Mapping[tuple[str, ...], float]) -> Non
     for existing in list(gauge._metrics):  # prometheus_client keeps children by label tuple
         if tuple(existing) not in wanted:
             gauge.remove(*existing)
+
+
+class NvlinkErrors(Collector):
+    """gpu_remediator_nvlink_errors_total: NVML's per-link NVLink error counters, exported as counters.
+
+    NVML keeps the counts (since the driver loaded, or since someone reset them: Prometheus' `increase` and
+    `rate` read a drop as a counter reset), so each read replaces the whole set; a link that went down or a
+    GPU that went away leaves with it.
+    """
+
+    NAME = "gpu_remediator_nvlink_errors"
+    HELP = ("NVLink data-link errors per active link (NVML nvmlDeviceGetNvLinkErrorCounter; error: replay, recovery, "
+            "crc_flit, crc_data; DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL are their sums over the links)")
+    LABELS = (*GPU_LABELS, "link", "error")
+
+    def __init__(self) -> None:
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def replace(self, values: Mapping[tuple[str, ...], float]) -> None:
+        for labels in values:
+            if len(labels) != len(self.LABELS):
+                raise ValueError(f"{self.NAME}: labels {labels!r} do not match {self.LABELS}")
+        self._values = dict(values)  # one assignment: a concurrent scrape sees the old set or the new one
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.NAME, self.HELP, labels=list(self.LABELS))
+        for labels, value in sorted(self._values.items()):
+            family.add_metric(list(labels), value)
+        yield family
 
 
 class SidecarMetrics:
@@ -138,6 +169,8 @@ class SidecarMetrics:
             name: Gauge(f"gpu_remediator_{name}", text, GPU_LABELS, registry=self.registry)
             for name, text in HEALTH_GAUGES.items()
         }
+        self.nvlink_errors = NvlinkErrors()
+        self.registry.register(self.nvlink_errors)
         self.kmsg_overruns = Counter(
             "gpu_remediator_kmsg_overruns",
             "Times the kernel overwrote log records before the sidecar read them (EPIPE)",

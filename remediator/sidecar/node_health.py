@@ -43,6 +43,8 @@ class GpuHealth:
     values: dict[str, float | None] = field(default_factory=dict)
     process_memory_bytes: int = 0
     mig_uuids: tuple[str, ...] = ()
+    # link -> NVLink error counter (replay, recovery, crc_flit, crc_data) -> count, active links only
+    nvlink_errors: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,8 @@ def _read_one(nvml: Nvml, handle: DeviceHandle) -> GpuHealth:
     used = sum(p.used_memory_bytes or 0 for p in processes)
     mig = _optional(lambda: nvml.mig_mode(handle))
     migs = tuple(_optional(lambda: nvml.mig_device_uuids(handle)) or ()) if mig and mig[0] else ()
-    return GpuHealth(record, values, used, migs)
+    nvlink = _optional(lambda: nvml.nvlink_errors(handle)) or {}
+    return GpuHealth(record, values, used, migs, nvlink)
 
 
 def read_node_health(nvml: Nvml) -> NodeHealth:

@@ -20,7 +20,9 @@ from typing import Any, Literal, NewType, TypeVar
 import pynvml
 
 __all__ = [
+    "NVLINK_ERROR_COUNTERS",
     "DeviceHandle",
+    "NvlinkCounter",
     "Nvml",
     "NvmlError",
     "Observer",
@@ -105,6 +107,12 @@ _FEATURE_ENABLED = 1
 _NOT_AVAILABLE_U64 = 2**64 - 1
 EVENT_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
 FI_DEV_GET_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+FI_DEV_NVLINK_LINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT: the links this GPU has
+# NVML_NVLINK_MAX_LINKS of the bindings in use (18 up to Hopper's headers, 36 since Blackwell's).
+NVLINK_MAX_LINKS = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
+NvlinkCounter = Literal["replay", "recovery", "crc_flit", "crc_data"]
+# nvmlNvLinkErrorCounter_t: the data-link error counters DCGM's NVLink error fields sum over the links.
+NVLINK_ERROR_COUNTERS: dict[NvlinkCounter, int] = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
 
 
 def error_name(code: int) -> str:
@@ -515,6 +523,56 @@ class Nvml:
             {0: union.dVal, 1: union.uiVal, 2: union.ulVal, 3: union.ullVal, 4: union.sllVal, 5: union.siVal,
              6: union.usVal}.get(kind, union.ullVal)
         )
+
+    def nvlink_link_count(self, handle: DeviceHandle) -> int:
+        """NVML_FI_DEV_NVLINK_LINK_COUNT: how many NVLinks the GPU has (0 or NOT_SUPPORTED without NVLink)."""
+        return self.field_value(handle, FI_DEV_NVLINK_LINK_COUNT)
+
+    def nvlink_active(self, handle: DeviceHandle, link: int) -> bool:
+        """Whether NVLink `link` is up (NOT_SUPPORTED: the GPU has no NVLink; INVALID_ARGUMENT: no such link)."""
+        return bool(self._call("nvmlDeviceGetNvLinkState",
+                               partial(pynvml.nvmlDeviceGetNvLinkState, handle, link)))
+
+    def nvlink_error_counter(self, handle: DeviceHandle, link: int, counter: NvlinkCounter) -> int:
+        """One data-link error counter of one NVLink (counts since the driver loaded or the counters were reset)."""
+        return int(self._call("nvmlDeviceGetNvLinkErrorCounter",
+                              partial(pynvml.nvmlDeviceGetNvLinkErrorCounter, handle, link,
+                                      NVLINK_ERROR_COUNTERS[counter])))
+
+    def nvlink_errors(self, handle: DeviceHandle) -> dict[int, dict[str, int]]:
+        """link -> counter -> count, for every active NVLink of the GPU ({} for a GPU without NVLink).
+
+        Links are 0 .. the GPU's link count (NVML_FI_DEV_NVLINK_LINK_COUNT; NVML_NVLINK_MAX_LINKS where the field
+        is not readable). A link NVML reports down, not supported or invalid is skipped; NOT_SUPPORTED for link 0
+        ends the read (the GPU has no NVLink: no call per link then); a counter the GPU does not keep is left
+        out of its link.
+        """
+        try:
+            links = min(self.nvlink_link_count(handle), NVLINK_MAX_LINKS)
+        except NvmlError as exc:
+            if exc.code not in (NOT_SUPPORTED, INVALID_ARGUMENT, FUNCTION_NOT_FOUND, NO_DATA):
+                raise
+            links = NVLINK_MAX_LINKS
+        found: dict[int, dict[str, int]] = {}
+        for link in range(links):
+            try:
+                if not self.nvlink_active(handle, link):
+                    continue
+            except NvmlError as exc:
+                if exc.code == FUNCTION_NOT_FOUND or (exc.code == NOT_SUPPORTED and link == 0):
+                    break
+                if exc.code in (NOT_SUPPORTED, INVALID_ARGUMENT, NOT_FOUND):
+                    continue
+                raise
+            counts: dict[str, int] = {}
+            for counter in NVLINK_ERROR_COUNTERS:
+                try:
+                    counts[counter] = self.nvlink_error_counter(handle, link, counter)
+                except NvmlError as exc:
+                    if exc.code not in (NOT_SUPPORTED, INVALID_ARGUMENT, FUNCTION_NOT_FOUND):
+                        raise
+            found[link] = counts
+        return found
 
     def recovery_action(self, handle: DeviceHandle) -> int:
         """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain

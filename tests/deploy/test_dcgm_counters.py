@@ -99,9 +99,9 @@ def test_the_counters_file_can_fail() -> None:
     assert rule_fields() - default - enabled == {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
 
 
-# Rules on a field off by default whose fallback is elsewhere: the exporter's Xid counter (the node sidecar's own
-# GPUXidError rule counts every Xid), and the NVLink error counters (the sidecar reads no NVLink counters).
-FALLBACK_ELSEWHERE = {"GPUXidError", "GPUNVLinkErrors"}
+# The rule on a field off by default whose fallback is elsewhere: the exporter's Xid counter (the node sidecar's own
+# GPUXidError rule counts every Xid).
+FALLBACK_ELSEWHERE = {"GPUXidError"}
 
 
 def test_each_rule_on_a_field_off_by_default_falls_back_on_the_sidecar() -> None:
@@ -120,4 +120,5 @@ def test_each_rule_on_a_field_off_by_default_falls_back_on_the_sidecar() -> None
     assert checked == {
         "GPUECCUncorrectableError", "GPUECCCorrectableRateHigh", "GPUPowerDrawHigh", "GPUThermalSlowdown",
         "GPUPowerBrakeSlowdown", "GPURowRemapPending", "GPURetiredPagesPending", "GPURecoveryActionRequired",
+        "GPUNVLinkErrors",
     }

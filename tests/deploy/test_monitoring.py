@@ -94,6 +94,7 @@ SIDECAR_METRICS = {
     "gpu_remediator_retired_pages_pending",
     "gpu_remediator_power_usage_watts",
     "gpu_remediator_power_limit_watts",
+    "gpu_remediator_nvlink_errors_total",
     "gpu_remediator_xid_events_total",
     "gpu_remediator_xid_events_created",
     "gpu_remediator_gpu_lost",

@@ -204,6 +204,54 @@ def test_the_readings_the_rules_fall_back_on(env: SidecarEnv) -> None:
     assert value(env, "gpu_remediator_retired_pages_pending", **GPU1) == 1
 
 
+def nvlink_series(env: SidecarEnv) -> dict[tuple[str, str, str], float]:
+    """(gpu, link, error) -> value of every gpu_remediator_nvlink_errors_total sample, checked to be a counter
+    labelled like dcgm-exporter's series."""
+    text = httpx.get(env.url + "/metrics", timeout=30).text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    family = families["gpu_remediator_nvlink_errors"]
+    assert family.type == "counter"
+    found = {}
+    for s in family.samples:
+        assert s.name == "gpu_remediator_nvlink_errors_total"
+        gpu = GPU0 if s.labels["gpu"] == "0" else GPU1
+        assert {k: s.labels[k] for k in gpu} == gpu
+        found[(s.labels["gpu"], s.labels["link"], s.labels["error"])] = s.value
+    return found
+
+
+def test_nvlink_error_counters_of_each_active_link(env: SidecarEnv) -> None:
+    """The GPUNVLinkErrors fallback: NVML's per-link error counters as a counter family, active links only; a
+    link that is down or NOT_SUPPORTED has no series, nor a counter the GPU does not keep, nor a GPU without
+    NVLink."""
+    assert nvlink_series(env) == {}  # the fake's default GPUs have no NVLink
+    for key, v in {
+        "gpu.0.nvlinks": 4,
+        "gpu.0.nvlink.0.replay": 3, "gpu.0.nvlink.0.recovery": 1, "gpu.0.nvlink.0.crc_flit": 250,
+        "gpu.0.nvlink.0.crc_data": 7,
+        "gpu.0.nvlink.1.state": 0, "gpu.0.nvlink.1.replay": 99,  # down: not exported
+        "gpu.0.nvlink.2.state": "unsupported",
+        "gpu.0.nvlink.3.crc_data": "unsupported", "gpu.0.nvlink.3.recovery": 2,
+    }.items():
+        env.nvml.set(key, v)
+    assert nvlink_series(env) == {
+        ("0", "0", "replay"): 3, ("0", "0", "recovery"): 1, ("0", "0", "crc_flit"): 250, ("0", "0", "crc_data"): 7,
+        ("0", "3", "replay"): 0, ("0", "3", "recovery"): 2, ("0", "3", "crc_flit"): 0,
+    }
+    env.nvml.set("gpu.0.nvlink.0.replay", 5)
+    env.nvml.set("gpu.0.nvlink.0.state", 0)
+    env.nvml.set("gpu.1.nvlinks", 1)
+    env.nvml.set("gpu.1.nvlink.0.recovery", 4)
+    assert nvlink_series(env) == {
+        ("0", "3", "replay"): 0, ("0", "3", "recovery"): 2, ("0", "3", "crc_flit"): 0,
+        ("1", "0", "replay"): 0, ("1", "0", "recovery"): 4, ("1", "0", "crc_flit"): 0, ("1", "0", "crc_data"): 0,
+    }
+    # a driver that keeps none of the counters (NOT_SUPPORTED for each): no series, and the GPU's other readings stay
+    env.nvml.set("err.nvmlDeviceGetNvLinkErrorCounter.1", 3)
+    assert {k for k in nvlink_series(env) if k[0] == "1"} == set()
+    assert value(env, "gpu_remediator_power_limit_watts", **GPU1) == 700
+
+
 def test_burst_of_20000_lines_through_a_fifo(tmp_path: Path, fake_nvml_dir: Path) -> None:
     fifo = tmp_path / "kmsg.fifo"
     os.mkfifo(fifo)

@@ -638,9 +638,16 @@ int nvmlDeviceDiscoverGpus(nvmlPciInfo_t *pci) {
  *   gpu.i.recovery_action   NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none .. 4 drain and reset; "unsupported":
  *                           NOT_SUPPORTED, as on drivers before the field existed)
  *   gpu.i.retired_pending   nvmlDeviceGetRetiredPagesPendingStatus (h200_state makes it NOT_SUPPORTED)
+ *   gpu.i.nvlinks        NVLinks of GPU i (default 0: no NVLink, every NVLink call answers NOT_SUPPORTED); also
+ *                        answers NVML_FI_DEV_NVLINK_LINK_COUNT unless gpu.i.field.91 says otherwise
+ *   gpu.i.nvlink.L.state    1 active (default), 0 down, "unsupported": NOT_SUPPORTED for that link
+ *   gpu.i.nvlink.L.<counter>  replay, recovery, crc_flit, crc_data, ecc_data (nvmlNvLinkErrorCounter_t 0-4):
+ *                        the count (default 0), or "unsupported": NOT_SUPPORTED for that counter
+ *   A link at or past gpu.i.nvlinks answers INVALID_ARGUMENT, as the driver does for a link the GPU lacks.
  */
 
 #define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+#define NVML_FI_DEV_NVLINK_LINK_COUNT 91
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 
 /* ---- node detector: PCI lookup, Xid event sets (PCIe link and field values above serve both) ------------------------ */
@@ -743,6 +750,7 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *v
         char field[64];
         snprintf(field, sizeof field, "field.%u", values[i].fieldId);
         const char *v = gstr(g, field);
+        if (!v && values[i].fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT) v = gstr(g, "nvlinks");
         const char *ra = gstr(g, "recovery_action");
         int ra_supported = !(ra && strcmp(ra, "unsupported") == 0);
         if (v || (values[i].fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION && ra_supported)) {
@@ -755,6 +763,42 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *v
             values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
+    return NVML_SUCCESS;
+}
+
+static const char *const NVLINK_COUNTERS[] = {"replay", "recovery", "crc_flit", "crc_data", "ecc_data"};
+
+/* NOT_SUPPORTED without NVLink, INVALID_ARGUMENT for a link the GPU lacks, else 0; `state` gets the link's key. */
+static int nvlink_check(int g, unsigned int link, const char *field, const char **value) {
+    char key[64];
+    long long links = gnum(g, "nvlinks", 0);
+    if (links <= 0) return NVML_ERROR_NOT_SUPPORTED;
+    if ((long long)link >= links) return NVML_ERROR_INVALID_ARGUMENT;
+    snprintf(key, sizeof key, "nvlink.%u.state", link);
+    const char *state = gstr(g, key);
+    if (state && strcmp(state, "unsupported") == 0) return NVML_ERROR_NOT_SUPPORTED;
+    snprintf(key, sizeof key, "nvlink.%u.%s", link, field);
+    *value = gstr(g, key);
+    if (*value && strcmp(*value, "unsupported") == 0) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *isActive) {
+    ENTER_DEVICE("nvmlDeviceGetNvLinkState", device);
+    if (!isActive) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *v = NULL;
+    if ((rc = nvlink_check(g, link, "state", &v))) return rc;
+    *isActive = v ? (int)strtol(v, NULL, 10) : 1;
+    return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                    unsigned long long *counterValue) {
+    ENTER_DEVICE("nvmlDeviceGetNvLinkErrorCounter", device);
+    if (!counterValue || counter < 0 || counter > 4) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *v = NULL;
+    if ((rc = nvlink_check(g, link, NVLINK_COUNTERS[counter], &v))) return rc;
+    *counterValue = v ? strtoull(v, NULL, 10) : 0;
     return NVML_SUCCESS;
 }
 
