@@ -192,7 +192,8 @@ class Settings(BaseSettings):
     # Where the UI's state badges link (`{docs_url}/operations.md#state-<state>`, the runbook): the default
     # `/docs` is served by the controller itself from docs_dir (offline); or a git host's docs/ folder URL.
     docs_url: str = "/docs"
-    docs_dir: str | None = None  # the docs/ folder /docs serves (default: the checkout's, found beside the package)
+    docs_dir: str | None = None  # the docs/ folder /docs serves (default: the checkout's beside the package, else the
+    # copy `pip install .` installs in <prefix>/share/gpu-remediator/docs)
     grafana_url: str | None = None
     grafana_dashboard: str = "/d/dcgm-exporter/nvidia-dcgm-exporter-dashboard"
     # How often the controller looks for edited definition files (0 turns the watcher off; SIGHUP and
