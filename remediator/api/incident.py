@@ -15,6 +15,7 @@ from typing import Any
 
 from remediator import __version__
 from remediator.api.schemas import alert_out, approval_out, audit_out, detail_out
+from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.errors import RemediatorError
 from remediator.incident_archive import FORMAT, utc_iso
@@ -30,7 +31,9 @@ SEGMENT_LIMIT = 200_000
 
 async def build_record(rt: Runtime, rem: Remediation) -> dict[str, Any]:
     repo = rt.repo
-    detail = detail_out(rem, await repo.steps(rem.id), await repo.current_approval(rem.id)).model_dump(mode="json")
+    rows = await repo.steps(rem.id)
+    gate = [g.as_dict() for g in stored_gate(rt.actions, rem, rows)]  # as GET /api/v1/remediations/{id} says it
+    detail = detail_out(rem, rows, await repo.current_approval(rem.id), gate).model_dump(mode="json")
     audit = [audit_out(e).model_dump(mode="json") for e in await repo.list_audit(remediation_id=rem.id, limit=10**9)]
     now = repo._clock()
     approvals = [approval_out(a, r, now).model_dump(mode="json")

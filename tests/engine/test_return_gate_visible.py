@@ -73,6 +73,9 @@ async def test_the_gate_is_said_from_the_start_and_a_reboot_wait_is_one_entry(ma
     assert (validate["name"], validate["kind"]) == ("validate", "validation")
     assert validate["says"].startswith("validate every GPU of the node: NVML checks (present, ")
     assert "DCGM diagnostic level 2 where DCGM is installed" in validate["says"]
+    # The incident record (describe -o json, the bundle) says the same gate.
+    record = (await cluster.api.get(f"/api/v1/remediations/{rem['id']}/record")).json()
+    assert record["remediation"]["return_gate"] == rem["return_gate"]
 
     page = (await cluster.api.get(f"/remediations/{rem['id']}")).text
     gate = page[page.index('id="return-gate"'):]
