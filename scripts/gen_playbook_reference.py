@@ -55,8 +55,10 @@ FIELD_HELP: dict[type[BaseModel], dict[str, str]] = {
     Playbook: {
         "name": "Unique name, referenced by rules.",
         "description": "Shown in the UI and on approval pages.",
-        "target": "What one remediation acts on: `node`, `gpu` (node + GPU) or `namespace`. One active "
-                  "remediation per target and playbook; further matching alerts are linked to it.",
+        "target": "What one remediation acts on: `node`, `gpu` (node + GPU), `gpu_instance` (node + GPU + the "
+                  "MIG GPU instance of the alert's `gpu_instance` label; the whole GPU when the alert names "
+                  "none) or `namespace`. One active remediation per target and playbook; further matching "
+                  "alerts are linked to it.",
         "params": "Parameters with their defaults, readable in templates as `params.<name>`.",
         "steps": "The steps, run in order.",
         "on_resolved": "`revert`: when the alert resolves, undo the steps that changed something, newest "

@@ -54,21 +54,38 @@ P = TypeVar("P", bound=StrictParams)
 class Target:
     """What a remediation acts on, normalised from the alert."""
 
-    kind: Literal["node", "gpu", "namespace"]
+    kind: Literal["node", "gpu", "gpu_instance", "namespace"]
     node: str | None = None
     gpu_uuid: str | None = None
     gpu_index: str | None = None
     namespace: str | None = None
     pod: str | None = None
+    # The MIG GPU instance of a `gpu_instance` target (the alert's `gpu_instance` label); None otherwise.
+    gpu_instance: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "gpu_instance") != (self.gpu_instance is not None):
+            raise ValueError(
+                f"a {self.kind} target {'needs' if self.kind == 'gpu_instance' else 'takes no'} GPU instance id "
+                f"(gpu_instance={self.gpu_instance!r})"
+            )
 
     @property
     def key(self) -> str:
-        """Stable identity used for 'one active remediation per (target, playbook)' and cooldowns."""
+        """Stable identity used for 'one active remediation per (target, playbook)' and cooldowns. A
+        `gpu_instance` target is one GPU instance of one GPU: two instances of a GPU are two targets."""
         if self.kind == "gpu":
             return f"gpu:{self.node or '?'}/{self.gpu_uuid or self.gpu_index or '?'}"
+        if self.kind == "gpu_instance":
+            return f"gpu_instance:{self.node or '?'}/{self.gpu_uuid or self.gpu_index or '?'}/gi{self.gpu_instance}"
         if self.kind == "namespace":
             return f"namespace:{self.namespace or '?'}"
         return f"node:{self.node or '?'}"
+
+    @property
+    def on_gpu(self) -> bool:
+        """Does the target name a GPU (a whole GPU or one of its MIG GPU instances)?"""
+        return self.kind in ("gpu", "gpu_instance")
 
 
 async def _no_checkpoint(progress: dict[str, Any]) -> None:

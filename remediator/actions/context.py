@@ -281,7 +281,7 @@ def exporter_gpu_context(
     """
     if named is None:
         return context
-    narrow = target.kind == "gpu"
+    narrow = target.on_gpu
     pods: list[dict[str, Any]] = []
     found: dict[str, Any] | None = None
     for pod in context.get("pods") or []:

@@ -92,11 +92,11 @@ def _gpu_selection(selection: str, context: Mapping[str, Any]) -> tuple[set[str]
     unknown, the GPU's pods instead, and every GPU pod of the node when those are unknown too."""
     note = None
     if selection.startswith("instance:"):
-        key = selection.split(":", 1)[1]
+        uuid, gpu_instance = selection.split(":", 1)[1].rsplit("/", 1)
+        key = f"{uuid}/{int(gpu_instance)}"  # the instance as engine/gpu_instance.py keys it: `05` is 5
         listed = _listed(context, "instance_pods", key)
         if listed is not None:
             return _identities(listed), None
-        uuid = key.rsplit("/", 1)[0]
         why = context.get("gpu_instance_error") or "no instance_pods in context"
         note = f"pods of GPU instance {key} unknown ({why}): drained the pods of GPU {uuid} instead"
         selection = f"gpu:{uuid}"

@@ -370,6 +370,13 @@ class _Builder:
             if at.rule.playbook not in self.broken_playbooks:
                 self.problems.add(at.doc, (*at.path, "playbook"), f"unknown playbook {at.rule.playbook!r}")
             return
+        if playbook.target == "gpu_instance" and not _requires_label(at.rule, _INSTANCE_LABEL):
+            self.problems.warn(
+                at.doc, (*at.path, "match"),
+                f"playbook {playbook.name!r} targets a gpu_instance, but rule {at.rule.name!r} does not require a "
+                f"{_INSTANCE_LABEL} label: its alerts without one target the whole GPU (add "
+                f'{_INSTANCE_LABEL}=~"[0-9]+" to its match)',
+            )
         for key in at.rule.params:
             if key not in playbook.params:
                 declared = ", ".join(sorted(playbook.params)) or "none"
@@ -378,6 +385,15 @@ class _Builder:
                     (*at.path, "params", key),
                     f"playbook {playbook.name!r} has no parameter {key!r} (declared: {declared})",
                 )
+
+
+# The alert label naming a MIG GPU instance (the node detector's `GPU-I:NN`; engine/gpu_instance.py reads it).
+_INSTANCE_LABEL = "gpu_instance"
+
+
+def _requires_label(rule: Rule, label: str) -> bool:
+    """Does every alert the rule matches carry `label` (a matcher on it that a missing label fails)?"""
+    return any(m.name == label and not m.matches({}) for m in rule.match)
 
 
 def _version(sources: Mapping[str, str]) -> str:

@@ -99,11 +99,11 @@ class Step(_Strict):
 
 
 class Playbook(_Strict):
-    """An ordered list of steps run against one target (a node, a GPU or a namespace)."""
+    """An ordered list of steps run against one target (a node, a GPU, a MIG GPU instance or a namespace)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
-    target: Literal["node", "gpu", "namespace"] = "node"
+    target: Literal["node", "gpu", "gpu_instance", "namespace"] = "node"
     params: dict[str, Any] = Field(default_factory=dict)
     steps: tuple[Step, ...] = Field(min_length=1)
     on_resolved: Literal["revert", "keep"] = "keep"

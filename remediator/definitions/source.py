@@ -73,7 +73,8 @@ class Document:
 class Problems:
     """Collects every DefinitionError of one load, so the caller sees all of them at once.
 
-    `warnings` (deprecated spellings that still work) are located the same way but fail nothing.
+    `warnings` (deprecated spellings that still work, definitions that work but not as they read) are located
+    the same way but fail nothing.
     """
 
     def __init__(self) -> None:

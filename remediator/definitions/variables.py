@@ -69,10 +69,11 @@ TEMPLATE_VARIABLES: Final[dict[str, dict[str, str]]] = {
         "gate": "dict | None: the failed validation gate's output (verdict, failed, gpus)",
     },
     "target": {
-        "kind": "str: node | gpu | namespace",
-        "key": "str: stable identity, e.g. gpu:node-1/GPU-abc",
+        "kind": "str: node | gpu | gpu_instance | namespace",
+        "key": "str: stable identity, e.g. gpu:node-1/GPU-abc, gpu_instance:node-1/GPU-abc/gi5",
         "node": "str | None",
         "gpu_uuid": "str | None",
+        "gpu_instance": "int | None: the MIG GPU instance of a gpu_instance target",
         "namespace": "str | None",
     },
 }

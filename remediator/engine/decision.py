@@ -186,7 +186,7 @@ def decide(alert: GpuAlert, defs: DefinitionSet, policy: DecisionPolicy, facts: 
     proposal = _app_xid_escalation(alert, defs, policy, facts) or propose(alert, defs)
     if proposal is None:
         return Unmatched()
-    if proposal.target.kind in ("node", "gpu") and not alert.node:
+    if (proposal.target.kind == "node" or proposal.target.on_gpu) and not alert.node:
         return NoTarget(proposal, alert.node_problem)
     found = recurrence(alert, proposal, policy, facts)
     if found is None:

@@ -480,7 +480,7 @@ class Executor:
         ]
         by_key = {str(p["uid"]): p for p in on_gpu if p.get("uid")}
         by_key.update({f"{p['namespace']}/{p['name']}": p for p in on_gpu})
-        narrow = target.kind == "gpu"
+        narrow = target.on_gpu
         pods: list[dict[str, Any]] = []
         seen: set[str] = set()
         for pod in context.get("pods") or []:

@@ -19,6 +19,7 @@ from remediator.definitions.memo import derived
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
 from remediator.definitions.xid_decode import decoded_action
+from remediator.engine.gpu_instance import instance_of
 from remediator.intake.normalize import GpuAlert
 from remediator.matching import RuleIndex
 
@@ -71,25 +72,48 @@ def waiting_note(step_name: str) -> str:
     return f"decided after step `{step_name}` runs"
 
 
+TargetKind = Literal["node", "gpu", "gpu_instance", "namespace"]
+_KINDS: tuple[TargetKind, ...] = ("node", "gpu", "gpu_instance", "namespace")
+# The GPU instance at the end of a `gpu_instance` target's key (Target.key: gpu_instance:<node>/<gpu>/gi<N>).
+_INSTANCE_KEY = re.compile(r"/gi([0-9]+)\Z")
+
+
+def _kind(value: str) -> TargetKind:
+    return next((k for k in _KINDS if k == value), "node")
+
+
 def target_for(kind: str, alert: GpuAlert) -> Target:
+    """The target a playbook of target kind `kind` acts on for `alert`. A `gpu_instance` playbook targets the
+    MIG GPU instance the alert names (label `gpu_instance`), so each instance of a GPU is its own target (its
+    own active remediation, its own cooldown); an alert that names no instance targets the whole GPU."""
+    wanted = _kind(kind)
+    gpu_instance = instance_of(alert.labels) if wanted == "gpu_instance" else None
+    if wanted == "gpu_instance" and gpu_instance is None:
+        wanted = "gpu"
     return Target(
-        kind="gpu" if kind == "gpu" else "namespace" if kind == "namespace" else "node",
+        kind=wanted,
         node=alert.node,
         gpu_uuid=alert.gpu_uuid,
         gpu_index=alert.gpu_index,
         namespace=alert.namespace,
         pod=alert.pod,
+        gpu_instance=gpu_instance,
     )
 
 
 def target_of(rem: Any) -> Target:
-    """The target a stored remediation acts on (its row's columns); live runs and replays read it alike."""
-    kind: Literal["node", "gpu", "namespace"] = (
-        "gpu" if rem.target_kind == "gpu" else "namespace" if rem.target_kind == "namespace" else "node"
-    )
+    """The target a stored remediation acts on (its row's columns; a GPU instance from its key); live runs and
+    replays read it alike."""
+    kind = _kind(rem.target_kind)
+    gpu_instance = None
+    if kind == "gpu_instance":
+        found = _INSTANCE_KEY.search(str(rem.target_key))
+        if found is None:
+            raise ValueError(f"target key {rem.target_key!r} of a gpu_instance target names no GPU instance")
+        gpu_instance = int(found.group(1))
     return Target(
         kind=kind, node=rem.node, gpu_uuid=rem.gpu_uuid, gpu_index=rem.gpu_index, namespace=rem.namespace,
-        pod=rem.pod,
+        pod=rem.pod, gpu_instance=gpu_instance,
     )
 
 
@@ -214,6 +238,7 @@ def build_variables(
             "key": target.key,
             "node": target.node,
             "gpu_uuid": target.gpu_uuid,
+            "gpu_instance": target.gpu_instance,
             "namespace": target.namespace,
         },
     }

@@ -275,6 +275,7 @@ def _variables(
             "key": "node:gpu-node-1",
             "node": "gpu-node-1",
             "gpu_uuid": GPU,
+            "gpu_instance": None,
             "namespace": None,
         },
     }

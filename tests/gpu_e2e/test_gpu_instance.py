@@ -111,3 +111,75 @@ async def test_an_xid_without_a_gpu_instance_keeps_the_application_path(
     assert (rem["rule"], rem["playbook"]) == ("xid-application", "notify-pods")
     assert "gpu_instance" not in rem["context"]
     assert gpu_node.evicted() == []
+
+
+async def remediations(cluster: Cluster) -> list[dict[str, Any]]:
+    """Every remediation in detail, oldest first."""
+    listed = (await cluster.api.get("/api/v1/remediations")).json()
+    details = [(await cluster.api.get(f"/api/v1/remediations/{r['id']}")).json() for r in listed]
+    return sorted(details, key=lambda r: str(r["created_at"]))
+
+
+async def test_contained_xids_on_two_instances_of_one_gpu_start_two_remediations_each_draining_its_own(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    uids = two_instances(gpu_node)
+    cluster: Cluster = await gpu_cluster()
+    at_3 = gpu_alert_labels("GPUXidError", 0, xid="94", gpu_instance="3")
+    at_5 = gpu_alert_labels("GPUXidError", 0, xid="94", gpu_instance="5")
+    # A repeat on instance 5 (another alert of the same instance: the detector's line named another process).
+    again_5 = gpu_alert_labels("GPUXidError", 0, xid="94", gpu_instance="05", err_msg="pid=4242")
+    await cluster.post(am_payload(am_alert(at_3), am_alert(at_5), am_alert(again_5)))
+    await cluster.settle()
+
+    rems = await remediations(cluster)
+    by_instance = {r["context"]["gpu_instance"]: r for r in rems}
+    assert len(rems) == 2 and set(by_instance) == {3, 5}, [r["target"] for r in rems]
+    for gi, pod in ((3, "slice-a"), (5, "slice-b")):
+        rem = by_instance[gi]
+        assert (rem["rule"], rem["playbook"], rem["state"]) == ("xid-mig-contained", "drain-gpu-instance",
+                                                                "succeeded"), rem["state_reason"]
+        assert rem["target"] == f"gpu_instance:{gpu_node.name}/{gpu_uuid(0)}/gi{gi}"
+        [drain] = [s for s in rem["steps"] if s["name"] == "drain"]
+        assert drain["params"]["pods"] == f"instance:{gpu_uuid(0)}/{gi}"
+        assert [p["uid"] for p in drain["output"]["evicted"]] == [uids[pod]], drain["output"]
+    assert by_instance[5]["linked_alerts"] == 1 and by_instance[3]["linked_alerts"] == 0
+    assert gpu_node.evicted() == ["slice-a", "slice-b"], "each instance's pod evicted once, whole-0 never"
+    assert pod_events(gpu_node) == ["slice-a", "slice-b"]
+    assert not gpu_node.cordoned() and gpu_node.taints() == []
+
+
+async def test_an_uncontained_xid_naming_an_instance_still_keys_on_the_whole_gpu(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    two_instances(gpu_node)
+    cluster: Cluster = await gpu_cluster()
+    on_3 = gpu_alert_labels("GPUXidError", 0, xid="95", gpu_instance="3")
+    on_5 = gpu_alert_labels("GPUXidError", 0, xid="95", gpu_instance="5")
+    await cluster.post(am_payload(am_alert(on_3), am_alert(on_5)))
+    await cluster.settle()
+
+    rem = await cluster.only_remediation()
+    assert (rem["rule"], rem["playbook"]) == ("xid-reset-gpu", "reset-gpu")
+    assert rem["target"] == f"gpu:{gpu_node.name}/{gpu_uuid(0)}" and rem["linked_alerts"] == 1
+
+
+async def test_the_breaker_and_the_rate_limit_count_the_node_once_for_two_of_its_instances(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+) -> None:
+    """Room for one quarantined node and one quarantine start: the drains of two instances of one node's GPU
+    hold that one node's room, so neither waits for the other."""
+    two_instances(gpu_node)
+    cluster: Cluster = await gpu_cluster(max_quarantined_nodes="1", quarantine_rate=1)
+    await cluster.post(am_payload(
+        am_alert(gpu_alert_labels("GPUXidError", 0, xid="94", gpu_instance="3")),
+        am_alert(gpu_alert_labels("GPUXidError", 0, xid="94", gpu_instance="5")),
+    ))
+    await cluster.settle()
+
+    rems = await remediations(cluster)
+    assert sorted(r["target"] for r in rems) == [
+        f"gpu_instance:{gpu_node.name}/{gpu_uuid(0)}/gi3", f"gpu_instance:{gpu_node.name}/{gpu_uuid(0)}/gi5"
+    ]
+    assert [(r["state"], r["state_reason"]) for r in rems if r["state"] != "succeeded"] == []
+    assert gpu_node.evicted() == ["slice-a", "slice-b"]
