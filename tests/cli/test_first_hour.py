@@ -90,3 +90,11 @@ def test_get_remediations_fits_120_columns_and_wide_shows_everything() -> None:
 def test_the_guards_lock_file_is_ignored_by_git() -> None:
     done = subprocess.run(["git", "check-ignore", "-q", "remediator.db.lock"], cwd=REPO, timeout=30)
     assert done.returncode == 0
+
+
+def test_the_intake_spool_files_are_ignored_by_git() -> None:
+    """`remediator serve` in the checkout, as the README starts it, runs the worker process (the default on a
+    SQLite file) and so writes the intake spool beside ./remediator.db."""
+    for name in ("remediator.intake.db", "remediator.intake.db-wal", "remediator.intake.db-shm"):
+        done = subprocess.run(["git", "check-ignore", "-q", name], cwd=REPO, timeout=30)
+        assert done.returncode == 0, name

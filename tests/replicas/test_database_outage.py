@@ -196,7 +196,10 @@ async def test_sqlite_file_locked_by_another_connection_answers_503_then_resumes
     url = f"sqlite+aiosqlite:///{database}"
     async with FakeKube() as fake:
         nodes = _cluster(fake, 6)
-        ctl = ControllerProcess(tmp_path, _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url)))
+        # One process: the webhooks go into the locked file itself (with the worker process, serve's default on
+        # SQLite, they go to the intake spool beside it: tests/replicas/test_worker_process.py).
+        ctl = ControllerProcess(tmp_path, _env(url, write_kubeconfig(tmp_path / "kubeconfig", fake.url),
+                                               REMEDIATOR_WORKER_PROCESS="false"))
         try:
             await ctl.start()
             async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60) as client:
