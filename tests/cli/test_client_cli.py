@@ -96,7 +96,9 @@ async def test_cli_approves_an_awaiting_remediation_and_get_json_shows_it_runnin
     assert any(e.kind == "state.running" and e.actor == "api:alice" for e in events)
     await live.gated.settle()
     (row,) = await live.rows("remediations")
-    assert row["state"] == "succeeded"
+    assert row["state"] == "planned"  # approved and run plan-only: planned, never succeeded
+    assert [r["id"] for r in await live.rows("remediations", "--state", "planned")] == [rem.id]
+    assert await live.rows("remediations", "--state", "succeeded") == []
 
 
 async def test_get_remediations_as_table_wide_and_yaml(live: Live) -> None:

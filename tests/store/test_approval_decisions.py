@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.engine.approval_decisions import decision_of, step_approved
+from remediator.engine.approval_decisions import approval_status, decision_of, step_approved
 from remediator.store.db import make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import NewRemediation, Repository, utcnow
 from tests.store.test_intake_store import payload
@@ -49,6 +49,8 @@ async def waiting(
     )
     _, rem_id = await repo.record_firing(alert, new)
     assert await repo.claim_remediations(OWNER, 10, timedelta(seconds=30)) == [rem_id]
+    # As the executor does: only an admitted (running) remediation asks before a step.
+    await repo.transition(rem_id, "start", owner=OWNER, reason="guardrails allow")
     approval = await repo.open_approval(
         rem_id, OWNER, step_index=0, step_name="drain", token_hash="a" * 64, expires_at=utcnow() + ttl,
         requested_to=[], reason="step drain needs approval",
@@ -74,18 +76,23 @@ async def test_of_concurrent_decisions_exactly_one_is_recorded(store: Repository
     assert approval.decided_by == f"p{winner}" and approval.decision_source == "api"
     assert approval.decision == ("approved" if winner % 2 else "rejected")
     assert rem.state == ("running" if winner % 2 else "rejected")
-    assert await moves(store, rem_id) == ["state.awaiting_approval", f"state.{rem.state}"]
+    assert await moves(store, rem_id) == ["state.running", "state.awaiting_approval", f"state.{rem.state}"]
     assert decision_of(rem, await store.current_approval(rem_id)) == approval.decision
 
 
 async def test_a_request_whose_remediation_was_cancelled_cannot_be_decided(store: Repository) -> None:
     rem_id, approval_id = await waiting(store)
-    await store.transition(rem_id, "cancel", reason="cancelled through the API")
+    await store.transition(rem_id, "cancel", actor="bob", reason="cancelled through the API")
     assert not await store.decide_approval(approval_id, decision="approved", actor="alice", source="api")
     approval = await store.get_approval(approval_id)
     rem = await store.get(rem_id)
-    assert approval is not None and approval.decision is None and approval.decided_by is None
-    assert rem is not None and rem.state == "cancelled"
+    assert approval is not None and rem is not None and rem.state == "cancelled"
+    # The cancel closed the request as superseded, by the canceller; the late approval changed nothing.
+    assert (approval.decision, approval.decided_by, approval.decision_source) == ("superseded", "bob", "cancel")
+    assert approval_status(approval, rem, utcnow()) == "superseded"
+    assert await moves(store, rem_id) == ["state.running", "state.awaiting_approval", "state.cancelled"]
+    superseded = [e for e in await store.list_audit(remediation_id=rem_id) if e.kind == "approval.superseded"]
+    assert [(e.actor, e.data) for e in superseded] == [("bob", {"approval_id": approval_id, "by": "cancel"})]
 
 
 async def test_an_expired_request_is_decided_by_the_expiry_alone(store: Repository) -> None:
