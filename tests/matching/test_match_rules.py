@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from remediator.definitions import Rule
+from remediator.engine.planning import match_labels
+from remediator.intake.normalize import normalize
 from remediator.matching import RuleIndex, match_rules
 
 
@@ -110,14 +113,30 @@ def test_the_index_over_the_shipped_rules_matches_as_every_rule_would() -> None:
     from remediator.engine.bootstrap import load_defs
     from remediator.settings import Settings
 
-    defs = load_defs(Settings(), default_registry())
+    settings = Settings()
+    defs = load_defs(settings, default_registry())
     index = RuleIndex(defs.rules)
+
+    def routed(labels: dict[str, str]) -> Mapping[str, str]:
+        """The labels the controller matches rules against (planning.propose): the alert's, with the Xid's
+        immediate action (`xid_action`) derived from the catalog when the source did not decode it."""
+        alert = normalize(labels, {}, status="firing", fingerprint="f", kinds=defs.alert_kinds,
+                          node_precedence=settings.node_label_precedence)
+        return match_labels(alert, defs)
+
     # Exactly the labels the shipped GPUXidError rule (deploy/monitoring) gives its alerts.
     xid = {"alertname": "GPUXidError", "severity": "critical", "Hostname": "gpu-node-1",
            "UUID": "GPU-8e6a1c2d-0000-4000-8000-000000000001", "gpu": "0", "pci_bus_id": "00000000:1B:00.0",
            "xid": "79"}
     assert index.match(xid) == match_rules(xid, defs.rules)
-    assert [m.rule.name for m in index.match(xid)][:1] == ["xid-reboot-node"]
-    for alertname in {n for r in defs.rules for n in r.equality_alertnames()}:
-        labels = {**xid, "alertname": alertname}
-        assert index.match(labels) == match_rules(labels, defs.rules)
+    # The Xid rules route on xid_action, which DCGM's alert does not carry: the controller adds it.
+    labels = routed(xid)
+    assert labels["xid_action"] == "RESTART_BM"
+    assert index.match(labels) == match_rules(labels, defs.rules)
+    assert [m.rule.name for m in index.match(labels)][:1] == ["xid-reboot-node"]
+    names = {n for r in defs.rules for n in r.equality_alertnames()} | {"", "NotARuleAlert"}
+    for alertname in names:
+        for code in (13, 31, 48, 63, 74, 79, 94, 95, 119, 151, 154):
+            for extra in ({}, {"gpu_instance": "3"}):
+                labels = routed({**xid, "alertname": alertname, "xid": str(code), **extra})
+                assert index.match(labels) == match_rules(labels, defs.rules), (alertname, code, extra)
