@@ -6,7 +6,8 @@ inserts, then times requests through the real ASGI app (httpx's ASGI transport, 
 `GET /api/v1/remediations` unfiltered, by state, by node, by both and paginated deep; the UI index `/`; and
 `GET /api/v1/audit?remediation=ID`. The garbage collector is set up as `remediator serve` sets it (start-up
 objects frozen: `freeze_startup_objects`). Baseline: the same requests, in the same run, against the same app
-on an empty database, so the figure that matters is what the stored rows add. `--explain` prints the query
+on a database holding only the one remediation the audit request names (the audit endpoint answers 422 for
+an ID no remediation has), so the figure that matters is what the stored rows add. `--explain` prints the query
 plans of the statements behind those requests. SQLite by default; `--postgres` uses a database
 created for the run on 127.0.0.1:5432 (trust auth, as the tests use), vacuumed after the fill as autovacuum
 would, and dropped after it.
@@ -109,31 +110,36 @@ def _context(i: int) -> dict[str, Any]:
 
 
 def remediation_rows(count: int) -> Iterator[dict[str, Any]]:
-    span = timedelta(days=180).total_seconds()
     plan, context = _plan(0), _context(0)  # content varies little; sizes are what matter to the reads
     for i in range(count):
-        state = state_of(i)
-        created = START + timedelta(seconds=span * i / count)
-        node = node_name(i)
-        rem_id = str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 122) | (4 << 76) | (1 << 63)))
-        labels = {"alertname": "GPUXidError", "Hostname": node, "gpu": str(i % 8), "xid": "79",
-                  "severity": "critical", "cluster": "prod-a", "namespace": "gpu-operator",
-                  "job": "dcgm-exporter", "instance": f"{node}:9400"}
-        yield {
-            "id": rem_id, "created_at": created, "updated_at": created + timedelta(minutes=7),
-            "finished_at": None if state in ACTIVE else created + timedelta(minutes=7), "state": state,
-            "state_reason": "all steps succeeded" if state == "succeeded" else f"{state} by the controller",
-            "rule": "xid-79-fallen-off-bus", "playbook": "gpu-reset", "definitions_version": f"{i % 50:012x}",
-            "target_kind": "gpu", "target_key": f"{node}/gpu{i % 8}", "node": node,
-            "gpu_uuid": context["gpu"]["uuid"], "gpu_index": str(i % 8), "namespace": None, "pod": None,
-            "alert_id": i + 1, "alert_fingerprint": f"{i:016x}", "alertname": "GPUXidError",
-            "alert_labels": labels, "alert_annotations": {"summary": f"Xid 79 on {node} GPU {i % 8}",
-                                                          "description": "GPU has fallen off the bus."},
-            "alert_resolved": state not in ACTIVE, "params": {"gpu": str(i % 8)}, "plan": plan, "context": context,
-            "current_step": 6 if state == "succeeded" else 2,
-            "active_key": f"{node}/gpu{i % 8}|gpu-reset|{i}" if state in ACTIVE else None,
-            "quarantined": state in ("held", "running"), "linked_alerts": i % 3, "crashes": 0,
-        }
+        yield remediation_row(i, count, plan, context)
+
+
+def remediation_row(i: int, count: int, plan: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Row i of `count` (the same row for the same i and count)."""
+    span = timedelta(days=180).total_seconds()
+    state = state_of(i)
+    created = START + timedelta(seconds=span * i / count)
+    node = node_name(i)
+    rem_id = str(uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 122) | (4 << 76) | (1 << 63)))
+    labels = {"alertname": "GPUXidError", "Hostname": node, "gpu": str(i % 8), "xid": "79",
+              "severity": "critical", "cluster": "prod-a", "namespace": "gpu-operator",
+              "job": "dcgm-exporter", "instance": f"{node}:9400"}
+    return {
+        "id": rem_id, "created_at": created, "updated_at": created + timedelta(minutes=7),
+        "finished_at": None if state in ACTIVE else created + timedelta(minutes=7), "state": state,
+        "state_reason": "all steps succeeded" if state == "succeeded" else f"{state} by the controller",
+        "rule": "xid-79-fallen-off-bus", "playbook": "gpu-reset", "definitions_version": f"{i % 50:012x}",
+        "target_kind": "gpu", "target_key": f"{node}/gpu{i % 8}", "node": node,
+        "gpu_uuid": context["gpu"]["uuid"], "gpu_index": str(i % 8), "namespace": None, "pod": None,
+        "alert_id": i + 1, "alert_fingerprint": f"{i:016x}", "alertname": "GPUXidError",
+        "alert_labels": labels, "alert_annotations": {"summary": f"Xid 79 on {node} GPU {i % 8}",
+                                                      "description": "GPU has fallen off the bus."},
+        "alert_resolved": state not in ACTIVE, "params": {"gpu": str(i % 8)}, "plan": plan, "context": context,
+        "current_step": 6 if state == "succeeded" else 2,
+        "active_key": f"{node}/gpu{i % 8}|gpu-reset|{i}" if state in ACTIVE else None,
+        "quarantined": state in ("held", "running"), "linked_alerts": i % 3, "crashes": 0,
+    }
 
 
 def audit_rows(count: int, remediation_ids: list[str], created: list[datetime]) -> Iterator[dict[str, Any]]:
@@ -187,6 +193,19 @@ async def fill(engine: AsyncEngine, remediations: int, events: int) -> tuple[lis
         async with engine.connect() as conn:
             await (await conn.execution_options(isolation_level="AUTOCOMMIT")).execute(text("VACUUM (ANALYZE)"))
     return ids, time.perf_counter() - started
+
+
+async def seed_baseline(url: str, count: int) -> None:
+    """The baseline store's one remediation: the row of the full store the audit request names (`requests_for`
+    takes the middle ID), without its audit events."""
+    if count == 0:
+        return
+    engine = make_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(insert(Remediation), [remediation_row(count // 2, count, _plan(0), _context(0))])
+    finally:
+        await engine.dispose()
 
 
 def requests_for(ids: list[str]) -> list[tuple[str, str]]:
@@ -302,12 +321,13 @@ async def run(args: argparse.Namespace) -> None:
                     await explain(engine)
             finally:
                 await engine.dispose()
+            await seed_baseline(empty_url, args.remediations)
             baseline = await measure(empty_url, ids, args.requests)
             full = await measure(full_url, ids, args.requests)
     print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {describe().line()}; "
           f"{'PostgreSQL' if args.postgres else 'SQLite'}; {args.requests} sequential "
           "requests each through the ASGI app")
-    print(f"| request | empty store p50 / p99 ms | {args.remediations} rem., {args.events} events p50 / p99 ms |")
+    print(f"| request | baseline (1 rem.) p50 / p99 ms | {args.remediations} rem., {args.events} events p50 / p99 ms |")
     print("|---|---|---|")
     for label in full:
         (b50, b99), (f50, f99) = baseline[label], full[label]
