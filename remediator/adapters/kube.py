@@ -175,6 +175,11 @@ class KubeAdapter:
         self.api_client = api_client
         self.recorder: MutationRecorder | None = None
         self._bucket = TokenBucket(qps, burst)
+        # After the API server answers 429 with Retry-After (API Priority and Fairness shedding load), no request
+        # of this client goes out before then, whichever caller sends it: the retry of that request, a node read
+        # before the next step, a reconcile. A PDB's 429 on an eviction is about one pod, not the server: it
+        # holds nothing else. Event-loop time.
+        self._held_until = 0.0
 
     @classmethod
     def for_host(cls, host: str, *, qps: float = 50.0) -> KubeAdapter:
@@ -198,7 +203,12 @@ class KubeAdapter:
         content_type: str | None = None,
         timeout: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """Send one request of the table (under the QPS limit) and return the unread HTTP response."""
+        """Send one request of the table (under the QPS limit, never before a Retry-After the server asked
+        for) and return the unread HTTP response."""
+        loop = asyncio.get_running_loop()
+        # A loop, not an Event: another 429 may push the time further while this one sleeps.
+        while (wait := self._held_until - loop.time()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(wait)
         await self._bucket.acquire()
         headers = {"Accept": "application/json"}
         if content_type is not None:
@@ -231,7 +241,12 @@ class KubeAdapter:
         finally:
             response.release()
         if status >= 400:
-            raise _status_error(status, body, headers)
+            error = _status_error(status, body, headers)
+            retry_after = getattr(error, "retry_after", None)
+            if status == 429 and retry_after and op is not _EVICT_POD:
+                loop = asyncio.get_running_loop()
+                self._held_until = max(self._held_until, loop.time() + retry_after)
+            raise error
         return json.loads(body) if body else {}
 
     async def _call(
