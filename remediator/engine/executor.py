@@ -410,7 +410,8 @@ class Executor:
         if admitted.state == "held":
             if changed:  # a new trip, not a re-check of one already counted and announced
                 self.rt.metrics.guardrail_trips.labels(guardrail=verdict.name).inc()
-                await self._notify(rem, "held", verdict.reason)
+                if verdict.name != "storm":  # the storm's one message, updated in place, tells of every hold
+                    await self._notify(rem, "held", verdict.reason)
             return None
         await self._notify(rem, "started", verdict.reason)
         return admitted, first

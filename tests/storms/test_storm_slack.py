@@ -44,6 +44,8 @@ async def test_one_message_per_storm_edited_as_it_grows_and_decided_through_its_
         (storm,) = (await cluster.api.get("/api/v1/storms")).json()
         (post,) = [c for c in storm_calls(slack) if c.method == "chat.postMessage"]
         assert post.body["channel"] == "#gpu-ops"
+        # The storm's message tells of its holds: no "Held by a guardrail" message per held remediation.
+        assert not [c for c in slack.calls if "Held by a guardrail" in json.dumps(c.body)]
         first = post.body["text"]
         assert first.startswith("Storm on nodes running driver 580.95.05: 5 nodes faulting, held for one decision: "
                                 f"*Suspected cause:* 5 of 6 faulting nodes carry label {DRIVER}=580.95.05; 20% of "
