@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
 from typer.testing import CliRunner, Result
 
@@ -22,6 +21,7 @@ from remediator.cli import app
 from remediator.store.flag_store import PAUSE_FLAG
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import xid_labels
+from tests.serving import served_on_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,25 +53,11 @@ class Live:
 
 @pytest.fixture
 async def live(tmp_path: Path) -> AsyncIterator[Live]:
-    async with gated_controller(tmp_path) as gated:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        # The harness runs the worker by hand (settle); no lifespan, so the app keeps that worker.
-        server = uvicorn.Server(uvicorn.Config(gated.app, log_level="warning", lifespan="off"))
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(20):
-                while not server.started:
-                    assert not task.done(), "uvicorn did not start"
-                    await asyncio.sleep(0.02)
-            home = tmp_path / "xdg"
-            home.mkdir()
-            yield Live(gated, base, home)
-        finally:
-            server.should_exit = True
-            await task
-            sock.close()
+    # The harness runs the worker by hand (settle); no lifespan, so the app keeps that worker.
+    async with gated_controller(tmp_path) as gated, served_on_loopback(gated.app) as base:
+        home = tmp_path / "xdg"
+        home.mkdir()
+        yield Live(gated, base, home)
 
 
 def free_port() -> int:

@@ -4,11 +4,9 @@ uvicorn on 127.0.0.1 (a plan-only controller whose playbook has a step that need
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import io
 import json
-import socket
 import tarfile
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -16,13 +14,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 from typer.testing import CliRunner
 
 from remediator.cli import app
 from tests.approvals.harness import TOKEN, gated_controller
 from tests.cli.test_client_cli import Live
+from tests.serving import served_on_loopback
 
 KEY = "0123456789abcdef0123456789abcdef"
 LONG = "the node's PSU was swapped by the vendor; " * 11  # over 100 characters: the text form cuts it
@@ -30,23 +28,10 @@ LONG = "the node's PSU was swapped by the vendor; " * 11  # over 100 characters:
 
 @pytest.fixture
 async def keyed(tmp_path: Path) -> AsyncIterator[Live]:
-    async with gated_controller(tmp_path, audit_key=KEY) as gated:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(gated.app, log_level="warning", lifespan="off"))
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(20):
-                while not server.started:
-                    assert not task.done(), "uvicorn did not start"
-                    await asyncio.sleep(0.02)
-            home = tmp_path / "xdg"
-            home.mkdir()
-            yield Live(gated, f"http://127.0.0.1:{sock.getsockname()[1]}", home)
-        finally:
-            server.should_exit = True
-            await task
-            sock.close()
+    async with gated_controller(tmp_path, audit_key=KEY) as gated, served_on_loopback(gated.app) as base:
+        home = tmp_path / "xdg"
+        home.mkdir()
+        yield Live(gated, base, home)
 
 
 async def _rejected(live: Live) -> str:

@@ -9,17 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels
+from tests.serving import served_on_loopback
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,24 +55,10 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    async with gated_controller(tmp_path) as gated:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        server = uvicorn.Server(uvicorn.Config(gated.app, log_level="warning", lifespan="off"))
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(20):
-                while not server.started:
-                    assert not task.done(), "uvicorn did not start"
-                    await asyncio.sleep(0.02)
-            home = tmp_path / "xdg"
-            home.mkdir()
-            yield Served(gated, base, home)
-        finally:
-            server.should_exit = True
-            await task
-            sock.close()
+    async with gated_controller(tmp_path) as gated, served_on_loopback(gated.app) as base:
+        home = tmp_path / "xdg"
+        home.mkdir()
+        yield Served(gated, base, home)
 
 
 @pytest.mark.timeout(180)

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import uvicorn
 from typer.testing import CliRunner
 
 from remediator.api.app import create_app
@@ -21,26 +19,15 @@ from tests.cli.test_cli import run
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import gpu_node
 from tests.helpers import am_alert, am_payload, xid_labels
+from tests.serving import served_on_loopback
 
 
 @asynccontextmanager
 async def served(cluster: Cluster) -> AsyncIterator[str]:
     """The cluster's controller under uvicorn on 127.0.0.1, for the CLI (the test drives the worker)."""
     web = create_app(cluster.settings, runtime=cluster.rt, run_worker=False)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(web, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    async with served_on_loopback(web) as base:
+        yield base
 
 
 async def describe(base: str, rem_id: str) -> str:
