@@ -18,6 +18,7 @@ from sqlalchemy import text, update
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import Remediation
 from remediator.store.repository import Repository
+from remediator.store.unit_of_work import StoredBatch
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_concurrent_delivery import _wait_for_lock_waiter
 from tests.store.test_decision_conflicts import new_on
@@ -45,6 +46,32 @@ async def alert_states(repo: Repository) -> list[tuple[str, str | None]]:
 
 async def redelivered(repo: Repository) -> list[dict[str, Any]]:
     return [dict(e.data or {}) for e in await repo.list_audit() if e.kind == "alert.redelivered"]
+
+
+async def repeats_from_two_replicas(repo: Repository, url: str, times: int) -> None:
+    """Store the same payload `times` times from `repo` and from a second repository (another replica's) at once."""
+    other_engine = make_engine(url)
+    try:
+        other = Repository(make_sessionmaker(other_engine))
+        await asyncio.gather(*(r.store_batch(payload()) for _ in range(times) for r in (repo, other)))
+    finally:
+        await other_engine.dispose()
+
+
+async def repeat_racing_a_put_back(repo: Repository, url: str, put_back: str, alert_id: int) -> StoredBatch:
+    """Another replica runs `put_back` (SQL on alert :id) and holds it uncommitted while `repo` stores a repeat;
+    once that delivery waits on the row the other commits: what the delivery stored."""
+    other = make_engine(url)
+    try:
+        async with other.connect() as conn:
+            tx = await conn.begin()
+            await conn.execute(text(put_back), {"id": alert_id})
+            second = asyncio.create_task(repo.store_batch(payload()))
+            await _wait_for_lock_waiter(url)
+            await tx.commit()
+        return await asyncio.wait_for(second, 20)
+    finally:
+        await other.dispose()
 
 
 @pytest.mark.parametrize(("ending", "again"), [
@@ -95,12 +122,7 @@ async def test_two_replicas_storing_the_same_repeat_put_the_alert_back_once(
     pg_repo: Repository, pg_url: str  # noqa: F811
 ) -> None:
     await decided(pg_repo, **CRASHED)
-    other_engine = make_engine(pg_url)
-    try:
-        other = Repository(make_sessionmaker(other_engine))
-        await asyncio.gather(*(repo.store_batch(payload()) for _ in range(4) for repo in (pg_repo, other)))
-    finally:
-        await other_engine.dispose()
+    await repeats_from_two_replicas(pg_repo, pg_url, 4)
     states = await alert_states(pg_repo)
     assert states[0] == ("new", None) and states[1:] == [("repeat", None)] * 8
     assert len(await redelivered(pg_repo)) == 1
@@ -113,17 +135,7 @@ async def test_a_repeat_racing_an_uncommitted_put_back_leaves_the_alert_alone(
     """Another replica has put the alert back and not yet committed: this delivery's read still finds the alert
     decided, its update waits on the row, then finds it `new` and changes nothing."""
     alert_id, _ = await decided(pg_repo, **CRASHED)
-    other = make_engine(pg_url)
-    try:
-        async with other.connect() as conn:
-            tx = await conn.begin()
-            await conn.execute(text("UPDATE alerts SET state = 'new' WHERE id = :id"), {"id": alert_id})
-            second = asyncio.create_task(pg_repo.store_batch(payload()))
-            await _wait_for_lock_waiter(pg_url)
-            await tx.commit()
-        stored = await asyncio.wait_for(second, 20)
-    finally:
-        await other.dispose()
+    stored = await repeat_racing_a_put_back(pg_repo, pg_url, "UPDATE alerts SET state = 'new' WHERE id = :id", alert_id)
     assert stored.repeats == 1
     assert [a.state for a in sorted(await pg_repo.list_alerts(), key=lambda a: a.id)] == ["new", "repeat"]
     assert not await redelivered(pg_repo)  # the other replica's put-back is the only one

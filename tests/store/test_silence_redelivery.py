@@ -8,20 +8,16 @@ silence that matches another alert does not.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import text
 
 from remediator.silencing import SILENCED_NOTE, Matcher
-from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.repository import Repository
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
-from tests.store.test_concurrent_delivery import _wait_for_lock_waiter
 from tests.store.test_intake_store import payload
 from tests.store.test_postgres import pg_repo  # noqa: F401  (fixture)
-from tests.store.test_redelivery import alert_states, redelivered
+from tests.store.test_redelivery import alert_states, redelivered, repeat_racing_a_put_back, repeats_from_two_replicas
 
 
 async def silenced(repo: Repository, *, expire: bool = True) -> tuple[int, str]:
@@ -62,12 +58,7 @@ async def test_a_silence_of_other_alerts_does_not_keep_it(store: Repository) -> 
 
 async def test_duplicate_repeats_at_once_put_it_back_once(store: Repository, store_url: str) -> None:  # noqa: F811
     await silenced(store)
-    other_engine = make_engine(store_url)
-    try:
-        other = Repository(make_sessionmaker(other_engine))
-        await asyncio.gather(*(repo.store_batch(payload()) for _ in range(4) for repo in (store, other)))
-    finally:
-        await other_engine.dispose()
+    await repeats_from_two_replicas(store, store_url, 4)
     states = await alert_states(store)
     assert states[0] == ("new", None) and states[1:] == [("repeat", None)] * 8
     assert len(await redelivered(store)) == 1
@@ -80,17 +71,8 @@ async def test_a_repeat_racing_an_uncommitted_put_back_leaves_the_alert_alone(
     """Another replica has put the alert back and not yet committed: this delivery's read still finds it
     silenced, its update waits on the row, then finds it `new` and changes nothing."""
     alert_id, _ = await silenced(pg_repo)
-    other = make_engine(pg_url)
-    try:
-        async with other.connect() as conn:
-            tx = await conn.begin()
-            await conn.execute(text("UPDATE alerts SET state = 'new', outcome = NULL WHERE id = :id"), {"id": alert_id})
-            second = asyncio.create_task(pg_repo.store_batch(payload()))
-            await _wait_for_lock_waiter(pg_url)
-            await tx.commit()
-        stored = await asyncio.wait_for(second, 20)
-    finally:
-        await other.dispose()
+    put_back = "UPDATE alerts SET state = 'new', outcome = NULL WHERE id = :id"
+    stored = await repeat_racing_a_put_back(pg_repo, pg_url, put_back, alert_id)
     assert stored.repeats == 1
     assert await alert_states(pg_repo) == [("new", None), ("repeat", None)]
     assert not await redelivered(pg_repo)  # the other replica's put-back is the only one
