@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-
-import uvicorn
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.runtime import Runtime
 from remediator.settings import Settings
+from tests.serving import loopback_socket, uvicorn_on
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -33,23 +30,15 @@ async def live_controller(
     """Yield (base URL, runtime); `settings_for_base(base)` builds the settings once the port is known.
 
     The server always binds 127.0.0.1; `listen_host` is what the app is told it binds (0.0.0.0: sign-in)."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock, base = loopback_socket()
     settings = settings_for_base(base)
     rt, engine = await build_runtime(settings, kube=kube, connect_kube=False)
     app = create_app(settings, runtime=rt, listen_host=listen_host)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
+    serving = uvicorn_on(app, sock, lifespan="on")
     try:
-        async with asyncio.timeout(20):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        yield base, rt
+        async with serving:
+            yield base, rt
     finally:
-        server.should_exit = True
-        await task
         assert rt.notifier is not None
         await rt.notifier.aclose()
         await rt.repo.close()

@@ -22,13 +22,11 @@ from tests.approvals.harness import TOKEN
 from tests.engine.definitions import definitions
 from tests.fakekube.server import FakeKube
 from tests.helpers import am_alert, am_payload
+from tests.ui.browser_helpers import AUTH, PERSON, UI_TOKEN, assert_refused_without_session, sign_in
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 
 pytestmark = [pytest.mark.browser]
 
-UI_TOKEN = "alice-browser-token-0123456789"
-PERSON = "Alice Browser"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TAINT = "remediator.io/gpu-unhealthy"
 
 RULES = """rules:
@@ -142,17 +140,11 @@ async def test_a_signed_in_person_makes_every_move_from_the_page(
             assert await page.locator("#sign-in-needed").count() == 1
             async with page.expect_navigation() as nav:
                 await page.click("#act-approve")
-            response = await nav.value
-            assert response is not None and response.status == 403
-            assert "Sign in first" in await page.content()
+            await assert_refused_without_session(page, nav)
             assert (await api.state(first, "awaiting_approval"))["state"] == "awaiting_approval"
             assert [a["status"] for a in await api.approvals(first)] == ["pending"]
 
-            await page.goto(f"{base}/login?next=/remediations/{first}")
-            await page.fill("#account", PERSON)
-            await page.fill("#token", UI_TOKEN)
-            await page.click("#sign-in")
-            await page.wait_for_url(f"{base}/remediations/{first}")
+            await sign_in(page, base, f"/remediations/{first}")
 
             # Approve: the cordon runs.
             what = await move(page, base, first, "approve", reason="checked the logs")

@@ -14,13 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.approvals.harness import TOKEN, settings_for
+from tests.approvals.harness import settings_for
+from tests.ui.browser_helpers import AUTH, PERSON, UI_TOKEN, assert_refused_without_session, audit_of, sign_in
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 
 pytestmark = [pytest.mark.browser]
-
-UI_TOKEN = "alice-browser-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 async def pauses(api: httpx.AsyncClient, *, all: bool = False) -> list[dict[str, Any]]:
@@ -29,17 +27,12 @@ async def pauses(api: httpx.AsyncClient, *, all: bool = False) -> list[dict[str,
     return list(r.json())
 
 
-async def audit_of(api: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
-    events = (await api.get("/api/v1/audit", params={"limit": 10000})).json()
-    return [e for e in events if e["kind"] == kind]
-
-
 @pytest.mark.timeout(180)
 async def test_a_signed_in_person_pauses_a_scope_and_resumes_it_and_nobody_else_can(tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 
     serving = live_controller(
-        lambda base: settings_for(tmp_path, public_url=base, ui_tokens=[f"Alice Browser:{UI_TOKEN}"])
+        lambda base: settings_for(tmp_path, public_url=base, ui_tokens=[f"{PERSON}:{UI_TOKEN}"])
     )
     async with serving as (base, _rt), httpx.AsyncClient(base_url=base, headers=AUTH) as api, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -60,17 +53,11 @@ async def test_a_signed_in_person_pauses_a_scope_and_resumes_it_and_nobody_else_
             assert await page.locator("#sign-in-needed").count() == 1
             async with page.expect_navigation() as nav:
                 await fill_pause()
-            response = await nav.value
-            assert response is not None and response.status == 403
-            assert "Sign in first" in await page.content()
+            await assert_refused_without_session(page, nav)
             assert await pauses(api, all=True) == []
 
             # Signed in: the confirmation says what will happen, then the pause is created.
-            await page.goto(f"{base}/login?next=/fleet/pause")
-            await page.fill("#account", "Alice Browser")
-            await page.fill("#token", UI_TOKEN)
-            await page.click("#sign-in")
-            await page.wait_for_url(f"{base}/fleet/pause")
+            await sign_in(page, base, "/fleet/pause")
             await fill_pause()
             what = await page.locator("#what").inner_text()
             assert what.startswith("Hold new steps on nodes matching rack=r12 for 2h (until "), what

@@ -13,13 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.approvals.harness import TOKEN, settings_for
+from tests.approvals.harness import settings_for
+from tests.ui.browser_helpers import AUTH, PERSON, UI_TOKEN, assert_refused_without_session, audit_of, sign_in
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 
 pytestmark = [pytest.mark.browser]
-
-UI_TOKEN = "alice-browser-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 async def silences(api: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -28,17 +26,12 @@ async def silences(api: httpx.AsyncClient) -> list[dict[str, Any]]:
     return list(r.json())
 
 
-async def audit_of(api: httpx.AsyncClient, kind: str) -> list[dict[str, Any]]:
-    events = (await api.get("/api/v1/audit", params={"limit": 10000})).json()
-    return [e for e in events if e["kind"] == kind]
-
-
 @pytest.mark.timeout(180)
 async def test_a_signed_in_person_creates_and_expires_a_silence_and_nobody_else_can(tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 
     serving = live_controller(
-        lambda base: settings_for(tmp_path, public_url=base, ui_tokens=[f"Alice Browser:{UI_TOKEN}"])
+        lambda base: settings_for(tmp_path, public_url=base, ui_tokens=[f"{PERSON}:{UI_TOKEN}"])
     )
     async with serving as (base, _rt), httpx.AsyncClient(base_url=base, headers=AUTH) as api, async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -52,17 +45,11 @@ async def test_a_signed_in_person_creates_and_expires_a_silence_and_nobody_else_
             await page.fill("#comment", "rack 4 maintenance")
             async with page.expect_navigation() as nav:
                 await page.click("#create")
-            response = await nav.value
-            assert response is not None and response.status == 403
-            assert "Sign in first" in await page.content()
+            await assert_refused_without_session(page, nav)
             assert await silences(api) == []
 
             # Signed in: the confirmation says what will happen, then the silence is created.
-            await page.goto(f"{base}/login?next=/silences")
-            await page.fill("#account", "Alice Browser")
-            await page.fill("#token", UI_TOKEN)
-            await page.click("#sign-in")
-            await page.wait_for_url(f"{base}/silences")
+            await sign_in(page, base, "/silences")
             await page.fill("#matchers", 'alertname=GPUXidError\nHostname=~"gpu-node-1[0-9]"')
             await page.fill("#duration", "2h")
             await page.fill("#comment", "rack 4 maintenance")

@@ -6,7 +6,6 @@ the remediation page's approval requests.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 
@@ -14,10 +13,11 @@ import httpx
 import pytest
 
 from tests.approvals.harness import TOKEN, settings_for
-from tests.helpers import am_alert, am_payload, xid_labels
+from tests.helpers import am_alert, xid_labels
 from tests.notify.receiver import receiver
+from tests.ui.browser_helpers import approval_requested
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
-from tests.ui.test_browser import approval_url, wait_for_state
+from tests.ui.test_browser import wait_for_state
 
 pytestmark = [pytest.mark.browser]
 
@@ -34,15 +34,8 @@ async def test_planned_on_list_and_detail_and_the_approval_badge_pending_then_ap
     async with receiver() as slack, live_controller(
         lambda base: settings_for(tmp_path, public_url=base, slack_webhook_url=slack.url)
     ) as (base, rt), httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
-        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
-        async with asyncio.timeout(30):
-            while not any("Approval needed" in b.get("text", "") for b in slack.bodies):
-                await slack.wait_for(len(slack.bodies) + 1)
-        link = approval_url(slack)
-        (listed,) = (await api.get("/api/v1/remediations")).json()
-        rem_id = listed["id"]
-        await wait_for_state(rt, rem_id, "awaiting_approval")
+        alert = am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml"))
+        link, rem_id = await approval_requested(api, slack, rt, alert)
 
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

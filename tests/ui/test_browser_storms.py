@@ -22,13 +22,11 @@ from remediator.settings import Settings
 from tests.approvals.harness import TOKEN
 from tests.fakekube.server import FakeKube
 from tests.helpers import am_alert, am_payload, xid_labels
+from tests.ui.browser_helpers import AUTH, PERSON, UI_TOKEN, assert_refused_without_session, sign_in
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 
 pytestmark = [pytest.mark.browser]
 
-UI_TOKEN = "alice-browser-token-0123456789"
-PERSON = "Alice Browser"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 DRIVER = "nvidia.com/cuda.driver-version.full"
 ROLLED = ("n00", "n01", "n02", "n03", "n04", "n05")
 
@@ -106,17 +104,11 @@ async def test_the_storm_page_shows_the_cause_and_a_signed_in_person_approves_th
             assert await page.locator("#sign-in-needed").count() == 1
             async with page.expect_navigation() as nav:
                 await page.click("#act-approve")
-            response = await nav.value
-            assert response is not None and response.status == 403
-            assert "Sign in first" in await page.content()
+            await assert_refused_without_session(page, nav)
             assert (await api.get(f"/api/v1/storms/{storm['id']}")).json()["state"] == "open"
 
             # Signed in: the confirmation says what will happen, then the group is approved.
-            await page.goto(f"{base}/login?next=/storms/{storm['id']}")
-            await page.fill("#account", PERSON)
-            await page.fill("#token", UI_TOKEN)
-            await page.click("#sign-in")
-            await page.wait_for_url(f"{base}/storms/{storm['id']}")
+            await sign_in(page, base, f"/storms/{storm['id']}")
             await page.fill("#reason-approve", "driver rollout checked")
             await page.click("#act-approve")
             await page.wait_for_selector("#confirm")

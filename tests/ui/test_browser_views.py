@@ -16,8 +16,9 @@ import pytest
 from tests.approvals.harness import TOKEN, settings_for
 from tests.helpers import am_alert, am_payload
 from tests.notify.receiver import receiver
+from tests.ui.browser_helpers import approval_requested
 from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
-from tests.ui.test_browser import approval_url, wait_for_state
+from tests.ui.test_browser import wait_for_state
 from tests.ui.views_defs import hot_labels, views_defs
 
 pytestmark = [pytest.mark.browser]
@@ -34,15 +35,8 @@ async def test_walk_from_index_through_fleet_and_approval_to_why_nothing_happene
     ) as (base, rt):
         api = httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"})
         async with api:
-            first = am_payload(am_alert(hot_labels(), starts_at="2026-12-02T10:00:00Z"))
-            assert (await api.post("/api/v1/alerts", json=first)).status_code == 200
-            async with asyncio.timeout(30):
-                while not any("Approval needed" in b.get("text", "") for b in slack.bodies):
-                    await slack.wait_for(len(slack.bodies) + 1)
-            link = approval_url(slack)
-            (listed,) = (await api.get("/api/v1/remediations")).json()
-            rem_id = listed["id"]
-            await wait_for_state(rt, rem_id, "awaiting_approval")
+            first = am_alert(hot_labels(), starts_at="2026-12-02T10:00:00Z")
+            link, rem_id = await approval_requested(api, slack, rt, first)
 
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
