@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from remediator.engine.runtime import Runtime
 from tests.approvals.harness import TOKEN, settings_for
 from tests.effectiveness.test_surfaces import LADDER, H, remediation, store
 from tests.helpers import am_alert, am_payload, xid_labels
@@ -19,19 +20,25 @@ from tests.ui.test_browser import wait_for_state
 pytestmark = [pytest.mark.browser]
 
 
+async def awaiting_approval(api: httpx.AsyncClient, rt: Runtime) -> str:
+    """Post the Xid 79 alert whose step needs approval; the ID of the remediation it starts, once that awaits
+    approval."""
+    body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
+    assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
+    for _ in range(300):
+        listed = (await api.get("/api/v1/remediations")).json()
+        if listed:
+            break
+    rem_id = str(listed[0]["id"])
+    await wait_for_state(rt, rem_id, "awaiting_approval")
+    return rem_id
+
 async def test_state_badges_link_to_their_runbook_section(tmp_path: Path) -> None:
     from playwright.async_api import async_playwright
 
     async with live_controller(lambda base: settings_for(tmp_path, public_url=base)) as (base, rt), \
             httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
-        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
-        for _ in range(300):
-            listed = (await api.get("/api/v1/remediations")).json()
-            if listed:
-                break
-        rem_id = listed[0]["id"]
-        await wait_for_state(rt, rem_id, "awaiting_approval")
+        rem_id = await awaiting_approval(api, rt)
 
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
@@ -60,14 +67,8 @@ async def test_docs_url_setting_moves_the_links(tmp_path: Path) -> None:
     async with live_controller(lambda base: settings_for(tmp_path, public_url=base, docs_url=elsewhere)) as (
         base, rt,
     ), httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
-        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
-        for _ in range(300):
-            listed = (await api.get("/api/v1/remediations")).json()
-            if listed:
-                break
-        await wait_for_state(rt, listed[0]["id"], "awaiting_approval")
-        page = (await api.get(f"/remediations/{listed[0]['id']}")).text
+        rem_id = await awaiting_approval(api, rt)
+        page = (await api.get(f"/remediations/{rem_id}")).text
         assert f'href="{elsewhere}/operations.md#state-awaiting_approval"' in page
 
 
@@ -78,13 +79,7 @@ async def test_fleet_and_effectiveness_badges_link_to_their_runbook_section(tmp_
 
     async with live_controller(lambda base: settings_for(tmp_path, public_url=base)) as (base, rt), \
             httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}) as api:
-        body = am_payload(am_alert(xid_labels("gpu-node-1", 79, pod="trainer-0", namespace="ml")))
-        assert (await api.post("/api/v1/alerts", json=body)).status_code == 200
-        for _ in range(300):
-            listed = (await api.get("/api/v1/remediations")).json()
-            if listed:
-                break
-        await wait_for_state(rt, listed[0]["id"], "awaiting_approval")
+        await awaiting_approval(api, rt)
         # A GPU escalated from a reset to a reboot, both finished: rung 2 of the ladder on the report.
         escalation = {"from": "b1", "reason": "gate_failed", "rung": 2, "ladder": LADDER,
                       "recurrence_seconds": None, "history": [], "gate": None}
