@@ -32,6 +32,25 @@ steps:
       value: "{{ alert.annotations.summary }}"
 """
 
+GATED_RULE = """rules:
+  - name: note
+    match: ['alertname="GPUNote"']
+    playbook: gated-node
+    priority: 100
+"""
+
+# A taint, then a cordon a person must approve; both undone by their actions' own undo.
+GATED_PLAYBOOK = """name: gated-node
+target: node
+steps:
+  - name: taint
+    action: taint
+    params: {key: remediator.io/gpu-unhealthy, value: "noted", effect: NoSchedule}
+  - name: cordon
+    action: cordon
+    approval: required
+"""
+
 
 def definitions(tmp_path: Path, rules: str, *playbooks: str) -> dict[str, Path]:
     """Write a rules file and playbook files; returns the settings that point the controller at them."""

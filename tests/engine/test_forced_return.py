@@ -11,7 +11,7 @@ from typing import Any
 from remediator.actions.base import ActionContext, ActionResult
 from remediator.actions.validation import ValidateGpu
 from tests.engine.conftest import Cluster, MakeCluster
-from tests.engine.definitions import definitions, note_alert
+from tests.engine.definitions import GATED_PLAYBOOK, GATED_RULE, definitions, note_alert
 from tests.engine.test_pipeline import TAINT_KEY, gpu_node, taints
 from tests.helpers import am_alert, am_payload, xid_labels
 
@@ -50,6 +50,25 @@ def held(cluster: Cluster) -> dict[str, Any]:
 async def audit_of(cluster: Cluster, rem_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = (await cluster.api.get(f"/api/v1/audit?remediation={rem_id}")).json()
     return events
+
+
+async def quarantined(make_cluster: MakeCluster) -> tuple[Cluster, str]:
+    """A cluster whose gpu-1 an Xid 79 alert has quarantined: the cluster and that remediation's ID."""
+    cluster: Cluster = await make_cluster()
+    gpu_node(cluster.fake)
+    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
+    await cluster.settle()
+    return cluster, str((await cluster.only_remediation())["id"])
+
+
+async def awaiting_approval(make_cluster: MakeCluster, tmp_path: Path) -> tuple[Cluster, str]:
+    """A cluster whose gpu-1 is tainted by the gated playbook, its cordon awaiting approval: the cluster and
+    that remediation's ID."""
+    cluster: Cluster = await make_cluster(**definitions(tmp_path, GATED_RULE, GATED_PLAYBOOK))
+    cluster.fake.add_node("gpu-1")
+    await cluster.post(am_payload(note_alert("gpu-1", "hi")))
+    await cluster.settle()
+    return cluster, str((await cluster.only_remediation())["id"])
 
 
 async def test_xid79_awaiting_its_reboot_returned_with_both_skips(make_cluster: MakeCluster) -> None:
@@ -134,27 +153,8 @@ async def test_quarantine_waiting_for_resolve_returned_without_skip_waits_for_th
     assert returned["actor"] == "api" and returned["data"]["return"]["skip"] == []
 
 
-APPROVAL_RULE = """rules:
-  - name: note
-    match: ['alertname="GPUNote"']
-    playbook: gated-node
-    priority: 100
-"""
-
-APPROVAL_PLAYBOOK = """name: gated-node
-target: node
-steps:
-  - name: taint
-    action: taint
-    params: {key: remediator.io/gpu-unhealthy, value: "noted", effect: NoSchedule}
-  - name: cordon
-    action: cordon
-    approval: required
-"""
-
-
 async def test_awaiting_approval_returned_supersedes_the_approval(make_cluster: MakeCluster, tmp_path: Path) -> None:
-    cluster: Cluster = await make_cluster(**definitions(tmp_path, APPROVAL_RULE, APPROVAL_PLAYBOOK))
+    cluster: Cluster = await make_cluster(**definitions(tmp_path, GATED_RULE, GATED_PLAYBOOK))
     cluster.fake.add_node("gpu-1")
     await cluster.post(am_payload(note_alert("gpu-1", "hi")))
     await cluster.settle()
@@ -183,11 +183,7 @@ async def test_awaiting_approval_returned_supersedes_the_approval(make_cluster: 
 async def test_cancel_supersedes_the_open_approval_and_requires_a_reason(
     make_cluster: MakeCluster, tmp_path: Path
 ) -> None:
-    cluster: Cluster = await make_cluster(**definitions(tmp_path, APPROVAL_RULE, APPROVAL_PLAYBOOK))
-    cluster.fake.add_node("gpu-1")
-    await cluster.post(am_payload(note_alert("gpu-1", "hi")))
-    await cluster.settle()
-    rem_id = (await cluster.only_remediation())["id"]
+    cluster, rem_id = await awaiting_approval(make_cluster, tmp_path)
     missing = await cluster.api.post(f"/api/v1/remediations/{rem_id}/cancel")
     assert missing.status_code == 422
     blank = await cluster.api.post(f"/api/v1/remediations/{rem_id}/cancel", json={"reason": "  "})
@@ -202,11 +198,7 @@ async def test_cancel_supersedes_the_open_approval_and_requires_a_reason(
 
 
 async def test_return_needs_a_reason_and_known_skips(make_cluster: MakeCluster) -> None:
-    cluster: Cluster = await make_cluster()
-    gpu_node(cluster.fake)
-    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
-    await cluster.settle()
-    rem_id = (await cluster.only_remediation())["id"]
+    cluster, rem_id = await quarantined(make_cluster)
     url = f"/api/v1/remediations/{rem_id}/return"
     for body in ({}, {"skip": ["reboot"]}, {"reason": ""}):
         r = await cluster.api.post(url, json=body)
@@ -219,11 +211,7 @@ async def test_return_needs_a_reason_and_known_skips(make_cluster: MakeCluster) 
 async def test_revert_in_a_wrong_state_names_the_state_and_points_at_return(
     make_cluster: MakeCluster, tmp_path: Path
 ) -> None:
-    cluster: Cluster = await make_cluster(**definitions(tmp_path, APPROVAL_RULE, APPROVAL_PLAYBOOK))
-    cluster.fake.add_node("gpu-1")
-    await cluster.post(am_payload(note_alert("gpu-1", "hi")))
-    await cluster.settle()
-    rem_id = (await cluster.only_remediation())["id"]
+    cluster, rem_id = await awaiting_approval(make_cluster, tmp_path)
     r = await cluster.api.post(f"/api/v1/remediations/{rem_id}/revert")
     assert r.status_code == 409
     text = r.json()["error"]
@@ -231,11 +219,7 @@ async def test_revert_in_a_wrong_state_names_the_state_and_points_at_return(
 
 
 async def test_a_remediation_that_holds_nothing_cannot_be_returned(make_cluster: MakeCluster) -> None:
-    cluster: Cluster = await make_cluster()
-    gpu_node(cluster.fake)
-    await cluster.post(am_payload(am_alert(xid_labels("gpu-1", 79))))
-    await cluster.settle()
-    rem_id = (await cluster.only_remediation())["id"]
+    cluster, rem_id = await quarantined(make_cluster)
     cluster.fake.reboot_node("gpu-1")
     assert (await cluster.api.post(f"/api/v1/remediations/{rem_id}/revert")).status_code == 200
     await cluster.settle()

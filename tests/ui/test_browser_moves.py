@@ -19,7 +19,7 @@ import pytest
 from remediator.adapters.kube import KubeAdapter
 from remediator.settings import Settings
 from tests.approvals.harness import TOKEN
-from tests.engine.definitions import definitions
+from tests.engine.definitions import GATED_PLAYBOOK, GATED_RULE, definitions
 from tests.fakekube.server import FakeKube
 from tests.helpers import am_alert, am_payload
 from tests.ui.browser_helpers import AUTH, PERSON, UI_TOKEN, assert_refused_without_session, sign_in
@@ -28,26 +28,6 @@ from tests.ui.live import CHROMIUM, CHROMIUM_ARGS, live_controller
 pytestmark = [pytest.mark.browser]
 
 TAINT = "remediator.io/gpu-unhealthy"
-
-RULES = """rules:
-  - name: note
-    match: ['alertname="GPUNote"']
-    playbook: gated-node
-    priority: 100
-"""
-
-# A taint, then a cordon a person must approve; both undone by their actions' own undo.
-PLAYBOOK = """name: gated-node
-target: node
-steps:
-  - name: taint
-    action: taint
-    params: {key: remediator.io/gpu-unhealthy, value: "noted", effect: NoSchedule}
-  - name: cordon
-    action: cordon
-    approval: required
-"""
-
 
 def node_held(fake: FakeKube, name: str) -> dict[str, bool]:
     node = fake.node(name)
@@ -107,7 +87,7 @@ async def test_a_signed_in_person_makes_every_move_from_the_page(
             webhook_token=[TOKEN], public_url=base, secret_key="test-secret-key",
             ui_tokens=[f"{PERSON}:{UI_TOKEN}"], worker_poll_interval=0.05,  # type: ignore[arg-type]
             node_repeat_limit=1,  # a second remediation of a node is held for a human: the one to release
-            **definitions(tmp_path, RULES, PLAYBOOK),
+            **definitions(tmp_path, GATED_RULE, GATED_PLAYBOOK),
         )
 
     async def move(page: Page, base: str, rem_id: str, action: str, *, reason: str = "",
