@@ -34,6 +34,14 @@ BOT_TOKEN = "xoxb-test-token"
 SLACK_ERRORS = {429: "ratelimited", 500: None, 502: None, 503: None}
 
 
+def bot_channel(http: httpx.AsyncClient, slack_api_url: str, **policy: Any) -> Channel:
+    """The Slack bot channel (Web API chat.postMessage to #ops) at `slack_api_url`, with these retry settings."""
+    chans, _ = open_channels(
+        None, None, http, slack_bot_token=BOT_TOKEN, slack_channel="#ops", slack_api_url=slack_api_url, **policy
+    )
+    return chans[0]
+
+
 @dataclass
 class Peer:
     """One receiver of `kind` answering a script of (HTTP status, Retry-After) first, then success."""
@@ -53,16 +61,7 @@ async def peer(kind: str, script: list[tuple[int, float | None]]) -> AsyncIterat
             async with fake_slack(script={"chat.postMessage": answers}) as slack:
 
                 def bot(**policy: Any) -> Channel:
-                    chans, _ = open_channels(
-                        None,
-                        None,
-                        http,
-                        slack_bot_token=BOT_TOKEN,
-                        slack_channel="#ops",
-                        slack_api_url=slack.url,
-                        **policy,
-                    )
-                    return chans[0]
+                    return bot_channel(http, slack.url, **policy)
 
                 yield Peer(kind, bot, lambda: [c.at for c in slack.calls], slack.answered, lambda: len(slack.messages))
             return
@@ -151,11 +150,8 @@ async def test_retry_after_as_an_http_date_is_honoured() -> None:
 @pytest.mark.parametrize("error", ["channel_not_found", "invalid_auth", "not_authed", "msg_too_long"])
 async def test_a_permanent_slack_error_fails_after_one_try(error: str) -> None:
     async with fake_slack(script={"chat.postMessage": [Answer(200, error)]}) as slack, httpx.AsyncClient() as http:
-        chans, _ = open_channels(
-            None, None, http, slack_bot_token=BOT_TOKEN, slack_channel="#ops", slack_api_url=slack.url
-        )
         with pytest.raises(SlackApiError) as failed:
-            await chans[0].send(MESSAGE)
+            await bot_channel(http, slack.url).send(MESSAGE)
         assert len(slack.calls) == 1
     assert failed.value.error == error and not failed.value.retryable
     assert str(failed.value) == f"slack: chat.postMessage: {error} (permanent; not retried)"
@@ -175,16 +171,7 @@ async def test_a_permanent_http_answer_fails_after_one_try(status: int) -> None:
 )
 async def test_a_transient_slack_error_is_retried(error: str) -> None:
     async with fake_slack(script={"chat.postMessage": [Answer(200, error)]}) as slack, httpx.AsyncClient() as http:
-        chans, _ = open_channels(
-            None,
-            None,
-            http,
-            slack_bot_token=BOT_TOKEN,
-            slack_channel="#ops",
-            slack_api_url=slack.url,
-            backoff_seconds=0.01,
-        )
-        await chans[0].send(MESSAGE)
+        await bot_channel(http, slack.url, backoff_seconds=0.01).send(MESSAGE)
         assert len(slack.calls) == 2 and len(slack.messages) == 1
 
 
@@ -194,10 +181,7 @@ async def test_ok_false_ratelimited_is_retried_after_its_retry_after_each_time(s
     gateways answer) five times in a row, more than the old four attempts: each re-send waits it out."""
     script = {"chat.postMessage": [Answer(status, "ratelimited", 1)] * 5}
     async with fake_slack(script=script) as slack, httpx.AsyncClient() as http:
-        chans, _ = open_channels(
-            None, None, http, slack_bot_token=BOT_TOKEN, slack_channel="#ops", slack_api_url=slack.url
-        )
-        await chans[0].send(MESSAGE)
+        await bot_channel(http, slack.url).send(MESSAGE)
         sent = [c.at for c in slack.calls]
     assert len(sent) == 6 and len(slack.messages) == 1
     for answered, resent in zip(slack.answered, sent[1:], strict=True):
