@@ -10,7 +10,7 @@ without a change and says so in its output (`left_alone`, `reason`, `current_wat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
@@ -241,7 +241,9 @@ class GpuReset(Action[GpuResetParams]):
 
     With `operands`, the GPU Operator's operands leave the node for the reset and come back after it (the
     previous label values checkpointed first; restored on failure too, and on resume after a crash, when
-    the reset is not repeated: whether it ran is unknown, so the step fails for a person to judge).
+    the reset is not repeated: whether it ran is unknown, so the step fails for a person to judge). A reset
+    the node agent never received (the connection refused, or the agent unreachable before the request) is
+    not such a crash: the step run again once the agent answers takes the operands off and resets.
     A dry run looks at the GPU's pods the same way, says it would refuse where a reset would, and asks
     the sidecar the reset question with `dry_run`."""
 
@@ -262,19 +264,28 @@ class GpuReset(Action[GpuResetParams]):
         interrupted = progress.get("operands_phase") == "resetting"
         failure: BaseException | None = None
         result: ActionResult | None = None
+
+        async def resetting() -> None:
+            # Recorded just before the reset request goes out: from here whether the GPU was reset is unknown.
+            progress["operands_phase"] = "resetting"
+            await ctx.checkpoint(dict(progress))
+
         try:
             if not interrupted:
                 recorded = await take_operands_off(kube, node, params.operands, params.off_value, progress,
                                                    ctx.checkpoint)
                 await wait_for(kube, node, lambda pods: not any(operand_pods(pods, label) for label in recorded),
                                timeout=timeout, what=f"the pods of {', '.join(recorded) or 'no operand'} to go")
-                progress["operands_phase"] = "resetting"
-                await ctx.checkpoint(dict(progress))
-                result = await self._reset(ctx, params, dry_run=False)
+                result = await self._reset(ctx, params, dry_run=False, before_reset=resetting)
         except BaseException as exc:  # the operands come back whatever happened to the reset
             failure = exc
         restored = await restore_operands(kube, node, progress, ctx.checkpoint, timeout=timeout)
         if failure is not None:
+            if progress.get("operands_phase") == "resetting" and _never_delivered(failure):
+                # The node agent never got the reset (connection refused): the GPU was not reset, so the step
+                # run again once the agent answers (a transient failure waits, engine/executor.py) resets it.
+                progress["operands_phase"] = "restored"
+                await ctx.checkpoint(dict(progress))
             raise failure
         if result is None:
             raise StepFailed(
@@ -285,7 +296,11 @@ class GpuReset(Action[GpuResetParams]):
         result.output["operands"] = restored
         return result
 
-    async def _reset(self, ctx: ActionContext, params: GpuResetParams, *, dry_run: bool) -> ActionResult:
+    async def _reset(
+        self, ctx: ActionContext, params: GpuResetParams, *, dry_run: bool,
+        before_reset: Callable[[], Awaitable[None]] | None = None,
+    ) -> ActionResult:
+        """`before_reset` is awaited right before the reset request is sent (not for a refusal or a dry run)."""
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu.uuid)
         pods = await client.gpu_pods(ip, uuid)
@@ -298,6 +313,8 @@ class GpuReset(Action[GpuResetParams]):
             if dry_run:
                 return ActionResult(changed=False, message=f"would refuse: {reason}", output=output)
             raise StepFailed(reason, details=_answered(pods))
+        if before_reset is not None and not dry_run:
+            await before_reset()
         try:
             answer = await client.reset(ip, uuid, dry_run=dry_run, persistence_off=params.persistence_off)
         except Conflict as exc:
@@ -311,6 +328,12 @@ class GpuReset(Action[GpuResetParams]):
         if not dry_run and not answer.healthy:
             raise StepFailed(f"{uuid} was reset but is not healthy: {answer.message}", details=_answered(answer))
         return ActionResult(changed=answer.changed and not dry_run, message=answer.message, output=output)
+
+
+def _never_delivered(exc: BaseException) -> bool:
+    """The node agent client's word that a request never reached the agent (a refused connection)."""
+    details = getattr(exc, "details", None)
+    return isinstance(exc, ActionError) and isinstance(details, Mapping) and details.get("sent") is False
 
 
 class CollectDiagnosticsParams(StrictParams):

@@ -78,6 +78,9 @@ async def take_operands_off(
         progress["operands_phase"] = "off"
         await checkpoint(dict(progress))
     if recorded:
+        if progress.get("operands_phase") != "off":  # a step run again after they were restored: off once more
+            progress["operands_phase"] = "off"
+            await checkpoint(dict(progress))
         await kube.patch_node(node, {"metadata": {"labels": {label: off_value for label in recorded}}})
     return recorded
 

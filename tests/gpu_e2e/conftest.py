@@ -111,12 +111,13 @@ async def gpu_cluster(
     make_cluster: MakeCluster,  # noqa: F811  (the fixture imported above)
     sidecar: SidecarEnv,
 ) -> AsyncIterator[MakeGpuCluster]:
-    """make(reachable=True, **settings): the controller, dialling the node's sidecar (or a port nobody listens
-    on)."""
+    """make(reachable=True, port=None, **settings): the controller, dialling the node's sidecar (or a port nobody
+    listens on; or `port`, where a test starts and stops a node agent of its own)."""
     made: list[Cluster] = []
 
-    async def make(*, reachable: bool = True, **overrides: Any) -> Cluster:
-        port = sidecar.sidecar.port if reachable else free_port(NODE_IP)
+    async def make(*, reachable: bool = True, port: int | None = None, **overrides: Any) -> Cluster:
+        if port is None:
+            port = sidecar.sidecar.port if reachable else free_port(NODE_IP)
         cluster: Cluster = await make_cluster(sidecar_port=port, sidecar_token=TOKEN, real_gates=True, **overrides)
         made.append(cluster)
         return cluster

@@ -1,15 +1,35 @@
 """The context of a GPU remediation: that GPU's pods from the node sidecar, or every GPU pod of the node.
 
 Which source was used is recorded (`pod_source`); a sidecar that cannot be reached never stops a
-remediation from being admitted, it only widens a `gpu:<uuid>` drain to every GPU pod of the node.
+remediation from being admitted, it only widens a `gpu:<uuid>` drain to every GPU pod of the node. A step
+that needs the sidecar waits for it (a transient failure, never a failed step) and goes on once it answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from tests.engine.conftest import Cluster
 from tests.gpu_e2e.conftest import GpuNode, MakeGpuCluster, gpu_alert_labels
+from tests.gpu_e2e.test_gate_unknown import Agent
+from tests.gpu_e2e.test_return_to_service import Clock
 from tests.helpers import am_alert, am_payload
+from tests.sidecar.conftest import SidecarEnv
 from tests.sidecar.fakenvml import gpu_uuid
+
+TAINT = {"key": "remediator.io/gpu-unhealthy", "value": "xid-46", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def agent_down(sidecar: SidecarEnv) -> Iterator[Agent]:
+    """The node agent where the controller dials it, not started (a DaemonSet rollout): `up()` brings it back."""
+    agent = Agent(sidecar)
+    try:
+        yield agent
+    finally:
+        agent.down()
 
 
 def two_jobs(node: GpuNode) -> None:
@@ -41,10 +61,11 @@ async def test_with_the_sidecar_the_context_holds_the_pods_of_the_affected_gpu(
 
 
 async def test_without_the_sidecar_the_node_level_gpu_pods_are_used_and_the_reason_recorded(
-    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent
 ) -> None:
     two_jobs(gpu_node)
-    cluster: Cluster = await gpu_cluster(reachable=False)
+    cluster: Cluster = await gpu_cluster(port=agent_down.port)
+    clock = Clock(cluster)
     await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUXidError", 0, xid="46"))))
     await cluster.settle(60)
 
@@ -57,9 +78,30 @@ async def test_without_the_sidecar_the_node_level_gpu_pods_are_used_and_the_reas
     assert gpu_node.evicted() == ["infer-0", "train-0"]
     [drain] = [s for s in rem["steps"] if s["name"] == "drain"]
     assert "unknown" in drain["output"]["note"]
-    # ... and the reset, which needs the sidecar, failed and left the node quarantined.
-    assert rem["state"] == "failed" and "step reset failed" in rem["state_reason"]
-    assert gpu_node.cordoned()
+    # ... and the reset, which needs the sidecar, waits for it (retries: 0: at once): not failed, not a crash,
+    # nothing reset, the node still quarantined.
+    assert (rem["playbook"], rem["state"]) == ("reset-gpu", "running")
+    assert rem["state_reason"].startswith("waiting: node agent unreachable since "), rem["state_reason"]
+    assert [(s["name"], s["status"]) for s in rem["steps"]][-1] == ("reset", "running")
+    assert rem["crashes"] == 0
+    assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == 0
+    assert TAINT in gpu_node.taints() and gpu_node.cordoned()
+    audit = (await cluster.api.get("/api/v1/audit", params={"remediation": rem["id"]})).json()
+    [waiting] = [a["data"] for a in audit if a["kind"] == "remediation.waiting"]
+    assert waiting["dependency"] == "node agent" and waiting["reason"] == rem["state_reason"]
+
+    # The agent is back: at the next look the reset runs and the node returns to service.
+    agent_down.up()
+    clock.advance(cluster.settings.dependency_recheck_s)
+    await cluster.settle(60)
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded", rem["state_reason"]
+    assert [(s["name"], s["status"]) for s in rem["steps"] if s["name"] in ("reset", "validate")] == [
+        ("reset", "succeeded"), ("validate", "succeeded")]
+    assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == 1
+    assert TAINT not in gpu_node.taints() and not gpu_node.cordoned()
+    audit = (await cluster.api.get("/api/v1/audit", params={"remediation": rem["id"]})).json()
+    assert [a["kind"] for a in audit if a["kind"].startswith("remediation.")].count("remediation.resumed") == 1
 
 
 async def test_without_the_sidecar_the_pod_the_exporter_names_is_the_gpus_pod(

@@ -18,12 +18,14 @@ import pytest
 
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.gpu import GpuReset
-from remediator.errors import StepFailed
+from remediator.errors import ServiceUnavailable, StepFailed
 from tests.engine.conftest import Cluster
 from tests.fakekube import builders
 from tests.fakekube.server import FakeKube
 from tests.gpu_e2e.conftest import NODE, NODE_IP, GpuNode, MakeGpuCluster, gpu_alert_labels
+from tests.gpu_e2e.test_gate_unknown import Agent
 from tests.helpers import am_alert, am_payload
+from tests.sidecar.conftest import SidecarEnv
 from tests.sidecar.fakenvml import gpu_uuid
 
 OPERANDS = ("dcgm-exporter", "device-plugin", "gpu-feature-discovery")
@@ -166,3 +168,63 @@ async def test_operands_restored_after_a_crash_mid_reset(
     assert labels_now(gpu_node.fake) == LABELS
     assert all(_ready(gpu_node.fake.pod("gpu-operator", operator.pod_name(op)) or {}) for op in OPERANDS)
     assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == resets_before  # not reset again
+
+
+async def test_a_reset_the_node_agent_never_got_is_run_again_once_it_answers(
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, operator: GpuOperator, sidecar: SidecarEnv
+) -> None:
+    """The node agent goes away right before the reset request (a DaemonSet rollout): the connection is refused,
+    so the GPU was not reset. The operands come back while the remediation waits for the agent, also when a
+    look at it finds the agent still away; once it answers, the step run again resets the GPU instead of
+    failing as if the controller had died mid-reset."""
+    agent = Agent(sidecar)
+    agent.up()
+    try:
+        cluster: Cluster = await gpu_cluster(port=agent.port)
+        saved: list[dict[str, Any]] = []
+        cut = [True]  # the agent goes away before the first reset request only
+
+        async def checkpoint(progress: dict[str, Any]) -> None:
+            saved.append(dict(progress))
+            if progress.get("operands_phase") == "resetting" and cut:
+                cut.clear()
+                agent.down()  # the request about to go out finds nobody listening
+
+        def context(progress: dict[str, Any]) -> ActionContext:
+            return ActionContext(
+                remediation_id="r-1", step_name="reset", target=Target("gpu", node=NODE, gpu_uuid=gpu_uuid(0)),
+                settings=cluster.settings, dry_run=False, kube=cluster.rt.kube, sidecar=cluster.rt.sidecar,
+                progress=progress, checkpoint=checkpoint, gathered={"node": {"internal_ip": NODE_IP}},
+            )
+
+        action = GpuReset()
+        params = action.parse({"operands": list(OPERANDS), "operand_timeout": 30})
+        resets = gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2")
+        with pytest.raises(ServiceUnavailable, match="/reset unreachable") as refused:
+            await action.apply(context({}), params)
+        assert refused.value.details == {"sent": False} and refused.value.dependency == "node agent"
+        assert saved[-1]["operands_phase"] == "restored"  # not 'resetting': the GPU was certainly not reset
+        assert labels_now(gpu_node.fake) == LABELS
+        assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == resets
+
+        # The next look finds the agent still away: the operands went off again and are back, not left off.
+        with pytest.raises(ServiceUnavailable, match="/v1/gpus unreachable"):
+            await action.apply(context(dict(saved[-1])), params)
+        assert labels_now(gpu_node.fake) == LABELS
+        assert [p["metadata"]["labels"]["nvidia.com/gpu.deploy.dcgm-exporter"] for p in node_label_patches(gpu_node)
+                ] == ["false", "true", "false", "true"]
+
+        agent.up()
+        result = await action.apply(context(dict(saved[-1])), params)
+        assert result.changed and result.output["operands"] == {label: {"previous": "true", "pods": 1}
+                                                                for label in LABELS}
+        assert gpu_node.sidecar.nvml.calls("nvmlDeviceRemoveGpu_v2") == resets + 1
+        assert labels_now(gpu_node.fake) == LABELS
+        assert all(_ready(gpu_node.fake.pod("gpu-operator", operator.pod_name(op)) or {}) for op in OPERANDS)
+    finally:
+        agent.down()
+
+
+def node_label_patches(node: GpuNode) -> list[Any]:
+    return [c.body for c in node.fake.requests("patch", "nodes") if c.ok
+            and "nvidia.com/gpu.deploy.dcgm-exporter" in str(c.body)]
