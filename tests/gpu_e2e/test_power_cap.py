@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from tests.engine.conftest import Cluster
 from tests.gpu_e2e.conftest import GpuNode, MakeGpuCluster, gpu_alert_labels
+from tests.gpu_e2e.test_gate_unknown import Agent
+from tests.gpu_e2e.test_return_to_service import Clock
 from tests.helpers import am_alert, am_payload
+from tests.sidecar.conftest import SidecarEnv
 from tests.sidecar.fakenvml import gpu_uuid
 
 DEFAULT_MW = 700_000
+
+
+@pytest.fixture
+def agent_down(sidecar: SidecarEnv) -> Iterator[Agent]:
+    """The node agent where the controller dials it, not started (a DaemonSet rollout): `up()` brings it back."""
+    agent = Agent(sidecar)
+    try:
+        yield agent
+    finally:
+        agent.down()
 
 
 async def test_hot_gpu_is_capped_and_the_old_limit_returns_when_the_alert_resolves(
@@ -74,17 +91,34 @@ async def test_an_alert_naming_only_the_gpu_index_caps_that_gpu(
 
 
 async def test_the_limit_is_not_touched_when_the_sidecar_cannot_be_reached(
-    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent
 ) -> None:
-    cluster: Cluster = await gpu_cluster(reachable=False)
+    """An unreachable node agent is a transient failure: the cap step retries it within the budget (1 s here,
+    REMEDIATOR_TRANSIENT_BUDGET_S), then the remediation waits for the agent, never failed, and caps the GPU
+    once the agent answers."""
+    cluster: Cluster = await gpu_cluster(port=agent_down.port, transient_budget_s=1)
+    clock = Clock(cluster)
     await cluster.post(am_payload(am_alert(gpu_alert_labels("GPUTemperatureHigh", 0))))
     await cluster.settle(60)
 
     rem = await cluster.only_remediation()
-    assert rem["state"] == "failed"
-    assert "unreachable" in rem["state_reason"]
+    assert (rem["playbook"], rem["state"]) == ("power-cap-gpu", "running")
+    assert rem["state_reason"].startswith("waiting: node agent unreachable since "), rem["state_reason"]
+    assert [(s["name"], s["status"]) for s in rem["steps"]] == [("cap", "running")]
+    assert rem["crashes"] == 0
     assert rem["context"]["pod_source"] == "node" and "unreachable" in rem["context"]["sidecar_error"]
     assert gpu_node.power_limit_mw(0) == DEFAULT_MW
+
+    # The agent is back: the next look caps the GPU and the remediation ends as usual.
+    agent_down.up()
+    clock.advance(cluster.settings.dependency_recheck_s)
+    await cluster.settle(60)
+    rem = await cluster.only_remediation()
+    assert rem["state"] == "succeeded", rem["state_reason"]
+    assert gpu_node.power_limit_mw(0) == 560_000 and gpu_node.power_limit_mw(1) == DEFAULT_MW
+    audit = (await cluster.api.get(f"/api/v1/audit?remediation={rem['id']}")).json()
+    assert [e["kind"] for e in audit if e["kind"] in ("remediation.waiting", "remediation.resumed")] == [
+        "remediation.waiting", "remediation.resumed"]
 
 
 async def test_a_limit_an_operator_set_after_the_cap_survives_the_revert_and_is_reported(
