@@ -38,6 +38,15 @@ def _alerts_in_database(database: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM alerts").fetchone()[0])
 
 
+async def alerts_reach(database: Path, count: int, what: str) -> None:
+    """Wait up to 60 s for the database to hold `count` alerts; `what` names the wait in the failure."""
+
+    async def there() -> bool:
+        return _alerts_in_database(database) == count
+
+    await wait_until(there, 60, what)
+
+
 def _metric(text: str, sample: str) -> float:
     found = [line.split()[-1] for line in text.splitlines() if line.startswith(sample + " ")]
     return float(found[0]) if found else 0.0
@@ -51,10 +60,7 @@ async def test_a_spool_removed_mid_run_refuses_webhooks_and_loses_nothing_acknow
     async with httpx.AsyncClient(base_url=ctl.url, timeout=30) as client:
         assert (await client.post("/api/v1/alerts", json=_xid(0))).status_code == 200
 
-        async def first_moved() -> bool:
-            return _alerts_in_database(database) == 1
-
-        await wait_until(first_moved, 60, "the worker process to move the first webhook (it holds the spool)")
+        await alerts_reach(database, 1, "the worker process to move the first webhook (it holds the spool)")
         worker = worker_pid(ctl)
         os.kill(worker, signal.SIGSTOP)  # acknowledged, not yet moved, when the file goes
         try:
@@ -72,10 +78,7 @@ async def test_a_spool_removed_mid_run_refuses_webhooks_and_loses_nothing_acknow
         assert ready.json()["status"] == "intake spool unavailable"
         assert "was removed while in use" in ready.json()["error"]
 
-        async def all_moved() -> bool:
-            return _alerts_in_database(database) == 11
-
-        await wait_until(all_moved, 60, "the ten webhooks acknowledged before the removal to reach the database")
+        await alerts_reach(database, 11, "the ten webhooks acknowledged before the removal to reach the database")
         metrics = (await client.get("/metrics")).text
         assert _metric(metrics, 'remediator_intake_spool_problems_total{problem="displaced"}') == 1
         # The worker still reads the file it holds: nothing left in it, and it said so without the file.
@@ -99,10 +102,7 @@ async def test_a_spool_truncated_mid_run_is_set_aside_and_intake_recovers(
     async with httpx.AsyncClient(base_url=ctl.url, timeout=30) as client:
         assert (await client.post("/api/v1/alerts", json=_xid(0))).status_code == 200
 
-        async def first_moved() -> bool:
-            return _alerts_in_database(database) == 1
-
-        await wait_until(first_moved, 60, "the worker process to move the first webhook")
+        await alerts_reach(database, 1, "the worker process to move the first webhook")
         os.truncate(spool, 0)
         stored: list[int] = []
         deadline = time.monotonic() + 30
@@ -120,10 +120,7 @@ async def test_a_spool_truncated_mid_run_is_set_aside_and_intake_recovers(
             n += 1
         assert len(stored) == 5, "intake did not recover from the truncated spool"
 
-        async def moved() -> bool:
-            return _alerts_in_database(database) == 1 + len(stored)
-
-        await wait_until(moved, 60, "the webhooks stored in the fresh spool to reach the database")
+        await alerts_reach(database, 1 + len(stored), "the webhooks stored in the fresh spool to reach the database")
         assert (await client.get("/readyz")).status_code == 200
         metrics = (await client.get("/metrics")).text
         assert _metric(metrics, 'remediator_intake_spool_problems_total{problem="damaged"}') == 1
@@ -146,10 +143,7 @@ async def test_a_damaged_spool_found_at_start_is_set_aside(
     async with httpx.AsyncClient(base_url=second.url, timeout=30) as client:
         assert (await client.post("/api/v1/alerts", json=_xid(1))).status_code == 200
 
-        async def moved() -> bool:
-            return _alerts_in_database(database) == 1
-
-        await wait_until(moved, 60, "the webhook stored in the fresh spool to reach the database")
+        await alerts_reach(database, 1, "the webhook stored in the fresh spool to reach the database")
     aside = [p for p in tmp_path.iterdir() if p.name.startswith(f"{spool.name}.damaged-")]
     assert [p.read_bytes()[:16] for p in aside] == [b"SQLite format 3\x00"]
     assert "set aside as" in second.output()
