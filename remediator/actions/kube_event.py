@@ -4,9 +4,10 @@ Events are named from the remediation, the step and the object, so re-running th
 finds its own event (409 AlreadyExists) instead of posting a second one.
 
 `object: node | pods | instance_pods` says where the event goes (`instance_pods`: only the pods of the MIG GPU
-instance the alert names, engine/gpu_instance.py; none when the node agent did not name them). Its old name `on:` is still accepted (plans stored before
-the rename carry it): YAML 1.1 tools (PyYAML, Helm, kubectl, yamllint's truthy rule) read the key `on` as
-the boolean true, so definitions should spell it `object`; `remediator check` warns about the old key.
+instance the alert names, engine/gpu_instance.py; none when the node agent did not name them). Its old name
+`on:` is still accepted (plans stored before the rename carry it): YAML 1.1 tools (PyYAML, Helm, kubectl,
+yamllint's truthy rule) read the key `on` as the boolean true, so definitions should spell it `object`;
+`remediator check` warns about the old key.
 """
 
 from __future__ import annotations

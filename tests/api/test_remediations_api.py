@@ -17,7 +17,8 @@ async def _one_pending(controller: Controller) -> str:
 
 async def test_unknown_remediation_is_404(controller: Controller) -> None:
     assert (await controller.client.get("/api/v1/remediations/nope")).status_code == 404
-    assert (await controller.client.post("/api/v1/remediations/nope/cancel", json={"reason": "test"})).status_code == 404
+    cancel = await controller.client.post("/api/v1/remediations/nope/cancel", json={"reason": "test"})
+    assert cancel.status_code == 404
 
 
 async def test_unknown_state_filter_is_422(controller: Controller) -> None:
