@@ -31,9 +31,9 @@ SEGMENT_LIMIT = 200_000
 
 async def build_record(rt: Runtime, rem: Remediation) -> dict[str, Any]:
     repo = rt.repo
-    rows = await repo.steps(rem.id)
-    gate = [g.as_dict() for g in stored_gate(rt.actions, rem, rows)]  # as GET /api/v1/remediations/{id} says it
-    detail = detail_out(rem, rows, await repo.current_approval(rem.id), gate).model_dump(mode="json")
+    step_rows = await repo.steps(rem.id)
+    gate = [g.as_dict() for g in stored_gate(rt.actions, rem, step_rows)]  # as GET /api/v1/remediations/{id} says
+    detail = detail_out(rem, step_rows, await repo.current_approval(rem.id), gate).model_dump(mode="json")
     audit = [audit_out(e).model_dump(mode="json") for e in await repo.list_audit(remediation_id=rem.id, limit=10**9)]
     now = repo._clock()
     approvals = [approval_out(a, r, now).model_dump(mode="json")
