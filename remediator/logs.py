@@ -10,6 +10,7 @@ WARNING unless `REMEDIATOR_LOG_LEVEL=DEBUG`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -19,8 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
-    "CONTEXT_FIELDS", "QUIET_LOGGERS", "ContextFilter", "JsonFormatter", "configure_logging", "log_context",
-    "log_fields",
+    "CONTEXT_FIELDS", "QUIET_LOGGERS", "CancelledResetFilter", "ContextFilter", "JsonFormatter", "configure_logging",
+    "log_context", "log_fields",
 ]
 
 # What a record may carry about the remediation it concerns, in this order.
@@ -55,6 +56,22 @@ class ContextFilter(logging.Filter):
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
+
+
+class CancelledResetFilter(logging.Filter):
+    """Drop SQLAlchemy's pool traceback for a connection whose reset was cancelled.
+
+    A task stopped mid-query (the worker's loops at shutdown, a read under `asyncio.timeout`) hands its
+    connection back while cancelled; the pool's rollback is then cancelled too, the connection is discarded,
+    and SQLAlchemy logs "Exception during reset or similar" at ERROR with a CancelledError traceback. Nothing
+    is lost (the transaction was never committed and the connection is not reused), so the line would only
+    teach operators to ignore ERRORs. Any other exception from the pool is still logged.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("sqlalchemy.pool") or not record.exc_info:
+            return True
+        return not isinstance(record.exc_info[1], asyncio.CancelledError)
 
 
 class JsonFormatter(logging.Formatter):
@@ -94,6 +111,7 @@ def configure_logging(level: str = "INFO", fmt: str = "text", *, stream: Any = N
         root.removeHandler(handler)
     handler = logging.StreamHandler(stream)
     handler.addFilter(ContextFilter())
+    handler.addFilter(CancelledResetFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else _TextFormatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -87,6 +87,8 @@ def ui_paths(app: FastAPI, rem_id: str) -> list[str]:
             continue
         if route.path in PUBLIC_PATHS or route.path.startswith(NOT_UI):
             continue
+        if route.path.endswith("/approval/{token}"):  # a storm's Slack link: its own token, like /approvals/
+            continue
         out.append(re.sub(r"\{[^}]+\}", rem_id, route.path))
     return out
 
