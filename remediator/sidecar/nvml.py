@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal, NewType, TypeVar
@@ -328,12 +328,24 @@ class Nvml:
 
     def mig_device_uuids(self, handle: DeviceHandle) -> list[str]:
         """UUIDs of the MIG devices that exist on a GPU in MIG mode."""
+        return [self.uuid(mig) for mig in self._mig_devices(handle)]
+
+    def mig_device_of_instance(self, handle: DeviceHandle, gpu_instance: int) -> str | None:
+        """UUID of the MIG device of GPU instance `gpu_instance` on a GPU (the `GPU-I` the driver prints in
+        an Xid line), or None when the GPU has none."""
+        for mig in self._mig_devices(handle):
+            found = self._call("nvmlDeviceGetGpuInstanceId", partial(pynvml.nvmlDeviceGetGpuInstanceId, mig))
+            if int(found) == gpu_instance:
+                return self.uuid(mig)
+        return None
+
+    def _mig_devices(self, handle: DeviceHandle) -> Iterator[DeviceHandle]:
+        """The MIG devices that exist on a GPU in MIG mode (empty slots skipped)."""
         count = int(
             self._call(
                 "nvmlDeviceGetMaxMigDeviceCount", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
             )
         )
-        uuids: list[str] = []
         for i in range(count):
             try:
                 mig = self._call(
@@ -344,31 +356,7 @@ class Nvml:
                 if exc.code in (NOT_FOUND, INVALID_ARGUMENT):
                     continue
                 raise
-            uuids.append(self.uuid(DeviceHandle(mig)))
-        return uuids
-
-    def mig_device_of_instance(self, handle: DeviceHandle, gpu_instance: int) -> str | None:
-        """UUID of the MIG device of GPU instance `gpu_instance` on a GPU (the `GPU-I` the driver prints in
-        an Xid line), or None when the GPU has none."""
-        count = int(
-            self._call(
-                "nvmlDeviceGetMaxMigDeviceCount", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
-            )
-        )
-        for i in range(count):
-            try:
-                mig = DeviceHandle(self._call(
-                    "nvmlDeviceGetMigDeviceHandleByIndex",
-                    partial(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, i),
-                ))
-            except NvmlError as exc:
-                if exc.code in (NOT_FOUND, INVALID_ARGUMENT):
-                    continue
-                raise
-            found = self._call("nvmlDeviceGetGpuInstanceId", partial(pynvml.nvmlDeviceGetGpuInstanceId, mig))
-            if int(found) == gpu_instance:
-                return self.uuid(mig)
-        return None
+            yield DeviceHandle(mig)
 
     def compute_processes(self, handle: DeviceHandle) -> list[Process]:
         procs = self._call(
