@@ -51,7 +51,7 @@ def controller(
         command = [sys.executable, "-m", "remediator.cli"]
     else:
         prelude = ("import sys, remediator.store.sqlite_intake as s; s.INTAKE_SYNCHRONOUS = sys.argv.pop(1); "
-                   "from remediator.cli import main; main()")
+                   "from remediator.cli.main import main; main()")
         command = [sys.executable, "-c", prelude, intake_synchronous]
     return start(
         [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],

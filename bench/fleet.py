@@ -54,7 +54,7 @@ PODS_PER_APP = 8
 
 PRELUDE = (
     "import sys; sys.argv[0] = 'remediator'; import bench.fleet as f; f.use_polling_inventory(); "
-    "from remediator.cli import main; main()"
+    "from remediator.cli.main import main; main()"
 )
 
 
@@ -62,7 +62,7 @@ def use_polling_inventory() -> None:
     """The baseline: the worker's inventory as before the watch (all nodes, whole, every BENCH_LIST_INTERVAL s)."""
     from remediator.engine.worker import Worker
     from remediator.errors import RemediatorError
-    from remediator.inventory import NodeInventory
+    from remediator.kube.inventory import NodeInventory
 
     interval = float(os.environ.get("BENCH_LIST_INTERVAL", "60"))
 

@@ -50,7 +50,7 @@ TOKEN = "fleet-storm-token"
 TAINT = "remediator.io/gpu-unhealthy"
 PRELUDE = (
     "import sys; sys.argv[0] = 'remediator'; import bench.fleet_storm as f; f.pass_validation(); "
-    "from remediator.cli import main; main()"
+    "from remediator.cli.main import main; main()"
 )
 
 

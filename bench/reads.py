@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench._machine import describe
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
-from remediator.gc_freeze import freeze_startup_objects
+from remediator.process.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings
 from remediator.store.db import make_engine, upgrade
 from remediator.store.models import AuditEvent, Remediation

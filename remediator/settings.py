@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from remediator.durations import parse_duration
+from remediator.domain.durations import parse_duration
 from remediator.errors import ConfigError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES
 
@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     flap_window: timedelta = timedelta(hours=1)
     node_repeat_limit: int = 2
     node_repeat_window: timedelta = timedelta(days=7)
-    # Shared-cause storms (remediator/storms.py, docs/storms.md): analysed when more than storm_min_nodes nodes
+    # Shared-cause storms (remediator/domain/storms.py, docs/storms.md): analysed when more than storm_min_nodes nodes
     # faulted within storm_window; a cause explaining storm_hold_nodes or more of them with a Bonferroni-corrected
     # p-value under storm_p_value holds new remediations on nodes sharing it for one group approval.
     storm_hold: bool = True

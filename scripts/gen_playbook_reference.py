@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from remediator.actions.registry import default_registry  # noqa: E402
 from remediator.definitions import TEMPLATE_VARIABLES, Playbook, RevertSpec, Rule, Step  # noqa: E402
 from remediator.definitions.matchers import Matcher  # noqa: E402
-from remediator.durations import format_duration  # noqa: E402
+from remediator.domain.durations import format_duration  # noqa: E402
 from remediator.tools import playbook_tests as pt  # noqa: E402
 
 DOC = ROOT / "docs" / "playbooks.md"

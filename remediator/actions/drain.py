@@ -21,9 +21,9 @@ from remediator.actions.base import Action, ActionContext, ActionResult, StrictP
 from remediator.actions.context import uses_gpu
 from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
-from remediator.durations import Duration, parse_duration
+from remediator.domain.durations import Duration, parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
-from remediator.kube_names import EXCLUDE_LABEL
+from remediator.kube.vocabulary import EXCLUDE_LABEL
 from remediator.retrying import Backoff
 
 __all__ = ["Drain", "DrainParams", "DrainPlan", "PodRef", "plan_drain"]

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams
 from remediator.actions.operands import operand_pods, restore_operands, take_operands_off, wait_for
 from remediator.adapters.sidecar import SidecarClient
-from remediator.durations import DurationOrSeconds, parse_duration, within
+from remediator.domain.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
 from remediator.sidecar.schemas import (
     DiagnosticsRequest,

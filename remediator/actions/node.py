@@ -17,7 +17,7 @@ from pydantic import field_validator
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, planned
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
-from remediator.kube_names import (
+from remediator.kube.vocabulary import (
     QUARANTINE_TAINT,
     REMEDIATION_ANNOTATION,
     STATE_LABEL,

@@ -23,7 +23,7 @@ from remediator.actions.workload import idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
 from remediator.errors import Invalid, NotFound
-from remediator.kube_names import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
+from remediator.kube.vocabulary import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
 
 __all__ = [
     "IDLE_ANNOTATION",

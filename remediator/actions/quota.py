@@ -27,7 +27,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.node import require_kube
 from remediator.actions.workload import idle_pods, pod_gpu_resources, single_namespace
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.durations import Duration, parse_duration
+from remediator.domain.durations import Duration, parse_duration
 from remediator.errors import Invalid, NotFound, StepFailed
 
 __all__ = ["ReclaimQuota", "ReclaimQuotaParams", "RestoreQuota", "gpu_quota_key", "quota_resource"]

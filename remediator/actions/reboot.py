@@ -18,7 +18,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, StrictP
 from remediator.actions.context import node_ready
 from remediator.actions.node import require_kube, target_node
 from remediator.actions.wait import ResumeLater
-from remediator.durations import DurationOrSeconds, parse_duration, within
+from remediator.domain.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import StepFailed
 
 __all__ = ["NOT_REBOOTED", "AwaitReboot", "AwaitRebootParams"]

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
-from remediator.durations import Duration, format_duration, parse_duration
+from remediator.domain.durations import Duration, format_duration, parse_duration
 
 __all__ = ["CancelRemediation", "GateUnknown", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
 

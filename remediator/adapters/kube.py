@@ -4,7 +4,7 @@ Objects come back as the JSON the apiserver sent (camelCase dicts), so actions r
 real server returns and tests can compare them with the fake server's objects. Every failure leaves this
 module as a `remediator.errors` class: the status code picks the class, 429 and 5xx carry Retry-After, and
 connection problems become ServiceUnavailable. A token bucket keeps the controller under `kube_qps`.
-Every node, object and namespace name is checked against the API server's grammar (remediator.names)
+Every node, object and namespace name is checked against the API server's grammar (remediator.kube.object_names)
 before it becomes part of a path or a field selector: a bad one is refused here as Invalid, unsent.
 """
 
@@ -32,8 +32,8 @@ from remediator.errors import (
     TemporaryError,
     error_for_status,
 )
-from remediator.kube_kinds import Operation, Verb, operation
-from remediator.names import escape_field_selector_value, namespace_problem, object_name_problem
+from remediator.kube.kinds import Operation, Verb, operation
+from remediator.kube.object_names import escape_field_selector_value, namespace_problem, object_name_problem
 from remediator.settings import Settings
 
 __all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "Mutation", "MutationRecorder", "TokenBucket", "connect"]
@@ -150,7 +150,7 @@ def _supported(kind: str, verb: Verb, subresource: str | None = None) -> Operati
 
 Query = list[tuple[str, Any]]
 
-# Every request this adapter sends is one of the kind table's operations (remediator/kube_kinds.py), so the
+# Every request this adapter sends is one of the kind table's operations (remediator/kube/kinds.py), so the
 # controller's RBAC, rendered from the same table, grants each of them; these are the fixed ones.
 _GET_NODE = operation("Node", Verb.GET)
 _LIST_NODES = operation("Node", Verb.LIST)

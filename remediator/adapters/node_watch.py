@@ -1,4 +1,4 @@
-"""Keeps the node inventory (remediator/inventory.py) current with one list and then a watch.
+"""Keeps the node inventory (remediator/kube/inventory.py) current with one list and then a watch.
 
 Listing every node every minute in every replica reads 10-20 KB per node each time: 100-200 MB a minute at
 10,000 nodes, and the whole list held in memory while it is parsed. Here each replica lists once, in pages
@@ -34,9 +34,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from remediator.adapters.kube import KubeAdapter
+from remediator.domain.storms import node_attributes
 from remediator.errors import RemediatorError
-from remediator.inventory import NodeFacts, NodeInventory, facts_of
-from remediator.storms import node_attributes
+from remediator.kube.inventory import NodeFacts, NodeInventory, facts_of
 
 __all__ = ["NodeWatch"]
 

@@ -26,7 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import ActionError, Invalid, ServiceUnavailable, TemporaryError, error_for_status
-from remediator.names import gpu_uuid_problem
+from remediator.kube.object_names import gpu_uuid_problem
 from remediator.settings import Settings
 from remediator.sidecar.schemas import (
     DiagnosticsReport,

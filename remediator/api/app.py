@@ -50,7 +50,7 @@ from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.engine.worker_process import WorkerProcess, WorkerProcessFailed
 from remediator.errors import IllegalTransition, StoreUnavailable
-from remediator.gc_freeze import freeze_startup_objects
+from remediator.process.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings, is_loopback
 from remediator.validation_errors import invalid_request
 

@@ -1,7 +1,7 @@
 """The whole record of one remediation, for `describe -o json|yaml` and the postmortem bundle.
 
 `GET /api/v1/remediations/{id}/record` answers it as JSON; `GET .../bundle` packs the same record into a tar.gz
-(remediator/incident_archive.py). Nothing in it is cut: every step with its output, every audit row of the
+(remediator/store/incident_archive.py). Nothing in it is cut: every step with its output, every audit row of the
 remediation with the chain segment that verifies them, every approval request, every stored alert payload that
 started or joined it, the node and pods as the context recorded them (and the node as it is now, when the
 controller has a cluster), and the definitions version it ran with.
@@ -18,7 +18,7 @@ from remediator.api.schemas import alert_out, approval_out, audit_out, detail_ou
 from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.errors import RemediatorError
-from remediator.incident_archive import FORMAT, utc_iso
+from remediator.store.incident_archive import FORMAT, utc_iso
 from remediator.store.models import Remediation
 
 __all__ = ["SEGMENT_LIMIT", "build_record"]

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel
 
+from remediator.domain.plan_snapshot import plan_of
+from remediator.domain.states import phase_of, shown_state
 from remediator.engine.approval_decisions import approval_status, decision_of
-from remediator.engine.states import phase_of, shown_state
-from remediator.plan_snapshot import plan_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
 __all__ = [
@@ -45,7 +45,7 @@ class RemediationOut(BaseModel):
     finished_at: UtcDatetime | None
     current_step: int
     # `revert` while the remediation undoes its steps and once it has (`reverting`, `reverted`), else
-    # `forward`: derived from the state (engine/states.py: phase_of).
+    # `forward`: derived from the state (domain/states.py: phase_of).
     phase: str
     linked_alerts: int
     definitions_version: str
@@ -84,7 +84,7 @@ class RemediationDetail(RemediationOut):
     # Set when this remediation is a rung of the escalation ladder: from, reason, rung, ladder,
     # recurrence_seconds, history, gate (see remediator/engine/ladder.py).
     escalation: dict[str, Any] | None = None
-    # A person's forced return to service (engine/returns.py): actor, reason, skip, at, from.
+    # A person's forced return to service (domain/returns.py): actor, reason, skip, at, from.
     return_request: dict[str, Any] | None = None
     # What must happen before the target returns to service (engine/return_gate.py): per gate step its index,
     # name, action, kind (reboot, validation or null), says (in words) and status (its row's, once it ran).

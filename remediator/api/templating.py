@@ -15,7 +15,7 @@ import jinja2
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from remediator.durations import format_duration
+from remediator.domain.durations import format_duration
 
 __all__ = ["SECURITY_HEADERS", "STATIC_DIR", "TEMPLATES_DIR", "age", "page", "render"]
 

@@ -1,7 +1,7 @@
 """What the pages say about a remediation beyond its row: the state a person should read, the alert's
 severity and Xid, and the links out to Prometheus, Alertmanager and Grafana.
 
-A plan-only controller finishes its remediations in the `planned` state (engine/states.py), which the pages
+A plan-only controller finishes its remediations in the `planned` state (domain/states.py), which the pages
 show as the API and the CLI do. Links to other tools are built from settings
 (`REMEDIATOR_ALERTMANAGER_URL`, `REMEDIATOR_GRAFANA_URL`, `REMEDIATOR_GRAFANA_DASHBOARD`); a link whose base
 is not configured is not shown.
@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
-from remediator.engine.states import shown_state
-from remediator.plan_snapshot import plan_of
+from remediator.domain.plan_snapshot import plan_of
+from remediator.domain.states import shown_state
 from remediator.settings import Settings
 from remediator.store.models import AuditEvent, Remediation, StepRow
 from remediator.store.read_store import RemediationSummary

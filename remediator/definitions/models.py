@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from remediator.definitions.matchers import Matcher, parse_matcher
-from remediator.durations import format_duration, parse_duration
+from remediator.domain.durations import format_duration, parse_duration
 
 __all__ = [
     "ALERT_KINDS",

@@ -3,7 +3,7 @@
 The facts live in rules/xid-catalog.yaml so an SRE can update them when NVIDIA revises the catalog without
 a code change; this module only reads them. Codes not in the file resolve to CONTACT_SUPPORT, as NVIDIA
 advises for unknown Xids. Xid 154 carries no fault of its own: its message names the recovery action the
-driver now wants for the GPU, which `recovery_action_from_message` (remediator.xid_decode) extracts.
+driver now wants for the GPU, which `recovery_action_from_message` (remediator.domain.xid_decode) extracts.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from remediator.xid_decode import RECOVERY_ACTIONS, recovery_action_from_message
+from remediator.domain.xid_decode import RECOVERY_ACTIONS, recovery_action_from_message
 
 __all__ = [
     "RECOVERY_ACTIONS",

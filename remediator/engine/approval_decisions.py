@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from remediator.plan_snapshot import stored_playbook_field
+from remediator.domain.plan_snapshot import stored_playbook_field
 from remediator.store.models import Approval, Remediation
 
 __all__ = ["APPROVAL_STATUSES", "ApprovalStatus", "approval_status", "decision_of", "on_expiry", "step_approved"]

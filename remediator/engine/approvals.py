@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 from remediator.adapters.notifier import PodLine
 from remediator.definitions import Step
+from remediator.domain.plan_snapshot import plan_of, playbook_of
 from remediator.engine.approval_decisions import ApprovalStatus, approval_status, on_expiry
 from remediator.engine.notifications import pods_of
 from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.engine.runtime import Runtime
 from remediator.errors import ApprovalError
-from remediator.plan_snapshot import plan_of, playbook_of
 from remediator.store.models import Approval, Remediation, StepRow
 
 __all__ = [

@@ -16,7 +16,7 @@ from remediator.definitions import DefinitionSet, load_definitions
 from remediator.engine.mutation_audit import audit_recorder
 from remediator.engine.notifications import NotificationService, SlackMessageStore
 from remediator.engine.runtime import DefinitionsHolder, Runtime, replica_id
-from remediator.observability import Metrics
+from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository

@@ -20,10 +20,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from remediator.definitions import DefinitionSet
+from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
+from remediator.domain.states import RETURNED_STATES
 from remediator.engine.planning import Proposal, propose, target_for
-from remediator.engine.states import RETURNED_STATES
 from remediator.intake.normalize import GpuAlert, parse_xid
-from remediator.plan_snapshot import stored_alert_field, stored_xid_code
 
 __all__ = [
     "APP_XID_RULE", "RECURRENCE_RULE", "Decision", "DecisionFacts", "DecisionPolicy", "LadderRemediation",

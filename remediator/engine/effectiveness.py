@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from remediator.durations import format_duration
-from remediator.engine.states import RETURNED_STATES
-from remediator.plan_snapshot import stored_alert_field, stored_xid_code
+from remediator.domain.durations import format_duration
+from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
+from remediator.domain.states import RETURNED_STATES
 
 __all__ = [
     "ACTED_STATES",

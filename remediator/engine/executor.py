@@ -34,21 +34,22 @@ from remediator.actions.context import Gathered, alert_pod, exporter_gpu_context
 from remediator.actions.wait import CancelRemediation, GateUnknown, ResumeLater
 from remediator.definitions import Playbook, Step
 from remediator.definitions.templates import render_params
-from remediator.engine.admission_queue import AdmissionQueue
+from remediator.domain.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
+from remediator.domain.pauses import ActivePause, held_by
+from remediator.domain.plan_snapshot import plan_of, playbook_of, stored_alert_field
+from remediator.domain.returns import gate_step_kind, returned_reason, skip_of, skipped_note
+from remediator.domain.states import Event
+from remediator.engine.admissions import AdmissionQueue
 from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
-from remediator.engine.context_prefetch import ContextPrefetch
 from remediator.engine.first_step import PreparedStep, prepare_first_step
+from remediator.engine.gpu_context import ContextPrefetch
 from remediator.engine.gpu_instance import instance_context
-from remediator.engine.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, decide
 from remediator.engine.ladder import Ladder, utc
 from remediator.engine.moves import entered, move, notify
 from remediator.engine.mutation_audit import acting_remediation
-from remediator.engine.pauses import ActivePause, held_by
 from remediator.engine.planning import approval_required, build_variables, step_applies, target_of
-from remediator.engine.returns import gate_step_kind, returned_reason, skip_of, skipped_note
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import Event
 from remediator.engine.storm_guard import StormGuard
 from remediator.errors import (
     ActionError,
@@ -59,9 +60,8 @@ from remediator.errors import (
     StoreUnavailable,
 )
 from remediator.intake.normalize import GpuAlert
-from remediator.kube_names import EXCLUDE_LABEL, excluded
-from remediator.logs import log_fields
-from remediator.plan_snapshot import plan_of, playbook_of, stored_alert_field
+from remediator.kube.vocabulary import EXCLUDE_LABEL, excluded
+from remediator.process.logs import log_fields
 from remediator.retrying import (
     CONFLICT_ATTEMPTS,
     CONTEXT_READ_FAILED,
@@ -189,7 +189,7 @@ async def run_with_retries(
 
 
 def remediation_log_fields(rem: Remediation) -> dict[str, str]:
-    """What every log record names while this remediation is driven (remediator/logs.py)."""
+    """What every log record names while this remediation is driven (remediator/process/logs.py)."""
     fields = {"remediation": rem.id, "node": rem.node, "gpu": rem.gpu_uuid or rem.gpu_index, "rule": rem.rule}
     return {k: str(v) for k, v in fields.items() if v}
 
@@ -219,7 +219,7 @@ class SteadyFacts:
     flapping: bool
     node_recent_remediations: int
     override: bool
-    pause_reason: str | None = None  # a scoped pause holds it (engine/pauses.py)
+    pause_reason: str | None = None  # a scoped pause holds it (domain/pauses.py)
     storm_reason: str | None = None  # it shares an open storm's suspected cause (engine/storm_guard.py)
 
 
@@ -239,7 +239,7 @@ class Executor:
 
         `claimed` is the row as the claiming transaction left it, used instead of reading it again."""
         acting_remediation.set(rem_id)
-        log_fields.set({"remediation": rem_id})  # this task's records name the remediation (remediator/logs.py)
+        log_fields.set({"remediation": rem_id})  # this task's records name the remediation (remediator/process/logs.py)
         renewer = asyncio.create_task(self._renew(rem_id))
         next_run: timedelta | None = None
         # As the claiming, then the admitting, transaction left it: no need to read it again.
@@ -866,7 +866,7 @@ class Executor:
         rows = await self.rt.repo.steps(rem.id)
         idx = rem.current_step
         gate = playbook.return_gate
-        returning = rem.return_request  # a person's forced return (engine/returns.py)
+        returning = rem.return_request  # a person's forced return (domain/returns.py)
         if idx < len(gate):  # proof before return to service: nothing is undone until every gate step passed
             step = gate[idx]
             kind = gate_step_kind(step.action, bool(getattr(self.rt.actions.get(step.action), "gate", False)))

@@ -1,7 +1,7 @@
 """The fleet at a glance: every GPU node with its GPUs' health, which nodes and GPUs the controller has taken
 out of service or changed, how much room the circuit breaker leaves, and who paused the controller and why.
 
-Nodes come from the node inventory (the list and watch the worker keeps, remediator/inventory.py) and from the
+Nodes come from the node inventory (the list and watch the worker keeps, remediator/kube/inventory.py) and from the
 remediations in the store. A node is `quarantined` when it carries the project's taint, or is cordoned while
 a remediation holds it, as the inventory sees it now: a remediation that holds a node the taint has not
 reached (not applied yet, taken off by hand, or a plan-only run that changes nothing) shows as `counted by
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from remediator.domain.plan_snapshot import stored_alert_field
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.runtime import Runtime
-from remediator.inventory import NodeFacts, NodeInventory
-from remediator.kube_names import QUARANTINE_TAINT
-from remediator.plan_snapshot import stored_alert_field
+from remediator.kube.inventory import NodeFacts, NodeInventory
+from remediator.kube.vocabulary import QUARANTINE_TAINT
 from remediator.store.models import Remediation
 
 __all__ = ["Fleet", "NodeRow", "fleet_view", "gpu_health"]

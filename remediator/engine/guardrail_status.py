@@ -21,7 +21,7 @@ async def guardrail_status(rt: Runtime) -> dict[str, Any]:
     tripped = any((h.state_reason or "").startswith(("circuit breaker", "rate limit")) for h in held)
     pauses = await rt.repo.list_pauses()
     return {
-        "pauses": pauses,  # the scoped, timed pauses holding now (engine/pauses.py)
+        "pauses": pauses,  # the scoped, timed pauses holding now (domain/pauses.py)
         "paused": bool(flag.get("paused")),
         "paused_by": flag.get("by"),
         "paused_reason": flag.get("reason") if flag.get("paused") else None,

@@ -13,7 +13,7 @@ controller's own write, and ignored, when
 - the remediation's own undo is under way (reverting past its return gate) or lifted that mark (an undo that
   then failed), or one of its own forward steps lifts it (reset-gpu untaints after a good reset);
 - the step only described the mark (a dry run's `succeeded` step places nothing).
-Otherwise it was done by hand: the remediation is let go (`released`, engine/states.py) in one transaction
+Otherwise it was done by hand: the remediation is let go (`released`, domain/states.py) in one transaction
 with the audit event `node.changed_by_hand` (the node, what was lifted, the field manager that owns the
 changed field now, its operation and time: Kubernetes records a manager only for the fields a write set,
 so a removal of the whole field leaves none, and never the user: that is in the API server's audit log).
@@ -49,11 +49,11 @@ from remediator.actions.context import node_ready
 from remediator.actions.node import DEFAULT_TAINT_KEY, unmark_patch
 from remediator.adapters.kube import FIELD_MANAGER
 from remediator.definitions.templates import render_params
+from remediator.domain.plan_snapshot import playbook_of
 from remediator.engine.executor import Executor
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.errors import RemediatorError, StoreUnavailable
-from remediator.plan_snapshot import playbook_of
 from remediator.retrying import Backoff
 from remediator.store.models import Remediation, StepRow
 

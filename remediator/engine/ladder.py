@@ -21,7 +21,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from remediator.definitions import DefinitionSet
-from remediator.definitions.memo import derived
+from remediator.definitions.derived import derived
+from remediator.domain.plan_snapshot import (
+    Escalation,
+    RemediationPlan,
+    XidFacts,
+    plan_json,
+    plan_of,
+    stored_alert_field,
+    stored_xid_code,
+)
 from remediator.engine.decision import (
     RECURRENCE_WINDOWS,
     Recurrence,
@@ -37,15 +46,6 @@ from remediator.engine.planning import Proposal
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version, versions_for
 from remediator.intake.normalize import GpuAlert
-from remediator.plan_snapshot import (
-    Escalation,
-    RemediationPlan,
-    XidFacts,
-    plan_json,
-    plan_of,
-    stored_alert_field,
-    stored_xid_code,
-)
 from remediator.store.models import Remediation
 from remediator.store.repository import NewRemediation
 

@@ -16,13 +16,13 @@ from typing import Any, Final
 
 from remediator.actions.node import DEFAULT_TAINT_KEY
 from remediator.definitions.models import Step
+from remediator.domain.plan_snapshot import playbook_of
+from remediator.domain.returns import SKIPS, gate_step_kind
+from remediator.domain.states import allowed_actions
 from remediator.engine.executor import Executor, RevertStep
 from remediator.engine.overrides import holds_target
-from remediator.engine.returns import SKIPS, gate_step_kind
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import allowed_actions
-from remediator.kube_names import REMEDIATION_ANNOTATION, STATE_LABEL
-from remediator.plan_snapshot import playbook_of
+from remediator.kube.vocabulary import REMEDIATION_ANNOTATION, STATE_LABEL
 from remediator.store.models import Remediation, StepRow
 
 __all__ = ["MOVES", "REASON_REQUIRED", "MovePreview", "offered_moves", "preview", "undo_words"]

@@ -1,6 +1,6 @@
 """One way to move a remediation: the transition, then what entering its new state does.
 
-The store persists a move and its audit event (atomically, checked against engine/states.py); this module
+The store persists a move and its audit event (atomically, checked against domain/states.py); this module
 adds the effects of entering the new state, from one table: the `remediator_remediations_total` outcome and
 the notification event. Every caller (the executor, the API's cancel and revert, an alert resolving) goes
 through `move`, so no path can change state without its metric and its notification. A caller with a more
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
+from remediator.domain.states import Event, State
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import Event, State
 from remediator.store.models import Remediation
 
 __all__ = ["ON_ENTER", "Effect", "after_resolved", "entered", "move", "notify"]

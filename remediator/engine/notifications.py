@@ -24,7 +24,7 @@ from typing import Any
 
 from remediator.adapters.notifier import Button, Channel, Message, PodLine, SlackThread, Tone, open_responder
 from remediator.engine.storm_notices import StormNotices
-from remediator.observability import Metrics
+from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.models import Remediation
 from remediator.store.repository import Repository

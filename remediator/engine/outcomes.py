@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from remediator.engine.effectiveness import assess
-from remediator.engine.reports import remediation_facts
+from remediator.engine.idle_report import remediation_facts
 from remediator.engine.runtime import Runtime
 
 __all__ = ["OutcomeSweep"]

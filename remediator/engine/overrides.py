@@ -7,7 +7,7 @@ cancelling or returning supersedes the remediation's open approval requests (the
 transaction; the notification here updates the Slack message that offered Approve). A move the state machine
 does not allow raises IllegalTransition naming the state and what is allowed there.
 
-`return_to_service` is the forced return (engine/returns.py): it works in any state in which the remediation
+`return_to_service` is the forced return (domain/returns.py): it works in any state in which the remediation
 may still hold its node or GPU (`holds_target`), and answers IllegalTransition when it holds nothing.
 """
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from remediator.domain.plan_snapshot import playbook_of
+from remediator.domain.returns import SKIPS, return_reason
+from remediator.domain.states import Event, allowed_actions
 from remediator.engine.executor import Executor
 from remediator.engine.moves import move, notify
-from remediator.engine.returns import SKIPS, return_reason
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import Event, allowed_actions
 from remediator.errors import IllegalTransition
-from remediator.plan_snapshot import playbook_of
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
 from remediator.store.models import Approval, Remediation
 

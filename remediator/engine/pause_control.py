@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from remediator.durations import format_duration
-from remediator.engine.pauses import ActivePause
+from remediator.domain.durations import format_duration
+from remediator.domain.pauses import ActivePause
+from remediator.domain.states import ACTIVE_STATES
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import ACTIVE_STATES
 from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = [
@@ -85,7 +85,7 @@ def _names(kind: str, names: Sequence[str]) -> str:
 
 def scope_words(nodes: Sequence[str], selector: str | None, playbooks: Sequence[str]) -> str:
     """`on nodes matching rack=r12`, `of playbook reset-gpu on node gpu-1`, `everywhere (every node, every
-    playbook)`: where a pause holds, as engine/pauses.py decides it (nodes or selector, and playbooks)."""
+    playbook)`: where a pause holds, as domain/pauses.py decides it (nodes or selector, and playbooks)."""
     where = [_names("node", list(nodes))] if nodes else []
     if selector:
         where.append(f"nodes matching {selector}")

@@ -15,13 +15,13 @@ from typing import Any, Literal
 from remediator.actions.base import Target
 from remediator.definitions import DefinitionSet, Playbook, Step
 from remediator.definitions.conditions import compile_condition
-from remediator.definitions.memo import derived
+from remediator.definitions.derived import derived
+from remediator.definitions.matching import RuleIndex
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
 from remediator.definitions.xid_decode import decoded_action
 from remediator.engine.gpu_instance import instance_of
 from remediator.intake.normalize import GpuAlert
-from remediator.matching import RuleIndex
 
 __all__ = [
     "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "match_labels",

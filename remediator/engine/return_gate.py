@@ -20,9 +20,9 @@ from typing import Any
 from remediator.actions.base import AnyAction, Target
 from remediator.definitions import Playbook
 from remediator.definitions.templates import render_params
+from remediator.domain.plan_snapshot import plan_of, playbook_of
+from remediator.domain.returns import gate_step_kind
 from remediator.engine.planning import build_variables, target_of
-from remediator.engine.returns import gate_step_kind
-from remediator.plan_snapshot import plan_of, playbook_of
 from remediator.store.models import Remediation, StepRow
 
 __all__ = ["NVML_CHECKS", "GateStep", "gate_summary", "return_gate", "stored_gate"]

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet
 from remediator.errors import DefinitionError
-from remediator.inventory import NodeInventory
-from remediator.observability import Metrics
+from remediator.kube.inventory import NodeInventory
+from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.intake_writer import IntakeWriter
 from remediator.store.repository import Repository

@@ -9,10 +9,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from remediator.domain.storms import nodes_phrase
 from remediator.engine.overrides import cancel
 from remediator.engine.runtime import Runtime
 from remediator.errors import IllegalTransition
-from remediator.storms import nodes_phrase
 
 __all__ = ["DECISIONS", "DecisionSaid", "decide_storm", "describe_decision"]
 

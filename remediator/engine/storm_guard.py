@@ -1,6 +1,6 @@
 """The storm guardrail: hold new remediations on nodes that share a storm's suspected cause, for one decision.
 
-At each admission the faults of the last `storm_window` are analysed (remediator/storms.py) against the fleet's
+At each admission the faults of the last `storm_window` are analysed (remediator/domain/storms.py) against the fleet's
 attribute counts that the node inventory keeps; the analysis is recomputed only when the set of faulting nodes
 or the inventory changed, so a storm of alerts costs one store read per admission, not one fleet walk. When the
 top candidate explains at least `storm_hold_nodes` faulting nodes with a corrected p-value under
@@ -18,11 +18,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.engine.runtime import Runtime
-from remediator.plan_snapshot import stored_xid_code
-from remediator.store.models import Remediation
-from remediator.store.storm_store import STORM_REASON
-from remediator.storms import (
+from remediator.domain.plan_snapshot import stored_xid_code
+from remediator.domain.storms import (
     Attribute,
     Fault,
     FleetCounts,
@@ -32,6 +29,9 @@ from remediator.storms import (
     fault_attributes,
     node_attributes,
 )
+from remediator.engine.runtime import Runtime
+from remediator.store.models import Remediation
+from remediator.store.storm_store import STORM_REASON
 
 __all__ = ["StormGuard", "policy_of"]
 

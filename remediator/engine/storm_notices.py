@@ -37,10 +37,10 @@ from remediator.adapters.notifier import (
     slack_delete,
     slack_post_or_edit,
 )
-from remediator.observability import Metrics
+from remediator.domain.storms import nodes_phrase
+from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.repository import Repository
-from remediator.storms import nodes_phrase
 
 __all__ = ["WEBHOOK_PLACE", "StormNotices", "storm_link", "storm_message", "storm_page"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from remediator.domain.plan_snapshot import plan_of
+from remediator.domain.silences import silence_id_of
+from remediator.domain.states import shown_state
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import shown_state
 from remediator.engine.worker import normalize_row
-from remediator.kube_names import EXCLUDE_LABEL
-from remediator.plan_snapshot import plan_of
-from remediator.silencing import silence_id_of
+from remediator.kube.vocabulary import EXCLUDE_LABEL
 from remediator.store.models import AlertRow, Remediation, Silence
 
 __all__ = ["REASONS", "Unacted", "alertmanager_payload", "silence_summary", "unacted_alerts"]

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from remediator.definitions import DefinitionSet
-from remediator.definitions.memo import derived
+from remediator.definitions.derived import derived
 from remediator.engine.runtime import DefinitionsHolder
 from remediator.store.repository import Repository
 

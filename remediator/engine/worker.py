@@ -16,8 +16,9 @@ from typing import Any, Protocol
 
 from remediator.adapters.node_watch import NodeWatch
 from remediator.definitions import DefinitionSet
+from remediator.domain.silences import SILENCED_NOTE, ActiveSilence, SilenceSet
+from remediator.domain.states import ACTIVE_STATES, STATES
 from remediator.engine.approvals import Approvals
-from remediator.engine.batch_facts import BatchFacts
 from remediator.engine.decision import (
     Decision,
     DecisionPolicy,
@@ -28,6 +29,7 @@ from remediator.engine.decision import (
     history_since,
     utc,
 )
+from remediator.engine.decision_facts import BatchFacts
 from remediator.engine.executor import Executor
 from remediator.engine.hand_changes import NodeMarks
 from remediator.engine.ladder import count_recurrence, log_escalation, new_remediation, remediation_plan
@@ -35,13 +37,11 @@ from remediator.engine.moves import after_resolved
 from remediator.engine.outcomes import OutcomeSweep
 from remediator.engine.planning import target_of, xid_variables
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.engine.versions import persist_version
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.intake.normalize import GpuAlert, normalize
-from remediator.inventory import NodeInventory
+from remediator.kube.inventory import NodeInventory
 from remediator.retrying import DEPENDENCIES, Backoff
-from remediator.silencing import SILENCED_NOTE, ActiveSilence, SilenceSet
 from remediator.store import replica_guard
 from remediator.store.audit_checkpoint import audit_head, verify_since
 from remediator.store.decision_store import Finished, Lease, Started

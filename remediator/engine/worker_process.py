@@ -46,9 +46,9 @@ from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
 from remediator.errors import StoreUnavailable
-from remediator.gc_freeze import freeze_startup_objects
-from remediator.inventory import NodeFacts, NodeInventory
-from remediator.logs import configure_logging
+from remediator.kube.inventory import NodeFacts, NodeInventory
+from remediator.process.gc_freeze import freeze_startup_objects
+from remediator.process.logs import configure_logging
 from remediator.settings import Settings
 from remediator.store import replica_guard
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from remediator.names import object_name_problem
+from remediator.kube.object_names import object_name_problem
 
 __all__ = ["ALERT_FIELDS", "EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid", "workload_pod"]
 

@@ -16,7 +16,7 @@ Each event is counted once:
   it are skipped. After a reboot the kernel numbers from 0 again, which the boot id tells apart.
 
 Each kernel Xid line is decoded as NVIDIA documents for the codes whose action depends on the message (45, 74,
-144-150, 154; `remediator.xid_decode`, the decode the controller runs too): the action is the counter's
+144-150, 154; `remediator.domain.xid_decode`, the decode the controller runs too): the action is the counter's
 `xid_action` label, empty for every other code and where the line does not carry what the decode reads. NVML
 events carry no message, so an NVML report of such a code waits up to `XID_DEDUPE_SECONDS` for the kernel
 line of the same event (which is then counted, with its decode, instead of it) and is counted without a
@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from remediator.domain.xid_decode import DECODED_CODES, decoded_action
 from remediator.sidecar.devices import GpuIdentity, parse_device_id
 from remediator.sidecar.kmsg import (
     GpuKernelEvent,
@@ -67,7 +68,6 @@ from remediator.sidecar.nvml import XidNotice
 from remediator.sidecar.podresources import PodAllocation
 from remediator.sidecar.problems import Problem
 from remediator.sidecar.state import read_state, update_state
-from remediator.xid_decode import DECODED_CODES, decoded_action
 
 __all__ = ["Detector", "DetectorConfig", "nvml_bus_id"]
 

@@ -11,7 +11,7 @@ from remediator.store.models import (
     Approval,
     Remediation,
 )
-from remediator.store.unit_of_work import RepositoryBase, StateMoved
+from remediator.store.transactions import RepositoryBase, StateMoved
 
 __all__ = ["ApprovalStore"]
 

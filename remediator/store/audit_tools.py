@@ -1,5 +1,5 @@
 """`remediator audit verify | head | export` and `remediator db prune`: work straight on the database (`audit export
---server` reads through the API instead: remediator/incident_cli.py)."""
+--server` reads through the API instead: remediator/cli/incident.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import TextIO
 
 from sqlalchemy import select
 
-from remediator.incident_archive import audit_line
 from remediator.store.audit import ChainReport, walk_chain
 from remediator.store.audit_checkpoint import audit_head, load_checkpoint
 from remediator.store.db import make_engine, make_sessionmaker
+from remediator.store.incident_archive import audit_line
 from remediator.store.models import AuditEvent
 from remediator.store.repository import Repository
 from remediator.store.retention import PruneReport, prune

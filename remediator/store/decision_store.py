@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.redelivery import ended_without_running
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values_for
-from remediator.store.unit_of_work import _ALERTS, NewRemediation, _aware
+from remediator.store.transactions import _ALERTS, NewRemediation, _aware
 
 __all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started", "active_by_key"]
 

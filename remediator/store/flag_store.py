@@ -8,14 +8,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from remediator.jsondata import jsonable
+from remediator.domain.json_values import jsonable
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.models import (
     ControllerState,
     SlackMessage,
 )
 from remediator.store.read_store import flag_value
-from remediator.store.unit_of_work import (
+from remediator.store.transactions import (
     RepositoryBase,
     _aware,
 )

@@ -23,7 +23,7 @@ from remediator.store.models import (
     AlertRow,
 )
 from remediator.store.redelivery import decide_again
-from remediator.store.unit_of_work import (
+from remediator.store.transactions import (
     _ALERTS,
     _BATCHES,
     RepositoryBase,

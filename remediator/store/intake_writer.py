@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 
 from remediator.errors import StoreUnavailable
-from remediator.futures import settle
 from remediator.intake.models import AlertmanagerPayload
+from remediator.process.waiters import settle
 from remediator.store.repository import Repository, StoredBatch
 
 __all__ = ["IntakeWriter"]

@@ -68,7 +68,7 @@ class AlertRow(Base):
 
 
 class Remediation(Base):
-    """One run of one playbook against one target; its state follows engine/states.py."""
+    """One run of one playbook against one target; its state follows domain/states.py."""
 
     __tablename__ = "remediations"
     __table_args__ = (
@@ -119,7 +119,7 @@ class Remediation(Base):
     crashes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     not_before: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
-    # A person's forced return to service while it runs (engine/returns.py): actor, reason, skip, at.
+    # A person's forced return to service while it runs (domain/returns.py): actor, reason, skip, at.
     return_request: Mapped[Json | None] = mapped_column(JSON, nullable=True)
 
 
@@ -227,7 +227,7 @@ class RevokedSession(Base):
 
 
 class Silence(Base):
-    """A silence in Alertmanager's model (remediator/silencing.py): firing alerts whose labels all its matchers
+    """A silence in Alertmanager's model (remediator/domain/silences.py): firing alerts whose labels all its matchers
     match between `starts_at` and `ends_at` are recorded as `silenced` and start nothing.
 
     Never deleted: expiring one sets `ends_at` to then (and `expired_by`), so an alert it held keeps naming it.
@@ -250,7 +250,7 @@ class Silence(Base):
 
 
 class Pause(Base):
-    """A scoped, timed pause (remediator/engine/pauses.py): no new step starts for the remediations in its scope
+    """A scoped, timed pause (remediator/domain/pauses.py): no new step starts for the remediations in its scope
     (every one, some nodes by name or label selector, some playbooks) until it ends: at `ends_at` by itself, or
     when someone resumes it (`ended_at`, `ended_by`). Several may hold at once. Never deleted."""
 
@@ -270,7 +270,7 @@ class Pause(Base):
 
 
 class Storm(Base):
-    """A shared-cause storm (remediator/storms.py, engine/storm_guard.py): many nodes faulted in one window and
+    """A shared-cause storm (remediator/domain/storms.py, engine/storm_guard.py): many nodes faulted in one window and
     one attribute they share (`cause_key`=`cause_value`) explains at least k of them. While `open`, new
     remediations on nodes that share it are held for one group decision: `approved` lets them all go on,
     `rejected` cancels them; `closed` when no node sharing it faulted for a window. Never deleted."""

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select, true, update
 
 from remediator.store.models import Remediation
-from remediator.store.unit_of_work import RepositoryBase
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["NodeHoldStore"]
 

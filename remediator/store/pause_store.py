@@ -1,4 +1,4 @@
-"""Scoped, timed pauses in the database (engine/pauses.py): created and ended with their audit events.
+"""Scoped, timed pauses in the database (domain/pauses.py): created and ended with their audit events.
 
 A pause must hold on every replica and after a restart, and must stop holding at its end without anyone acting,
 so it is a row with an optional end, and "active" is a comparison with the store's clock. Resuming one sets
@@ -14,9 +14,9 @@ from typing import Any
 
 from sqlalchemy import or_, select
 
-from remediator.engine.pauses import ActivePause
+from remediator.domain.pauses import ActivePause
 from remediator.store.models import Pause
-from remediator.store.unit_of_work import RepositoryBase, _aware
+from remediator.store.transactions import RepositoryBase, _aware
 
 __all__ = ["PauseStore", "pause_record"]
 

@@ -11,7 +11,7 @@ from sqlalchemy import Select, exists, false, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
-from remediator.engine.states import ACTIVE_STATES
+from remediator.domain.states import ACTIVE_STATES
 from remediator.store.models import (
     AlertRow,
     AuditEvent,
@@ -19,7 +19,7 @@ from remediator.store.models import (
     Remediation,
     StepRow,
 )
-from remediator.store.unit_of_work import (
+from remediator.store.transactions import (
     BREAKER_MEMO,
     BreakerMemo,
     RepositoryBase,

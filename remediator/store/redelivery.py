@@ -40,11 +40,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
+from remediator.domain.silences import SilenceSet, silence_id_of
 from remediator.retrying import CONTEXT_READ_FAILED
-from remediator.silencing import SilenceSet, silence_id_of
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.silence_store import active_silences_in
-from remediator.store.unit_of_work import RepositoryBase
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["decide_again", "ended_without_running"]
 

@@ -13,12 +13,12 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.engine.guardrails import GuardrailFacts, Verdict
-from remediator.engine.returns import return_reason
-from remediator.engine.states import TRANSITIONS, allowed_actions
+from remediator.domain.guardrails import GuardrailFacts, Verdict
+from remediator.domain.json_values import jsonable
+from remediator.domain.plan_snapshot import stored_playbook_field
+from remediator.domain.returns import return_reason
+from remediator.domain.states import TRANSITIONS, allowed_actions
 from remediator.errors import IllegalTransition, StoreUnavailable
-from remediator.jsondata import jsonable
-from remediator.plan_snapshot import stored_playbook_field
 from remediator.retrying import WAITING_PREFIX, on_conflict
 from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import (
@@ -28,7 +28,7 @@ from remediator.store.models import (
 from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
 from remediator.store.redelivery import ended_without_running
 from remediator.store.step_store import BeginStep, begin_step_in, steps_begun
-from remediator.store.unit_of_work import (
+from remediator.store.transactions import (
     _ADMIT_LOCK,
     BREAKER_MEMO,
     BreakerMemo,
@@ -315,7 +315,7 @@ class RemediationStore(RepositoryBase):
         """Guardrail decisions and the quarantines they admit, serialized across replicas, several at once.
 
         For each request, `facts(session)` reads what the decision needs in this transaction and
-        `decide(facts)` is the guardrails' verdict on them (engine/guardrails.py); each result is (the
+        `decide(facts)` is the guardrails' verdict on them (domain/guardrails.py); each result is (the
         remediation as committed, verdict, changed), `changed` False when a held remediation is still held for
         the same reason, or the exception of that request alone (its lease lost, the remediation gone). A
         `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`,

@@ -3,7 +3,7 @@
 Every state change is written with its audit event in the same transaction. Writes made on behalf of a
 worker check its lease (`owner`), so a replica that lost its lease cannot record a step twice. The methods
 live in one module per concern (intake, batched decisions, remediations, steps, approvals, flags, reads)
-over one unit of work (`unit_of_work.py`); `Repository` puts them together.
+over one unit of work (`transactions.py`); `Repository` puts them together.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from remediator.store.session_store import SessionStore
 from remediator.store.silence_store import SilenceStore
 from remediator.store.step_store import StepStore
 from remediator.store.storm_store import StormStore
-from remediator.store.unit_of_work import LARGE_COLUMNS, LeaseLost, NewRemediation, StateMoved, StoredBatch, utcnow
+from remediator.store.transactions import LARGE_COLUMNS, LeaseLost, NewRemediation, StateMoved, StoredBatch, utcnow
 
 __all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateMoved", "StoredBatch", "utcnow"]
 

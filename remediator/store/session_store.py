@@ -15,7 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from remediator.store.models import RevokedSession
-from remediator.store.unit_of_work import RepositoryBase
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["SessionStore"]
 

@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.silencing import ActiveSilence, Matcher
+from remediator.domain.silences import ActiveSilence, Matcher
 from remediator.store.models import Silence
-from remediator.store.unit_of_work import RepositoryBase, _aware
+from remediator.store.transactions import RepositoryBase, _aware
 
 __all__ = ["SilenceStore", "active_silences_in"]
 

@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.engine.states import phase_of
-from remediator.jsondata import jsonable
+from remediator.domain.json_values import jsonable
+from remediator.domain.states import phase_of
 from remediator.store.models import (
     StepRow,
 )
-from remediator.store.unit_of_work import (
+from remediator.store.transactions import (
     RepositoryBase,
     StateMoved,
 )

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.store.models import AuditEvent, Remediation, Storm
-from remediator.store.unit_of_work import RepositoryBase, _aware
+from remediator.store.transactions import RepositoryBase, _aware
 
 __all__ = ["STORM_REASON", "StormStore", "storm_record"]
 

@@ -1,7 +1,7 @@
 """One alert through the definitions, plan-only: the shared core of playbook tests and replay.
 
 It strings together the functions the worker and `remediator simulate` use (remediator.engine.planning:
-`propose`, `build_variables`, `plan_steps`; remediator.engine.guardrails: `decide`), so a test or a replay
+`propose`, `build_variables`, `plan_steps`; remediator.domain.guardrails: `decide`), so a test or a replay
 shows what the controller itself would plan. Nothing here reads a cluster or writes a database.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet, Playbook
+from remediator.domain.json_values import jsonable
 from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, xid_variables
 from remediator.intake.normalize import GpuAlert
-from remediator.jsondata import jsonable
 
 __all__ = ["AlertPlan", "jsonable", "plan_proposal", "quarantines", "step_view"]
 

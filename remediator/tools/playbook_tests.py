@@ -26,15 +26,15 @@ from remediator.actions.context import gather_context
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
+from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, Unmatched
 from remediator.engine.decision import decide as decide_alert
-from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
 from remediator.engine.planning import Proposal, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
-from remediator.kube_kinds import Operation
-from remediator.kube_names import excluded
+from remediator.kube.kinds import Operation
+from remediator.kube.vocabulary import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
 from remediator.tools.plan_only import AlertPlan, jsonable, plan_proposal, quarantines

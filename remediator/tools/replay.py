@@ -32,12 +32,12 @@ from sqlalchemy.engine import make_url
 
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet
-from remediator.engine.batch_facts import BatchFacts
+from remediator.domain.plan_snapshot import plan_of, playbook_of
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide, history_since
+from remediator.engine.decision_facts import BatchFacts
 from remediator.engine.planning import build_variables, plan_steps, target_of
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
-from remediator.plan_snapshot import plan_of, playbook_of
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import AlertRow, Remediation, StepRow

@@ -13,10 +13,10 @@ from typing import Any
 from remediator.actions.context import gather_context
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet
+from remediator.domain.guardrails import GuardrailFacts, decide
 from remediator.engine.bootstrap import load_defs
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched
 from remediator.engine.decision import decide as decide_alert
-from remediator.engine.guardrails import GuardrailFacts, decide
 from remediator.engine.planning import build_variables, plan_steps, xid_variables
 from remediator.engine.return_gate import return_gate
 from remediator.intake.models import AlertmanagerPayload

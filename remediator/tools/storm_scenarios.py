@@ -1,4 +1,4 @@
-"""`remediator simulate --scenario FILE --seeds N`: the storm analysis (remediator/storms.py) on a simulated fleet.
+"""`remediator simulate --scenario FILE --seeds N`: the storm analysis on a simulated fleet.
 
 A scenario file describes a fleet (size, labels and how their values are spread), the background fault rate, and
 optionally a rollout: a label value given to a fraction of the nodes at some time, after which those nodes fault at
@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from remediator.durations import parse_duration
-from remediator.storms import Fault, FleetCounts, StormPolicy, analyse, node_attributes
+from remediator.domain.durations import parse_duration
+from remediator.domain.storms import Fault, FleetCounts, StormPolicy, analyse, node_attributes
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "render_scenarios", "run_scenario"]
 

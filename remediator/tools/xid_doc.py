@@ -21,10 +21,10 @@ from pathlib import Path
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet, load_definitions
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
+from remediator.definitions.matching import match_rules
+from remediator.domain.xid_decode import DECODED_CODES, NVLINK5_DECODE
 from remediator.engine.planning import match_labels
 from remediator.intake.normalize import GpuAlert
-from remediator.matching import match_rules
-from remediator.xid_decode import DECODED_CODES, NVLINK5_DECODE
 
 __all__ = ["BEGIN", "END", "FIRST", "LAST", "decoded_actions", "main", "render_table", "replace_table"]
 
@@ -39,7 +39,7 @@ _KERNEL = "node sidecar's kernel-log reader only (NVML and DCGM cannot report it
 
 
 def decoded_actions(code: int) -> tuple[str, ...]:
-    """Every action NVIDIA's decode of `code`'s message can give (remediator/xid_decode.py), sorted."""
+    """Every action NVIDIA's decode of `code`'s message can give (remediator/domain/xid_decode.py), sorted."""
     if code == 45:
         found = {"IGNORE", "RESTART_FM"}
     elif code == 74:

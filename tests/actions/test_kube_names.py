@@ -11,7 +11,7 @@ import pytest
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.errors import Invalid
-from remediator.names import escape_field_selector_value
+from remediator.kube.object_names import escape_field_selector_value
 from tests.fakekube import FakeKube
 from tests.fakekube.selectors import SelectorError, parse_field_selector
 

@@ -1,4 +1,4 @@
-"""The Kubernetes adapter, the RBAC and the fake API server share one kind table (remediator/kube_kinds.py).
+"""The Kubernetes adapter, the RBAC and the fake API server share one kind table (remediator/kube/kinds.py).
 
 Every adapter call is made against a fake that grants only what the controller's ClusterRole grants; each
 must get through, and together they must use every verb of the table, so the table lists nothing the
@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from remediator import kube_kinds
 from remediator.adapters.kube import KubeAdapter, Mutation
 from remediator.errors import Conflict, Forbidden, NotFound, NotSupported
-from remediator.kube_kinds import Verb
+from remediator.kube import kinds as kube_kinds
+from remediator.kube.kinds import Verb
 from tests.fakekube.server import CONTROLLER_GRANTS, Call, FakeKube
 from tests.fakekube.store import BY_PLURAL
 from tests.idle.fakescale import ScalingFakeKube

@@ -9,7 +9,7 @@ import pytest
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.node_watch import NodeWatch
-from remediator.inventory import NodeInventory
+from remediator.kube.inventory import NodeInventory
 from tests.fakekube import FakeKube
 
 pytestmark = pytest.mark.timeout(30)

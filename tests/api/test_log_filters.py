@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediator.logs import configure_logging
+from remediator.process.logs import configure_logging
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from remediator.observability import Metrics, merge_expositions
+from remediator.process.metrics import Metrics, merge_expositions
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -44,7 +44,7 @@ def test_links_into_it_land_on_a_heading() -> None:
     "47.5", "1,116.5",  # docs/security.md, L12: the detector's per-line cost after 20,000 series
     "313-341 MB", "350-385 MB",  # docs/deploy.md and deploy/overlays/single: two processes' memory
     "0.079",  # docs/operations.md: node Ready from a new boot -> the gate goes on, p50
-    "1.4-3.4 ms", "synchronous=FULL",  # docs/ARCHITECTURE.md: the cost of the intake's fsync
+    "1.4-3.4 ms", "synchronous=FULL",  # docs/architecture.md: the cost of the intake's fsync
 ])
 def test_figures_quoted_elsewhere_are_here(figure: str) -> None:
     assert figure in DOC.read_text().replace("\n  ", " ")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from remediator.cli import app
+from remediator.cli.main import app
 from remediator.store.flag_store import PAUSE_FLAG
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import xid_labels

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from remediator.cli import app
+from remediator.cli.main import app
 
 FULL_ID = "00000000-0000-4000-8000-000000000000"
 MIB = 1024 * 1024

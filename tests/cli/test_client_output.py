@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from remediator.client_output import age, describe_remediation, dump, render, table
-from remediator.terminal import printable
+from remediator.cli.output import age, describe_remediation, dump, render, table
+from remediator.cli.terminal import printable
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from remediator import __version__
-from remediator.client_output import render
+from remediator.cli.output import render
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "remediator.cli"]

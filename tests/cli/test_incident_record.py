@@ -17,7 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from remediator.cli import app
+from remediator.cli.main import app
 from tests.approvals.harness import TOKEN, gated_controller
 from tests.cli.test_client_cli import Live
 from tests.serving import served_on_loopback

@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from remediator.durations import parse_duration
+from remediator.domain.durations import parse_duration
 
 
 class _Params(BaseModel):

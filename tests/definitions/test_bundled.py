@@ -12,12 +12,12 @@ from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.conditions import compile_condition
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
+from remediator.definitions.matching import match_rules
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import RESOLUTIONS
 from remediator.definitions.xid_decode import DECODED_ACTIONS
 from remediator.engine.planning import EMPTY_ESCALATION, match_labels
 from remediator.intake.normalize import GpuAlert
-from remediator.matching import match_rules
 
 # The shipped playbooks are checked against the real actions' parameter models.
 KNOWN_ACTIONS: dict[str, type[BaseModel]] = {name: a.Params for name, a in default_registry().items()}

@@ -224,12 +224,12 @@ def test_dcgm_exporter_descriptions_are_not_decoded(code: int, err_msg: str) -> 
 
 
 def test_the_decode_imports_only_the_standard_library() -> None:
-    """The node agent imports remediator.xid_decode; it must not pull in the definitions' loader."""
+    """The node agent imports remediator.domain.xid_decode; it must not pull in the definitions' loader."""
     import subprocess
     import sys
 
     code = (
-        "import sys, remediator.xid_decode\n"
+        "import sys, remediator.domain.xid_decode\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('yaml', 'jinja2', 'celpy', 'pydantic')"
         " or m.startswith('remediator.definitions'))\n"
         "print(','.join(heavy))"

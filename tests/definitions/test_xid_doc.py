@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from remediator.definitions import DefinitionSet
+from remediator.domain.xid_decode import decoded_action
 from remediator.tools.xid_doc import BEGIN, END, bundled_definitions, decoded_actions, render_table, replace_table
-from remediator.xid_decode import decoded_action
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "signals.md"

@@ -77,7 +77,7 @@ def series(registry: Any) -> set[str]:
 
 
 def controller_series() -> set[str]:
-    from remediator.observability import Metrics
+    from remediator.process.metrics import Metrics
 
     pending = set()
     for name, kind in EFFECTIVENESS_METRICS.items():

@@ -74,7 +74,7 @@ def test_build_context_leaves_out_local_state_and_keeps_the_package() -> None:
         "remediator/__pycache__/cli.cpython-311.pyc",
     ):
         assert ignored(path), path
-    for path in ("pyproject.toml", "README.md", "remediator/cli.py", "remediator/settings.py"):
+    for path in ("pyproject.toml", "README.md", "remediator/cli/main.py", "remediator/settings.py"):
         assert not ignored(path), path
 
 

@@ -9,8 +9,9 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from remediator import __version__, kube_kinds
+from remediator import __version__
 from remediator.engine.startup import resolve_worker_process
+from remediator.kube import kinds as kube_kinds
 from remediator.settings import Settings
 from remediator.sidecar.settings import SidecarSettings
 from tests.deploy.helpers import (

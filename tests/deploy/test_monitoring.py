@@ -116,7 +116,7 @@ CONTROLLER_METRICS = {
     "remediator_oldest_active_seconds": "gauge",
     "remediator_audit_verify_ok": "gauge",
 }
-# The effectiveness metrics (issue 15) the dashboard shows; they land in remediator/observability.py in a
+# The effectiveness metrics (issue 15) the dashboard shows; they land in remediator/process/metrics.py in a
 # parallel change. Once they are there, test_controller_metric_names_match_the_code checks their kinds; then
 # move them into CONTROLLER_METRICS.
 EFFECTIVENESS_METRICS = {
@@ -496,10 +496,10 @@ DECODED_CODES_REGEX = "45|74|144|145|146|147|148|149|150|154"
 
 
 def test_decoded_xid_codes_keep_err_msg_and_stand_aside_for_the_sidecar() -> None:
-    """The codes NVIDIA decodes from the message (remediator.xid_decode.DECODED_CODES) carry dcgm-exporter's
+    """The codes NVIDIA decodes from the message (remediator.domain.xid_decode.DECODED_CODES) carry dcgm-exporter's
     err_msg into the alert, and only they: the other codes' alert keeps the label set the sidecar's merges on.
     Where the sidecar counted the code on that GPU, its alert (with xid_action) is the one."""
-    from remediator.xid_decode import DECODED_CODES
+    from remediator.domain.xid_decode import DECODED_CODES
 
     assert set(DECODED_CODES_REGEX.split("|")) == {str(code) for code in DECODED_CODES}
     gauge, _, decoded = [rule for rule in rules() if is_dcgm_xid_rule(rule)]
@@ -711,7 +711,7 @@ def test_dashboard_configmap_carries_the_json() -> None:
 
 
 def test_controller_metric_names_match_the_code() -> None:
-    from remediator.observability import Metrics
+    from remediator.process.metrics import Metrics
 
     exposed = {}
     for family in Metrics().registry.collect():

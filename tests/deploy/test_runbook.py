@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from remediator.engine.states import STATES
+from remediator.domain.states import STATES
 from tests.deploy.helpers import MONITORING
 
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from remediator.observability import Metrics
+from remediator.process.metrics import Metrics
 
 
 def test_effectiveness_series_are_exposed_with_their_labels() -> None:

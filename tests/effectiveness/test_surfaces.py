@@ -14,7 +14,7 @@ import pytest
 
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
-from remediator.engine.reports import remediation_facts
+from remediator.engine.idle_report import remediation_facts
 from remediator.engine.runtime import Runtime
 from remediator.settings import Settings
 from remediator.store.models import Remediation

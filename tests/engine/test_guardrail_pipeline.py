@@ -205,7 +205,7 @@ async def test_room_under_the_breaker_goes_to_the_oldest_held_not_to_a_newcomer(
 async def test_admissions_that_arrive_together_go_in_one_batch_oldest_first_within_the_breaker(
     make_cluster: MakeCluster,
 ) -> None:
-    """A storm's admissions are taken to the store together (engine/admission_queue.py): one transaction
+    """A storm's admissions are taken to the store together (engine/admissions.py): one transaction
     decides them oldest first, each seeing the quarantines started before it, so the breaker holds exactly;
     the facts about each remediation alone are read for the whole batch in one statement."""
     cluster: Cluster = await make_cluster(max_quarantined_nodes="3", worker_concurrency=16)

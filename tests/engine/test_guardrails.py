@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, time
 
-from remediator.engine.guardrails import GuardrailFacts, MaintenanceWindow, decide
+from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, decide
 from remediator.settings import QuarantineLimit
 
 BASE = GuardrailFacts(

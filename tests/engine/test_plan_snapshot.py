@@ -12,12 +12,18 @@ from pydantic import BaseModel
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet, load_definitions
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
+from remediator.domain.plan_snapshot import (
+    plan_of,
+    read_plan,
+    stored_alert_field,
+    stored_playbook_field,
+    stored_xid_code,
+)
 from remediator.engine.decision import ladder_proposal
 from remediator.engine.ladder import remediation_plan
 from remediator.engine.planning import Proposal
 from remediator.engine.versions import versions_for
 from remediator.intake.normalize import GpuAlert
-from remediator.plan_snapshot import plan_of, read_plan, stored_alert_field, stored_playbook_field, stored_xid_code
 
 KNOWN_ACTIONS: dict[str, type[BaseModel]] = {name: a.Params for name, a in default_registry().items()}
 

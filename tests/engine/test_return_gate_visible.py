@@ -14,7 +14,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from remediator.api.app import create_app
-from remediator.cli import app as cli_app
+from remediator.cli.main import app as cli_app
 from tests.cli.test_cli import run
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_pipeline import gpu_node

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediator.engine.states import ACTIVE_STATES, EVENTS, FINAL_STATES, STATES, TRANSITIONS, next_state
+from remediator.domain.states import ACTIVE_STATES, EVENTS, FINAL_STATES, STATES, TRANSITIONS, next_state
 from remediator.errors import IllegalTransition
 
 
@@ -112,7 +112,7 @@ def test_a_plan_only_run_ends_planned_and_can_be_reverted() -> None:
 ])
 def test_a_refused_move_names_the_state_and_what_it_allows(state: str, event: str, message: str) -> None:
     """Said to the person who asked (409): never an enum's repr such as <Event.REVERT: 'revert'>."""
-    from remediator.engine.states import Event
+    from remediator.domain.states import Event
 
     with pytest.raises(IllegalTransition) as info:
         next_state(state, Event(event))

@@ -29,7 +29,7 @@ import kmock
 from kmock._internal import parsing as kmock_parsing
 from kmock._internal.rendering import Request
 
-from remediator.kube_kinds import Grant, cluster_grants
+from remediator.kube.kinds import Grant, cluster_grants
 from tests.fakekube import builders
 from tests.fakekube.copies import deep_copy
 from tests.fakekube.disruption import compute_budget, is_healthy, pdb_selects

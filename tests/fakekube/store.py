@@ -18,7 +18,7 @@ from typing import Any
 
 import kmock
 
-from remediator.kube_kinds import KINDS
+from remediator.kube.kinds import KINDS
 from tests.fakekube.copies import deep_copy
 
 __all__ = ["RESOURCES", "Change", "FakeClock", "ResourceType", "Store", "resource_type"]
@@ -45,7 +45,7 @@ class ResourceType:
         return self.plural if self.group == "" else f"{self.plural}.{self.group}"
 
 
-# Served kinds: the controller's kind table (remediator/kube_kinds.py), the one list of the kinds it calls,
+# Served kinds: the controller's kind table (remediator/kube/kinds.py), the one list of the kinds it calls,
 # plus the kinds a cluster holds that the API server itself consults (PodDisruptionBudgets on eviction) or
 # that only the Lease Role names. Which of them has a `status` subresource is the server's business.
 _WITHOUT_STATUS = ("Event", "Lease")

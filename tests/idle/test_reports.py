@@ -13,7 +13,7 @@ import pytest
 
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
-from remediator.engine.reports import compute_idle_report
+from remediator.engine.idle_report import compute_idle_report
 from remediator.engine.runtime import Runtime
 from remediator.settings import Settings
 

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from remediator.definitions import Rule
+from remediator.definitions.matching import RuleIndex, match_rules
 from remediator.engine.planning import match_labels
 from remediator.intake.normalize import normalize
-from remediator.matching import RuleIndex, match_rules
 
 
 def rule(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediator.silencing import (
+from remediator.domain.silences import (
     ActiveSilence,
     Matcher,
     MatcherError,

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from remediator.kube_names import QUARANTINE_TAINT
+from remediator.kube.vocabulary import QUARANTINE_TAINT
 from tests.controller_process import ControllerProcess
 from tests.fakekube.server import FakeKube
 from tests.replicas.test_guard import TOKEN, wait_until

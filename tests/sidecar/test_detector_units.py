@@ -305,7 +305,7 @@ def xid_actions(metrics: SidecarMetrics, xid: str) -> dict[str, float]:
     ],
 )
 def test_each_xid_line_carries_nvidias_decode_as_xid_action(tmp_path: Path, line: str, xid: str, action: str) -> None:
-    from remediator.xid_decode import decoded_action
+    from remediator.domain.xid_decode import decoded_action
 
     detector, metrics = make(tmp_path)
     Kernel(detector)(line)

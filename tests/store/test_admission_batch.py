@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event, insert
 from sqlalchemy.engine import Engine
 
-from remediator.engine.guardrails import BREAKER_REASON, Verdict
+from remediator.domain.guardrails import BREAKER_REASON, Verdict
 from remediator.store import remediation_store
 from remediator.store.decision_store import Lease, Started
 from remediator.store.flag_store import PAUSE_FLAG

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from remediator.engine.batch_facts import BatchFacts
+from remediator.engine.decision_facts import BatchFacts
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert
 from remediator.store.db import make_engine, make_sessionmaker, upgrade

@@ -18,7 +18,7 @@ from sqlalchemy import Table, insert, select
 from remediator.store.db import make_engine
 from remediator.store.models import AlertBatch, AlertRow
 from remediator.store.repository import Repository
-from remediator.store.unit_of_work import _intake_rows
+from remediator.store.transactions import _intake_rows
 from tests.store.test_intake_store import payload
 from tests.store.test_postgres import pg_repo  # noqa: F401  (fixture)
 

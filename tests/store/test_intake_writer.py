@@ -55,9 +55,9 @@ async def test_a_sustained_flood_does_not_starve_other_transactions(
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Intake never idle (senders back to back): other work still gets its turn after the priority wait."""
-    import remediator.store.unit_of_work as unit_of_work
+    import remediator.store.transactions as transactions
 
-    monkeypatch.setattr(unit_of_work, "INTAKE_PRIORITY_WAIT_S", 0.05)
+    monkeypatch.setattr(transactions, "INTAKE_PRIORITY_WAIT_S", 0.05)
     writer = IntakeWriter(repo)
     flooding = True
     sent = 0

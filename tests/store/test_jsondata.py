@@ -8,7 +8,7 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from types import MappingProxyType
 
-from remediator.jsondata import jsonable
+from remediator.domain.json_values import jsonable
 
 
 class Color(enum.StrEnum):

@@ -28,8 +28,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from remediator.api.schemas import summary_out
+from remediator.domain.states import phase_of
 from remediator.engine.approval_decisions import decision_of
-from remediator.engine.states import phase_of
 from remediator.store.db import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
 

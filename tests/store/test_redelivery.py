@@ -18,7 +18,7 @@ from sqlalchemy import text, update
 from remediator.store.db import make_engine, make_sessionmaker
 from remediator.store.models import Remediation
 from remediator.store.repository import Repository
-from remediator.store.unit_of_work import StoredBatch
+from remediator.store.transactions import StoredBatch
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_concurrent_delivery import _wait_for_lock_waiter
 from tests.store.test_decision_conflicts import new_on

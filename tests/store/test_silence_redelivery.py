@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.silencing import SILENCED_NOTE, Matcher
+from remediator.domain.silences import SILENCED_NOTE, Matcher
 from remediator.store.repository import Repository
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_intake_store import payload

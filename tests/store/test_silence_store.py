@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from remediator.silencing import Matcher
+from remediator.domain.silences import Matcher
 from remediator.store.db import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
 

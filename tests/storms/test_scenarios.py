@@ -9,7 +9,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from remediator.cli import app
+from remediator.cli.main import app
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "scenarios"
 

@@ -1,4 +1,4 @@
-"""The shared-cause statistics (remediator/storms.py): an exact hypergeometric tail, a label every node carries is
+"""The shared-cause statistics (domain/storms.py): an exact hypergeometric tail, a label every node carries is
 never a cause, a 14-of-15 label against a 22% fleet share is, labels unique per node are not tested, and the fleet
 counts follow node changes incrementally."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from remediator.storms import Fault, FleetCounts, StormPolicy, analyse, fleet_of, hypergeom_sf, node_attributes
+from remediator.domain.storms import Fault, FleetCounts, StormPolicy, analyse, fleet_of, hypergeom_sf, node_attributes
 
 DRIVER = "nvidia.com/cuda.driver-version.full"
 

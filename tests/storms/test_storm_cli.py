@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 from typer.testing import CliRunner, Result
 
-from remediator.cli import app
+from remediator.cli.main import app
 from tests.engine.conftest import MakeCluster
 from tests.storms.test_storm_hold import by_node, fault, storm_cluster
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from remediator.demo import DEMO_RULE, SAMPLES_DIR, prepare_definitions, shipped_playbook
+from remediator.cli.demo import DEMO_RULE, SAMPLES_DIR, prepare_definitions, shipped_playbook
 
 
 def test_demo_plans_every_sample_and_prints_an_approval_page(tmp_path: Path) -> None:

@@ -315,7 +315,7 @@ def test_serve_tells_the_app_where_it_listens(
 ) -> None:
     import uvicorn
 
-    from remediator.cli import app as cli
+    from remediator.cli.main import app as cli
 
     served: dict[str, Any] = {}
 

@@ -18,7 +18,7 @@ import pytest
 
 from remediator.api.templating import age
 from remediator.api.ui_facts import list_facts
-from remediator.logs import ContextFilter, JsonFormatter, configure_logging, log_context
+from remediator.process.logs import ContextFilter, JsonFormatter, configure_logging, log_context
 from remediator.store.read_store import RemediationSummary
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.engine.worker_process import WorkerProcess
 from remediator.errors import StoreUnavailable
-from remediator.observability import merge_expositions
+from remediator.process.metrics import merge_expositions
 from remediator.store.flag_store import PAUSE_FLAG
 
 __all__ = ["router"]

@@ -1,4 +1,4 @@
-"""Scoped, timed pauses (engine/pauses.py): `POST /api/v1/pauses`, `GET /api/v1/pauses`, `DELETE
+"""Scoped, timed pauses (domain/pauses.py): `POST /api/v1/pauses`, `GET /api/v1/pauses`, `DELETE
 /api/v1/pauses/{id}` (or `POST /api/v1/pauses/{id}/resume`, for clients without DELETE). The kill switch
 (`/api/v1/pause`, `/api/v1/resume`) stays as it was; a plain resume also ends the pauses whose scope is
 everything."""
@@ -13,9 +13,9 @@ from pydantic import Field, field_validator, model_validator
 
 from remediator.api.deps import Auth, RuntimeDep, WorkerDep
 from remediator.api.routes.remediations import MoveIn, ReasonIn, person_of
-from remediator.durations import parse_duration
+from remediator.domain.durations import parse_duration
+from remediator.domain.pauses import SelectorError, parse_selector
 from remediator.engine import pause_control
-from remediator.engine.pauses import SelectorError, parse_selector
 
 __all__ = ["PauseIn", "router"]
 

@@ -13,9 +13,9 @@ from remediator.api.deps import Auth, RepoDep, RuntimeDep
 from remediator.api.query_check import KnownQuery
 from remediator.api.routes.remediations import remediation_ref
 from remediator.api.schemas import AlertOut, ApprovalOut, alert_out, approval_out
+from remediator.domain.silences import silence_id_of
 from remediator.engine.approval_decisions import ApprovalStatus
 from remediator.engine.unacted import silence_summary
-from remediator.silencing import silence_id_of
 
 __all__ = ["router"]
 

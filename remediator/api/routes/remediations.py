@@ -14,11 +14,11 @@ from remediator.api.incident import build_record
 from remediator.api.query_check import KnownQuery
 from remediator.api.schemas import RemediationDetail, RemediationOut, detail_out, summary_out
 from remediator.api.signin import sign_in_of
+from remediator.domain.returns import Skip
+from remediator.domain.states import STATES
 from remediator.engine import overrides
 from remediator.engine.return_gate import stored_gate
-from remediator.engine.returns import Skip
-from remediator.engine.states import STATES
-from remediator.incident_archive import archive_name, pack
+from remediator.store.incident_archive import archive_name, pack
 from remediator.store.models import Remediation
 from remediator.store.repository import LARGE_COLUMNS, Repository
 

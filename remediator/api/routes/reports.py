@@ -1,7 +1,7 @@
 """Reports, each as JSON under `/api/v1/reports/...` (bearer token) and as a UI page under `/reports/...`.
 
 - idle: per namespace, GPUs reclaimed from idle workloads, how many are still reclaimed, GPU-hours saved and
-  the GPU quota still lowered, all computed from the audit log (`remediator.engine.reports`). `since` and
+  the GPU quota still lowered, all computed from the audit log (`remediator.engine.idle_report`). `since` and
   `until` (ISO 8601) bound the window the GPU-hours are counted in; by default, all of history up to now.
 - effectiveness: what each remediation created in the last `since` (a duration, default 30d) achieved,
   judged with the recurrence window `window` (default 24h) (`remediator.engine.effectiveness`).
@@ -20,9 +20,9 @@ from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.query_check import KnownQuery
 from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
-from remediator.durations import parse_duration
+from remediator.domain.durations import parse_duration
 from remediator.engine.effectiveness import EffectivenessReport
-from remediator.engine.reports import effectiveness_report, idle_report
+from remediator.engine.idle_report import effectiveness_report, idle_report
 
 __all__ = ["api_router", "router"]
 

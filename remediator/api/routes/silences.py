@@ -26,9 +26,8 @@ from remediator.api.routes.approvals import csrf_of, message_page
 from remediator.api.routes.remediations import actor_of
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
-from remediator.durations import format_duration, parse_duration
-from remediator.engine.runtime import Runtime
-from remediator.silencing import (
+from remediator.domain.durations import format_duration, parse_duration
+from remediator.domain.silences import (
     MAX_COMMENT,
     MAX_NAME,
     MAX_VALUE,
@@ -39,6 +38,7 @@ from remediator.silencing import (
     state_of,
     validate_matchers,
 )
+from remediator.engine.runtime import Runtime
 from remediator.store.models import Silence
 from remediator.validation_errors import field_of
 

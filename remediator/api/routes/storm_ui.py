@@ -26,11 +26,11 @@ from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, header_identity, identity_of, message_page
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
+from remediator.domain.storms import nodes_phrase
 from remediator.engine.approvals import Approvals, hash_token
 from remediator.engine.runtime import Runtime
 from remediator.engine.storm_control import DECISIONS, decide_storm, describe_decision
 from remediator.engine.worker import Wakes
-from remediator.storms import nodes_phrase
 
 __all__ = ["link_router", "router", "storm_overview"]
 

@@ -25,6 +25,8 @@ from remediator.api.routes.approvals import csrf_of, message_page, outcome_notic
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.api.ui_facts import display_state, event_step, list_facts, remediation_facts
+from remediator.domain.returns import SKIPS
+from remediator.domain.states import ACTIVE_STATES, STATES
 from remediator.engine import overrides
 from remediator.engine.approval_decisions import approval_status
 from remediator.engine.approvals import Approvals, ApprovalView, Decision
@@ -32,9 +34,7 @@ from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.move_preview import MOVES, REASON_REQUIRED, offered_moves, preview
 from remediator.engine.notifications import pods_of
 from remediator.engine.return_gate import stored_gate
-from remediator.engine.returns import SKIPS
 from remediator.engine.runtime import Runtime
-from remediator.engine.states import ACTIVE_STATES, STATES
 from remediator.errors import ApprovalError, IllegalTransition
 from remediator.store.models import Remediation
 

@@ -1,7 +1,7 @@
 """remediation phase derived from the state: the `phase` column of `remediations` goes
 
 `remediations.phase` was `revert` from the moment a remediation entered `reverting`, which the state already
-says (`engine/states.py: phase_of`). Steps keep their own `phase` (forward, revert, gate).
+says (`domain/states.py: phase_of`). Steps keep their own `phase` (forward, revert, gate).
 
 Downgrade restores the column: `revert` for a remediation that is reverting or reverted, or that ever entered
 `reverting` (its `state.reverting` audit event, or a revert or gate step), else `forward`.

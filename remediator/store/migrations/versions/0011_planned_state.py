@@ -1,6 +1,6 @@
 """planned state: a plan-only run that ended `succeeded` with a `plan-only` reason is stored as `planned`
 
-Plan-only runs (no cluster credentials, or DRY_RUN) end in their own state, `planned` (engine/states.py), so the
+Plan-only runs (no cluster credentials, or DRY_RUN) end in their own state, `planned` (domain/states.py), so the
 API, the CLI, the UI, the metrics and the `?state=` filter read one name. Rows written before that ended
 `succeeded` with the reason `plan-only: nothing was changed`; they are moved to `planned`. Downgrade moves them
 back (the reason still says plan-only).

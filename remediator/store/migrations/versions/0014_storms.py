@@ -1,4 +1,4 @@
-"""storms: shared-cause storms (remediator/storms.py), their suspected cause, nodes and group decision
+"""storms: shared-cause storms (remediator/domain/storms.py), their suspected cause, nodes and group decision
 
 Revision ID: 0014
 Revises: 0013

@@ -16,10 +16,10 @@ from typing import Any, cast
 from sqlalchemy import Table, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from remediator.engine.states import ACTIVE_STATES, FINAL_STATES, next_state
+from remediator.domain.json_values import jsonable
+from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, next_state
 from remediator.errors import StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
-from remediator.jsondata import jsonable
 from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.availability import DatabaseHealth, sqlite_write_check, store_unavailable

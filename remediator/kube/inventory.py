@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remediator.storms import FleetCounts, node_attributes
+from remediator.domain.storms import FleetCounts, node_attributes
 
 __all__ = ["GPU_CONDITION", "NodeFacts", "NodeInventory", "facts_of"]
 

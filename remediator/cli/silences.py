@@ -4,8 +4,8 @@
 `xid!=13`, `name!~re`; a bare first argument is the alert name), a duration (`--duration 2h`, default 1h) or
 an end (`--end`), an optional start, a comment (required) and an author (`--author`/`--by`, else
 REMEDIATOR_USER, else the controller records the authenticated caller). It prints the new silence's ID, as
-amtool does. Like the other operator commands (client_cli.py) it talks to the JSON API only, prints what the
-controller sent through remediator.terminal.printable, and exits 1 when the controller refuses (a 422 names
+amtool does. Like the other operator commands (cli/operator.py) it talks to the JSON API only, prints what the
+controller sent through remediator.cli.terminal.printable, and exits 1 when the controller refuses (a 422 names
 the field), 2 on a usage error, 3 for an unknown silence, 4 when the controller cannot be reached.
 """
 
@@ -18,11 +18,11 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from remediator.adapters.controller_api import ControllerApi, ControllerApiError
-from remediator.client_cli import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, resolve_connection
-from remediator.client_output import dump, render
-from remediator.durations import parse_duration
-from remediator.silencing import Matcher, parse_matchers
-from remediator.terminal import printable
+from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, resolve_connection
+from remediator.cli.output import dump, render
+from remediator.cli.terminal import printable
+from remediator.domain.durations import parse_duration
+from remediator.domain.silences import Matcher, parse_matchers
 
 __all__ = ["silence_app"]
 

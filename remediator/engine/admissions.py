@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from remediator.futures import settle
+from remediator.process.waiters import settle
 from remediator.store.remediation_store import AdmissionRequest, Admitted
 from remediator.store.repository import Repository
 

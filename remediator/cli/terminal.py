@@ -5,7 +5,7 @@ backspace, DEL, C1 controls (0x80-0x9f, 0x9b is a one-byte CSI) or Unicode bidi 
 clear the screen, retitle the terminal, hide or reorder text (a label that makes `describe` lie). `printable`
 shows each such character escaped instead (`\\x1b`, `\\u202e`, `\\n`), so what is printed is what was sent.
 Newlines and tabs are escaped too: a label must not add a line to `describe` or break a table's columns.
-It is applied to the data before it is laid out, at the one place each command prints (client_cli.py `_show`
+It is applied to the data before it is laid out, at the one place each command prints (cli/operator.py `_show`
 and `_stderr`, cli.py `_report`).
 """
 

@@ -1,5 +1,5 @@
 """The one entry point: `remediator serve | sidecar | check | simulate | test | replay | report | audit | db | demo`,
-and the operator commands against a running controller (`get | describe | approve | ...`, see client_cli.py)."""
+and the operator commands against a running controller (`get | describe | approve | ...`, see cli/operator.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from remediator import client_cli, incident_cli
+from remediator.cli import incident as incident_cli
+from remediator.cli import operator as client_cli
+from remediator.cli.silences import silence_app
+from remediator.cli.storms import storm_app
+from remediator.cli.terminal import printable
 from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
 from remediator.settings import Settings, is_loopback, load_settings
-from remediator.silence_cli import silence_app
-from remediator.storm_cli import storm_app
-from remediator.terminal import printable
 
 __all__ = ["app", "main"]
 
@@ -70,7 +71,7 @@ def _settings(config: Path | None, **overrides: Any) -> Settings:
 
 def _duration(value: str, option: str) -> timedelta:
     """A positive duration from an option, or exit 2 naming the option."""
-    from remediator.durations import parse_duration
+    from remediator.domain.durations import parse_duration
 
     try:
         parsed = parse_duration(value)
@@ -95,12 +96,12 @@ def _ladder(value: str) -> tuple[str, ...]:
 
 def _report(render: Callable[[_R], str], report: _R) -> None:
     """A report as text on stdout. Reports quote alerts (labels, node names, GPU IDs, from the database or a given
-    payload), so every string in it is made terminal-safe before it is laid out (remediator.terminal)."""
+    payload), so every string in it is made terminal-safe before it is laid out (remediator.cli.terminal)."""
     typer.echo(render(printable(report)))
 
 
 def _logging(level: str, fmt: str = "text") -> None:
-    from remediator.logs import configure_logging
+    from remediator.process.logs import configure_logging
 
     configure_logging(level, fmt)
 
@@ -331,7 +332,7 @@ def replay(
     from remediator.actions.registry import default_registry
     from remediator.engine.bootstrap import load_defs
     from remediator.engine.effectiveness import render_ladder_text
-    from remediator.engine.reports import ladder_from_database
+    from remediator.engine.idle_report import ladder_from_database
     from remediator.store.repository import utcnow
     from remediator.tools.replay import render_text, replay_database
 
@@ -377,7 +378,7 @@ def demo(
     ] = False,
 ) -> None:
     """Plan-only controller on a temporary database, fed the bundled sample alerts; prints where to look."""
-    from remediator.demo import run_demo
+    from remediator.cli.demo import run_demo
 
     if not is_loopback(host):
         typer.echo(f"error: the demo binds loopback addresses only, not {host}", err=True)
@@ -423,7 +424,7 @@ def report_effectiveness(
     """What each remediation achieved: healed, recurred, escalated or open, per playbook, Xid and GPU model."""
     from remediator.engine.effectiveness import render_ladder_text
     from remediator.engine.effectiveness import render_text as render_report
-    from remediator.engine.reports import effectiveness_from_database
+    from remediator.engine.idle_report import effectiveness_from_database
     from remediator.store.repository import utcnow
 
     span, back = _duration(window, "--window"), _duration(since, "--since")
@@ -482,7 +483,7 @@ def audit_verify(
         typer.echo(f"error: --anchor: {exc}", err=True)
         raise typer.Exit(2) from exc
     if segment is not None:
-        from remediator.incident_archive import verify_segment
+        from remediator.store.incident_archive import verify_segment
 
         try:
             lines = segment.read_text(encoding="utf-8").splitlines()
@@ -515,7 +516,7 @@ def audit_head(config: ConfigOpt = None) -> None:
 
 def _when(value: str | None, option: str) -> datetime | None:
     """--since/--until: an ISO 8601 time (no offset means UTC) or a duration meaning that long ago (24h, 7d)."""
-    from remediator.durations import parse_duration
+    from remediator.domain.durations import parse_duration
 
     if value is None:
         return None
@@ -559,7 +560,7 @@ def audit_export(
         typer.echo("error: --until must be later than --since", err=True)
         raise typer.Exit(2)
     if server or os.environ.get("REMEDIATOR_SERVER"):
-        from remediator.incident_cli import export_audit
+        from remediator.cli.incident import export_audit
 
         export_audit(server, since=start, until=end, node=node, remediation=remediation,
                      write=lambda line: typer.echo(line))
@@ -596,7 +597,7 @@ def db_prune(
     ] = None,
 ) -> None:
     """Delete processed alerts and audit events past retention; a signed checkpoint keeps the chain verifiable."""
-    from remediator.durations import parse_duration
+    from remediator.domain.durations import parse_duration
     from remediator.store.audit_tools import prune_database
     from remediator.store.repository import utcnow
 

@@ -19,7 +19,7 @@ recorded, nothing was changed. It is its own stored state, so the API, the CLI, 
 
 `return` is a person's forced return to service (`remediator return`, `POST .../return`): from any state in
 which the remediation may still hold its node or GPU it moves to `reverting` with the return recorded on the
-row (who, why, which gate steps to skip: engine/returns.py); the undo then runs as a revert does, skipping the
+row (who, why, which gate steps to skip: domain/returns.py); the undo then runs as a revert does, skipping the
 named gate steps, and ends in `returned` (`reverting` --returned--> `returned`) instead of `reverted`. Whether
 a remediation still holds anything is decided from its steps, not here (the API answers 409 when it holds
 nothing).

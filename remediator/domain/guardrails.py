@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time
 
-from remediator.kube_names import EXCLUDE_LABEL
+from remediator.kube.vocabulary import EXCLUDE_LABEL
 
 __all__ = ["BREAKER_REASON", "GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
 
@@ -48,7 +48,7 @@ class GuardrailFacts:
     rate_limit: int
     flapping: bool = False
     node_recent_remediations: int = 0
-    # Why it is paused when a scoped pause holds it (engine/pauses.py: who, why, until), not the kill switch.
+    # Why it is paused when a scoped pause holds it (domain/pauses.py: who, why, until), not the kill switch.
     pause_reason: str | None = None
     node_repeat_limit: int = 0
     windows: Sequence[MaintenanceWindow] = field(default_factory=tuple)

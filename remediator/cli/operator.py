@@ -10,7 +10,7 @@ a config file holding a token that its group or others can access draws a warnin
 One deadline per command: REMEDIATOR_CLI_TIMEOUT seconds (default 10) for all of its requests together.
 
 What the controller sends reaches the terminal one way: exact JSON/YAML (`-o json|yaml`), or text laid out
-from the answer after every string in it went through remediator.terminal.printable (`_show`); error and
+from the answer after every string in it went through remediator.cli.terminal.printable (`_show`); error and
 warning lines go through `_stderr`. So no label, pod name or server message can drive the terminal.
 
 Exit codes, for scripts: 0 done; 1 the controller said no (4xx: 409 conflict, 403, 401, 410...);
@@ -36,8 +36,8 @@ import typer
 import yaml
 
 from remediator.adapters.controller_api import DEFAULT_TIMEOUT_S, ControllerApi, ControllerApiError
-from remediator.client_output import describe_remediation, dump, render
-from remediator.terminal import printable
+from remediator.cli.output import describe_remediation, dump, render
+from remediator.cli.terminal import printable
 
 __all__ = [
     "EXIT_API_REFUSED",
@@ -278,8 +278,8 @@ def get(
     """List remediations, approval requests, stored alerts or pauses, newest first (`get pauses --state all`:
     ended pauses too)."""
     shape = output.value if output else ""
-    if resource.lower() in ("storms", "storm"):  # shared-cause storms (storm_cli.py); --state open: not closed
-        from remediator.storm_cli import get_storms
+    if resource.lower() in ("storms", "storm"):  # shared-cause storms (cli/storms.py); --state open: not closed
+        from remediator.cli.storms import get_storms
 
         get_storms(shape, state, server)
         return
@@ -314,7 +314,7 @@ def describe(
     With -o json|yaml: the whole incident record (GET /api/v1/remediations/{id}/record), nothing cut.
     `describe storm ID`: a shared-cause storm's cause, candidates, nodes, timeline and decision."""
     if rem_id == "storm":
-        from remediator.storm_cli import describe_storm
+        from remediator.cli.storms import describe_storm
 
         if not storm_id:
             raise typer.BadParameter("describe storm ID: the storm's ID is missing", param_hint="ID")

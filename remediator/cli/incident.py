@@ -2,7 +2,7 @@
 through a running controller's API (the same server, token and deadline as the other operator commands).
 
 `bundle` asks for the whole record (GET /api/v1/remediations/{id}/record) and packs it with
-remediator/incident_archive.py, the packer GET .../bundle uses too, so both archives hold the same files.
+remediator/store/incident_archive.py, the packer GET .../bundle uses too, so both archives hold the same files.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
-from remediator.client_cli import EXIT_USAGE, IdArg, ServerOpt, _fail, _session
-from remediator.incident_archive import archive_name, audit_line, pack
+from remediator.cli.operator import EXIT_USAGE, IdArg, ServerOpt, _fail, _session
+from remediator.store.incident_archive import archive_name, audit_line, pack
 
 __all__ = ["bundle", "export_audit"]
 

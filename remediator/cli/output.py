@@ -1,6 +1,6 @@
 """How the operator commands print what the controller's API returned: kubectl-style tables, JSON, YAML and
 `describe` text. Pure functions of the API's JSON (and the current time), so they are tested without a server.
-The text forms expect data already made terminal-safe (remediator.terminal.printable, applied by the commands);
+The text forms expect data already made terminal-safe (remediator.cli.terminal.printable, applied by the commands);
 JSON and YAML are exact, and never carry a character a terminal would act on.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from remediator.engine.states import ACTIVE_STATES
-from remediator.silencing import Matcher, matcher_text
-from remediator.terminal import UNSAFE
+from remediator.cli.terminal import UNSAFE
+from remediator.domain.silences import Matcher, matcher_text
+from remediator.domain.states import ACTIVE_STATES
 
 __all__ = [
     "NODE_LABELS",

@@ -1,6 +1,6 @@
 """`remediator get storms`, `remediator describe storm ID` and `remediator storm approve|reject ID`: shared-cause
 storms on a running controller (engine/storm_guard.py, docs/storms.md), through its JSON API only, printed through
-the same terminal-safe output as the other operator commands (client_cli.py)."""
+the same terminal-safe output as the other operator commands (cli/operator.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
-from remediator.client_cli import DataOpt, MoverOpt, ReasonOpt, ReasonReq, ServerOpt, _body, _session, _show
+from remediator.cli.operator import DataOpt, MoverOpt, ReasonOpt, ReasonReq, ServerOpt, _body, _session, _show
 
 __all__ = ["describe_storm", "get_storms", "storm_app", "storms_text"]
 

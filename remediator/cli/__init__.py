@@ -1,0 +1,1 @@
+"""The command line: `remediator ...` and the operator client of a running controller."""

@@ -1,0 +1,1 @@
+"""What a running process needs around the domain: logging, metrics, the garbage collector, waiters."""
