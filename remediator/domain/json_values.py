@@ -1,15 +1,21 @@
 """Plain JSON-like data from whatever a caller holds: what the store persists and the offline tools compare.
 
 One function, so a stored plan, a replayed plan and a printed plan are cleaned the same way: mappings with
-string keys, tuples as lists, scalars as they are, anything else as its string.
+string keys, tuples as lists, scalars as they are, anything else as its string. The types name such data where
+it is only carried (stored, sent, compared); code that reads a Kubernetes object reads it through a view
+(remediator/kube/views.py), not through these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
-__all__ = ["jsonable"]
+__all__ = ["JsonObject", "JsonScalar", "JsonValue", "jsonable"]
+
+JsonScalar: TypeAlias = str | int | float | bool | None
+JsonValue: TypeAlias = "JsonScalar | list[JsonValue] | dict[str, JsonValue]"
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 
 def jsonable(value: Any) -> Any:
