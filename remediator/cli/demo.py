@@ -32,6 +32,7 @@ import yaml
 
 from remediator.adapters.notifier import Message
 from remediator.api.app import create_app
+from remediator.domain.states import State
 from remediator.engine.bootstrap import build_runtime
 from remediator.engine.notifications import NotificationService
 from remediator.engine.runtime import Runtime
@@ -178,7 +179,7 @@ async def _report(
         out.write(f"  {rem.state:<18} {rem.playbook:<26} {where:<18} {base}/remediations/{rem.id}\n")
     for rem_id, link in links.links.items():
         waiting = await rt.repo.get(rem_id)
-        if waiting is not None and waiting.state == "awaiting_approval":
+        if waiting is not None and waiting.state == State.AWAITING_APPROVAL:
             out.write(f"\nApproval page ({waiting.playbook} on {waiting.node}): {link}\n")
     out.write("\nReproduce each one with the CLI (simulate plans a sample alert with no server and no database; "
               "describe shows the remediation while this demo runs and needs the demo's token):\n")

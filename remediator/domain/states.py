@@ -186,6 +186,6 @@ def phase_of(state: str) -> str:
 def shown_state(state: str, reason: str | None) -> str:
     """The state a person reads: the stored one. A row written before `planned` was a state of its own (a
     plan-only run ended `succeeded` with a `plan-only` reason) still reads `planned`."""
-    if state == "succeeded" and (reason or "").startswith("plan-only"):
-        return "planned"
+    if state == State.SUCCEEDED and (reason or "").startswith("plan-only"):
+        return State.PLANNED
     return state

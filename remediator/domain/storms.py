@@ -25,10 +25,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
-    "HOSTNAME_LABEL", "Candidate", "Fault", "FleetCounts", "StormAnalysis", "StormPolicy", "analyse",
+    "HOSTNAME_LABEL", "Candidate", "Fault", "FleetCounts", "StormAnalysis", "StormPolicy", "StormState", "analyse",
     "attribute_text", "fault_attributes", "hypergeom_sf", "node_attributes", "nodes_phrase",
 ]
 
@@ -165,6 +166,17 @@ def hypergeom_sf(x: int, population: int, successes: int, draws: int) -> float:
              for i in range(low, high + 1)]
     top = max(terms)
     return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+class StormState(StrEnum):
+    """A storm's state (store/storm_store.py keeps it): `open` holds its cause's nodes for one group decision,
+    `approved` or `rejected` once a person decided, `closed` once no node sharing the cause faulted for a window.
+    Members compare equal to their stored strings."""
+
+    OPEN = "open"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CLOSED = "closed"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from remediator.domain.plan_snapshot import stored_playbook_field
+from remediator.domain.states import State
 from remediator.store.models import Approval, Remediation
 
 __all__ = ["APPROVAL_STATUSES", "ApprovalStatus", "approval_status", "decision_of", "on_expiry", "step_approved"]
@@ -36,7 +37,7 @@ def approval_status(approval: Approval, rem: Remediation, now: datetime) -> Appr
             return known
     if _utc(approval.expires_at) <= _utc(now):
         return "expired"
-    return "pending" if rem.state == "awaiting_approval" else "closed"
+    return "pending" if rem.state == State.AWAITING_APPROVAL else "closed"
 
 
 def on_expiry(rem: Remediation) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from remediator.definitions import DefinitionSet
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
-from remediator.domain.states import RETURNED_STATES
+from remediator.domain.states import RETURNED_STATES, State
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.intake.normalize import GpuAlert, parse_xid
 
@@ -145,7 +145,7 @@ def utc(value: datetime) -> datetime:
 
 def returned_at(rem: LadderRemediation) -> datetime | None:
     """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
-    returned = rem.state == "reverted" or (rem.state in RETURNED_STATES and not rem.quarantined)
+    returned = rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined)
     if rem.finished_at is not None and returned:
         return utc(rem.finished_at)
     return None

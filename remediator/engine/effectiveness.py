@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol
 
 from remediator.domain.durations import format_duration
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
-from remediator.domain.states import RETURNED_STATES
+from remediator.domain.states import RETURNED_STATES, State
 
 __all__ = [
     "ACTED_STATES",
@@ -69,9 +69,9 @@ DEFAULT_WINDOW = timedelta(hours=24)
 RECURRENCE_WINDOWS: tuple[timedelta, ...] = (timedelta(hours=24), timedelta(days=7))
 
 # States in which a remediation has acted on its target: the runs the report counts.
-ACTED_STATES = frozenset({"running", "succeeded", "planned", "failed", "reverting", "reverted"})
+ACTED_STATES = frozenset({State.RUNNING, State.SUCCEEDED, State.PLANNED, State.FAILED, State.REVERTING, State.REVERTED})
 # States that never acted and never will: not a rung a subject stands on.
-_NEVER_ACTED = frozenset({"cancelled", "rejected", "expired"})
+_NEVER_ACTED = frozenset({State.CANCELLED, State.REJECTED, State.EXPIRED})
 NO_XID = "none"
 NO_MODEL = "unknown"
 
@@ -158,7 +158,7 @@ def returned_at(rem: RemediationLike) -> datetime | None:
     """When the remediation gave its target back to service, or None when it has not."""
     if rem.finished_at is None:
         return None
-    if rem.state == "reverted" or (rem.state in RETURNED_STATES and not rem.quarantined):
+    if rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined):
         return _aware(rem.finished_at)
     return None
 
@@ -335,7 +335,7 @@ def assess(rems: Sequence[RemediationLike], *, window: timedelta, now: datetime)
                 recurrence = Recurrence(rem.id, subject, rem.playbook, xid, (nxt[0] - back).total_seconds(), nxt[1])
             elif now >= back + window:
                 outcome = "healed"
-        elif rem.state == "failed":
+        elif rem.state == State.FAILED:
             outcome = "failed"
         out.append(Assessment(rem.id, subject, rem.playbook, xid, _model(rem), _rung(rem), outcome, back, ttr,
                               recurrence))

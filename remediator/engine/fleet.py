@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from remediator.domain.plan_snapshot import stored_alert_field
+from remediator.domain.states import State
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.runtime import Runtime
 from remediator.kube.inventory import NodeFacts, NodeInventory
@@ -158,8 +159,8 @@ async def fleet_view(rt: Runtime, *, window: timedelta = timedelta(hours=24)) ->
     for rem in rems:
         if rem.quarantined and (row := row_for(rem)) is not None:
             row.quarantined.append(rem)
-        if rem.state in ("awaiting_approval", "held") and (row := row_for(rem)) is not None:
-            (row.awaiting if rem.state == "awaiting_approval" else row.held).append(rem)
+        if rem.state in (State.AWAITING_APPROVAL, State.HELD) and (row := row_for(rem)) is not None:
+            (row.awaiting if rem.state == State.AWAITING_APPROVAL else row.held).append(rem)
         created, finished = _aware(rem.created_at), _aware(rem.finished_at)
         if ((created is not None and created >= since) or (finished is not None and finished >= since)) and (
             row := row_for(rem)
@@ -177,7 +178,7 @@ async def fleet_view(rt: Runtime, *, window: timedelta = timedelta(hours=24)) ->
     capped_gpus = 0
     for rem_id in capped_ids:
         capping = by_id.get(rem_id)
-        if capping is None or capping.state in ("reverted", "reverting"):
+        if capping is None or capping.state in (State.REVERTED, State.REVERTING):
             continue
         row = row_for(capping)
         if row is None:

@@ -50,6 +50,7 @@ from remediator.actions.node import DEFAULT_TAINT_KEY, unmark_patch
 from remediator.adapters.kube import FIELD_MANAGER
 from remediator.definitions.templates import render_params
 from remediator.domain.plan_snapshot import playbook_of
+from remediator.domain.states import State
 from remediator.engine.executor import Executor
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
@@ -294,7 +295,7 @@ class NodeMarks:
     async def _check(self, rem: Remediation, node: Mapping[str, Any], rows: list[StepRow] | None = None) -> bool:
         """Release `rem` when a mark of its is gone from `node` and was lifted by someone other than the
         controller; True when it was."""
-        if rem.state == "reverting" and rem.current_step >= len(playbook_of(rem).return_gate):
+        if rem.state == State.REVERTING and rem.current_step >= len(playbook_of(rem).return_gate):
             return False  # its own undo lifts the marks
         if rows is None:
             rows = await self.rt.repo.steps(rem.id)

@@ -18,7 +18,7 @@ from remediator.actions.node import DEFAULT_TAINT_KEY
 from remediator.definitions.models import Step
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.returns import SKIPS, gate_step_kind
-from remediator.domain.states import allowed_actions
+from remediator.domain.states import State, allowed_actions
 from remediator.engine.executor import Executor, RevertStep
 from remediator.engine.overrides import holds_target
 from remediator.engine.runtime import Runtime
@@ -110,7 +110,7 @@ def _undo_plan(rt: Runtime, rem: Remediation, rows: list[StepRow], skip: Iterabl
     playbook = playbook_of(rem)
     gate = list(playbook.return_gate)
     plan = Executor(rt).revert_plan(playbook, rows)
-    start = rem.current_step if rem.state == "reverting" else 0
+    start = rem.current_step if rem.state == State.REVERTING else 0
     skips = frozenset(skip)
     words = [_gate_words(rt, step, skips) for step in gate[start:]]
     words += [undo_words(undo, _node(rem)) for undo in plan[max(0, start - len(gate)):]]

@@ -18,33 +18,20 @@ from collections.abc import Iterable
 
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.returns import SKIPS, return_reason
-from remediator.domain.states import Event, allowed_actions
+from remediator.domain.states import Event, State, allowed_actions
 from remediator.engine.executor import Executor
 from remediator.engine.moves import move, notify
 from remediator.engine.runtime import Runtime
-from remediator.errors import IllegalTransition
+from remediator.errors import IllegalTransition, NothingHeld
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
 from remediator.store.models import Approval, Remediation
 
-__all__ = ["NothingHeld", "cancel", "holds_target", "release", "return_to_service", "revert"]
+__all__ = ["cancel", "holds_target", "release", "return_to_service", "revert"]
 
 log = logging.getLogger(__name__)
 
 # States in which a remediation holds nothing whatever its steps did (its undo is complete, or it never acted).
-_HOLDS_NOTHING = frozenset({"reverted", "returned", "planned", "released"})
-
-
-class NothingHeld(IllegalTransition):
-    """A return asked of a remediation that holds nothing on its node or GPU."""
-
-    def __init__(self, state: str, allowed: tuple[str, ...]) -> None:
-        super().__init__(state, "return", allowed)
-        then = f"allowed: {', '.join(allowed)}" if allowed else "nothing can be done"
-        self.args = (f"remediation is {state} and holds nothing on its node or GPU, so there is nothing to return; "
-                     f"{then}",)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
+_HOLDS_NOTHING = frozenset({State.REVERTED, State.RETURNED, State.PLANNED, State.RELEASED})
 
 
 def _said(actor: str, reason: str | None) -> str:
@@ -57,7 +44,7 @@ async def holds_target(rt: Runtime, rem: Remediation) -> bool:
     that no completed undo has taken back."""
     if rem.state in _HOLDS_NOTHING:
         return False
-    if rem.state == "reverting" or rem.quarantined:
+    if rem.state == State.REVERTING or rem.quarantined:
         return True
     try:
         plan = Executor(rt).revert_plan(playbook_of(rem), await rt.repo.steps(rem.id))
@@ -122,7 +109,7 @@ async def release(rt: Runtime, rem_id: str, *, actor: str, reason: str | None) -
     rem = await rt.repo.get(rem_id)
     if rem is None:
         raise KeyError(rem_id)
-    if rem.state != "held":
+    if rem.state != State.HELD:
         raise IllegalTransition(rem.state, Event.RELEASE, allowed_actions(rem.state))
     await rt.repo.set_flag(
         f"{OVERRIDE_FLAG_PREFIX}{rem_id}", {"by": actor, "reason": reason}, audit_kind="guardrail.override",
@@ -145,7 +132,7 @@ async def return_to_service(
     if rem is None:
         raise KeyError(rem_id)
     if not await holds_target(rt, rem):
-        raise NothingHeld(rem.state, tuple(a for a in allowed_actions(rem.state) if a != "return"))
+        raise NothingHeld(rem.state, tuple(a for a in allowed_actions(rem.state) if a != Event.RETURN))
     before = await _open_approvals(rt, rem_id)
     rem = await rt.repo.start_return(rem_id, actor=actor, reason=reason, skip=skips, from_state=rem.state)
     await notify(rt, rem_id, "return_requested", return_reason(actor, reason, skips))

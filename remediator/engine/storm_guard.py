@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from remediator.domain.plan_snapshot import stored_xid_code
 from remediator.domain.storms import (
     Attribute,
@@ -25,11 +23,13 @@ from remediator.domain.storms import (
     FleetCounts,
     StormAnalysis,
     StormPolicy,
+    StormState,
     analyse,
     fault_attributes,
     node_attributes,
 )
 from remediator.engine.runtime import Runtime
+from remediator.store.admission import AdmissionReads
 from remediator.store.models import Remediation
 from remediator.store.storm_store import STORM_REASON
 
@@ -62,7 +62,7 @@ class StormGuard:
         inventory = self.rt.inventory
         return inventory.attributes if inventory is not None and inventory.synced else None
 
-    async def evaluate(self, now: datetime, session: AsyncSession) -> StormAnalysis | None:
+    async def evaluate(self, now: datetime, reads: AdmissionReads) -> StormAnalysis | None:
         """Analyse the window; open or grow the storm its cause names. In the admitting transaction."""
         fleet = self._fleet()
         if fleet is None or not fleet.size:
@@ -70,23 +70,22 @@ class StormGuard:
         settings = self.rt.settings
         faults = [
             Fault(node, fault_attributes(alertname, stored_xid_code(plan), labels, context), created)
-            for node, alertname, plan, labels, context, created in await self.rt.repo.window_faults(
-                now - settings.storm_window, session)
+            for node, alertname, plan, labels, context, created in await reads.window_faults(
+                now - settings.storm_window)
         ]
         key = (frozenset(f.node for f in faults), fleet.version)
         if key != self._key:  # the costly part, only when the faulting nodes or the inventory changed
             self._key, self._analysis = key, analyse(faults, fleet, policy_of(settings))
         cause = self._analysis.cause if self._analysis is not None else None
         if cause is not None:  # every time: a rolled-back admission must not lose the storm it opened
-            storm, changed = await self.rt.repo.record_storm(
-                cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {},
-                session)
+            storm, changed = await reads.record_storm(
+                cause.key, cause.value, cause.text(), cause.nodes, self._analysis.as_dict() if self._analysis else {})
             if changed:
                 self._told.add(storm["id"])
                 if self._sizes.get(storm["id"]) != len(storm["nodes"]):  # opened or grown, not other candidates
                     self._sizes[storm["id"]] = len(storm["nodes"])
                     log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
-        self._told.update(await self.rt.repo.close_storms(now - settings.storm_window, session))
+        self._told.update(await reads.close_storms(now - settings.storm_window))
         return self._analysis
 
     def announce(self, held_by: str | None = None) -> None:
@@ -108,25 +107,25 @@ class StormGuard:
         node = (rem.context or {}).get("node") or {}
         return node_attributes({"metadata": {"labels": node.get("labels") or {}}})
 
-    async def hold(self, rem: Remediation, now: datetime, session: AsyncSession) -> str | None:
+    async def hold(self, rem: Remediation, now: datetime, reads: AdmissionReads) -> str | None:
         """Why this remediation waits for a storm's group decision, or None; read and written in the admitting
-        transaction (`session`), in the order the admissions come. Without a synced inventory nothing is read.
+        transaction (`reads`), in the order the admissions come. Without a synced inventory nothing is read.
         An analysis error is logged and holds nothing (the other guardrails still apply); a store error is
         the admission's own."""
         if not self.rt.settings.storm_hold or not rem.node or self._fleet() is None:
             return None
         try:
-            await self.evaluate(now, session)
+            await self.evaluate(now, reads)
         except (ArithmeticError, ValueError, KeyError, TypeError):
             log.warning("storm analysis failed; no storm holds remediation %s", rem.id, exc_info=True)
-        storms = await self.rt.repo.live_storms(session)
+        storms = await reads.live_storms()
         attrs = self.attributes_of(rem)
         for storm in storms:
             if (storm["cause"]["key"], storm["cause"]["value"]) not in attrs:
                 continue
-            if storm["state"] == "open":
+            if storm["state"] == StormState.OPEN:
                 return hold_reason(storm)
-            if storm["state"] == "rejected":
+            if storm["state"] == StormState.REJECTED:
                 return (f"{STORM_REASON}{storm['id']}: suspected shared cause {storm['cause']['text']}; the group "
                         f"was rejected by {storm['decided_by']}: held for a person")
         return None

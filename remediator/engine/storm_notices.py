@@ -37,7 +37,7 @@ from remediator.adapters.notifier import (
     slack_delete,
     slack_post_or_edit,
 )
-from remediator.domain.storms import nodes_phrase
+from remediator.domain.storms import StormState, nodes_phrase
 from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.repository import Repository
@@ -81,13 +81,13 @@ def storm_message(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]], *
         "closed": f"Storm on {phrase} closed",
     }
     lines = [f"*Suspected cause:* {cause['text']}"]
-    if state == "open":
+    if state == StormState.OPEN:
         lines.append(f"{_plural(len(held), 'remediation')} on {phrase} wait for one group decision; nodes "
                      "outside it go on.")
-    elif state == "approved":
+    elif state == StormState.APPROVED:
         lines.append(f"Approved by {by}{why}. The remediations it held were released; later ones on {phrase} "
                      "are not held by this storm.")
-    elif state == "rejected":
+    elif state == StormState.REJECTED:
         lines.append(f"Rejected by {by}{why}. The remediations it held were cancelled; later ones on {phrase} "
                      "wait for a person.")
     else:
@@ -110,7 +110,7 @@ def storm_message(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]], *
     lines.append(f"*Nodes ({len(nodes)}):* {shown}")
     lines.append(f"storm `{storm['id']}`")
     buttons: list[Button] = []
-    if state == "open" and approve_link:
+    if state == StormState.OPEN and approve_link:
         buttons.append(Button("Approve or reject the group", url=approve_link, style="primary"))
     buttons.append(Button("Open the storm page", url=page))
     return Message(
@@ -197,7 +197,7 @@ class StormNotices:
 
     async def _link(self, storm: Mapping[str, Any]) -> str | None:
         """The approve-group link while the storm is open (one token per storm and process)."""
-        if storm["state"] != "open":
+        if storm["state"] != StormState.OPEN:
             self._tokens.pop(str(storm["id"]), None)
             return None
         token = self._tokens.get(str(storm["id"]))
@@ -247,7 +247,7 @@ class StormNotices:
 
     async def _to_hooks(self, storm: Mapping[str, Any], message: Message) -> None:
         """An incoming webhook cannot edit: once when the storm is first told, once when it is decided."""
-        phase = "opened" if storm["state"] == "open" else "decided"
+        phase = "opened" if storm["state"] == StormState.OPEN else "decided"
         place = _place(storm)
         told = place[1] if place is not None and place[0] == WEBHOOK_PLACE else None
         if told == phase or told == "decided":

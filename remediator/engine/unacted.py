@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from remediator.domain.plan_snapshot import plan_of
 from remediator.domain.silences import silence_id_of
-from remediator.domain.states import shown_state
+from remediator.domain.states import State, shown_state
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import normalize_row
 from remediator.kube.vocabulary import EXCLUDE_LABEL
@@ -45,7 +45,7 @@ REASONS: Final[dict[str, str]] = {
 }
 
 _ALERT_OUTCOMES: Final = ("unmatched", "no_target", "cooldown", "linked", "silenced", "error")
-_STARTED_BUT: Final = frozenset({"held", "cancelled", "rejected", "expired"})
+_STARTED_BUT: Final = frozenset({State.HELD, State.CANCELLED, State.REJECTED, State.EXPIRED})
 
 
 @dataclass(frozen=True)
@@ -151,9 +151,9 @@ def _classify(rt: Runtime, row: AlertRow, rem: Remediation | None) -> tuple[str,
         return "cooldown", detail, until
     if outcome == "started" and rem is not None and rem.state in _STARTED_BUT:
         reason = rem.state_reason or ""
-        if rem.state == "held":
+        if rem.state == State.HELD:
             return _held_reason(reason), reason or REASONS["guardrail"], None
-        if rem.state == "cancelled":
+        if rem.state == State.CANCELLED:
             return ("resolved" if "resolved" in reason.lower() else "cancelled"), reason or "cancelled", None
         return rem.state, reason or REASONS[rem.state], None
     return None

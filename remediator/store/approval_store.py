@@ -7,11 +7,13 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.states import State
+from remediator.errors import StateMoved
 from remediator.store.models import (
     Approval,
     Remediation,
 )
-from remediator.store.transactions import RepositoryBase, StateMoved
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["ApprovalStore"]
 
@@ -45,7 +47,7 @@ class ApprovalStore(RepositoryBase):
                 select(Approval.remediation_id)
                 .join(Remediation, Remediation.id == Approval.remediation_id)
                 .where(
-                    Remediation.state == "awaiting_approval", Approval.decision.is_(None),
+                    Remediation.state == State.AWAITING_APPROVAL, Approval.decision.is_(None),
                     Approval.expires_at < now,
                 )
             )
@@ -63,7 +65,7 @@ class ApprovalStore(RepositoryBase):
         now = self._clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
-            if rem.state != "running":  # cancelled or returned since the driver read it: nothing to ask
+            if rem.state != State.RUNNING:  # cancelled or returned since the driver read it: nothing to ask
                 raise StateMoved(rem_id)
             await session.execute(
                 update(Approval)
@@ -191,7 +193,7 @@ class ApprovalStore(RepositoryBase):
         check of the remediation's state here sees any move that committed first (a cancel, another decision).
         """
         waiting = select(Remediation.id).where(
-            Remediation.id == Approval.remediation_id, Remediation.state == "awaiting_approval"
+            Remediation.id == Approval.remediation_id, Remediation.state == State.AWAITING_APPROVAL
         )
         in_time = Approval.expires_at < now if due else Approval.expires_at > now
         closed = await session.execute(

@@ -28,6 +28,8 @@ from sqlalchemy import Table, and_, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.states import State
+from remediator.errors import RemediatorError
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.redelivery import ended_without_running
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values_for
@@ -42,7 +44,7 @@ _YIELD_EVERY = 64  # rows built between yields to the event loop (`_prepared_sta
 _REPLANS = 4  # a batch recorded again after a conflict, this many times in all, before alert by alert
 
 
-class _StillConflicting(Exception):
+class _StillConflicting(RemediatorError):
     """A batch conflicted with other replicas' remediations every time it was recorded."""
 
 
@@ -131,8 +133,8 @@ class DecisionStore(RemediationStore):
         history: dict[str, list[Remediation]] = defaultdict(list)
         wanted = sorted(set(nodes))
         returned = or_(
-            Remediation.state == "reverted",
-            and_(Remediation.state.in_(("succeeded", "planned")), Remediation.quarantined.is_(False)),
+            Remediation.state == State.REVERTED,
+            and_(Remediation.state.in_((State.SUCCEEDED, State.PLANNED)), Remediation.quarantined.is_(False)),
         )
         async with self.reading() as session:
             for i in range(0, len(wanted), _CHUNK):

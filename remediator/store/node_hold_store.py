@@ -7,13 +7,14 @@ from typing import Any
 
 from sqlalchemy import select, true, update
 
+from remediator.domain.states import State
 from remediator.store.models import Remediation
 from remediator.store.transactions import RepositoryBase
 
 __all__ = ["NodeHoldStore"]
 
 # Final states in which the controller holds nothing on the node whatever its steps did.
-_LET_GO = ("reverted", "returned", "released", "planned")
+_LET_GO = (State.REVERTED, State.RETURNED, State.RELEASED, State.PLANNED)
 
 
 class NodeHoldStore(RepositoryBase):

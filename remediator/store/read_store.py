@@ -11,7 +11,7 @@ from sqlalchemy import Select, exists, false, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
-from remediator.domain.states import ACTIVE_STATES
+from remediator.domain.states import ACTIVE_STATES, State
 from remediator.store.models import (
     AlertRow,
     AuditEvent,
@@ -288,7 +288,7 @@ class ReadStore(RepositoryBase):
         In an admission batch the queue is read once (every held remediation with such a reason) and kept
         current by the batch (`BreakerMemo.decided`)."""
         queued = (
-            Remediation.state == "held",
+            Remediation.state == State.HELD,
             Remediation.state_reason.startswith(reason_prefix, autoescape=True),
             Remediation.node.is_not(None),
         )

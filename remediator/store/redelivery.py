@@ -41,6 +41,7 @@ from sqlalchemy import ColumnElement, and_, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
 from remediator.domain.silences import SilenceSet, silence_id_of
+from remediator.domain.states import State
 from remediator.retrying import CONTEXT_READ_FAILED
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.silence_store import active_silences_in
@@ -57,7 +58,7 @@ def ended_without_running() -> ColumnElement[bool]:
     """A remediation ended `failed` by the driver's crashes, or by a permanent error reading its context before
     any step: not by a decision of its playbook."""
     return and_(
-        Remediation.state == "failed",
+        Remediation.state == State.FAILED,
         or_(
             Remediation.crashes > 0,
             func.coalesce(Remediation.state_reason, "").startswith(CONTEXT_READ_FAILED, autoescape=True),

@@ -4,8 +4,8 @@ admission, escalations."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,54 +13,33 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.domain.guardrails import GuardrailFacts, Verdict
+from remediator.domain.guardrails import Verdict
 from remediator.domain.json_values import jsonable
 from remediator.domain.plan_snapshot import stored_playbook_field
 from remediator.domain.returns import return_reason
-from remediator.domain.states import TRANSITIONS, allowed_actions
-from remediator.errors import IllegalTransition, StoreUnavailable
+from remediator.domain.states import TRANSITIONS, State, allowed_actions
+from remediator.errors import IllegalTransition, LeaseLost, StoreUnavailable
 from remediator.retrying import WAITING_PREFIX, on_conflict
+from remediator.store.admission import Admission, SessionReads
 from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import (
     AlertRow,
     Remediation,
 )
-from remediator.store.read_store import SteadyCounts, SteadyQuery, flag_value, steady_counts
+from remediator.store.read_store import ReadStore, SteadyCounts, flag_value, steady_counts
 from remediator.store.redelivery import ended_without_running
-from remediator.store.step_store import BeginStep, begin_step_in, steps_begun
-from remediator.store.transactions import (
-    _ADMIT_LOCK,
-    BREAKER_MEMO,
-    BreakerMemo,
-    LeaseLost,
-    NewRemediation,
-    RepositoryBase,
-)
+from remediator.store.step_store import begin_step_in, steps_begun
+from remediator.store.storm_store import StormStore
+from remediator.store.transactions import _ADMIT_LOCK, BREAKER_MEMO, BreakerMemo, NewRemediation
 
-__all__ = ["AdmissionRequest", "Admitted", "RemediationStore"]
+__all__ = ["Admission", "Admitted", "RemediationStore"]
 
 Admitted = tuple[Remediation, Verdict, bool]  # (the remediation as committed, the verdict, changed)
 
 
-@dataclass(frozen=True)
-class AdmissionRequest:
-    """One remediation to admit (see `RemediationStore.admit_many`)."""
-
-    rem_id: str
-    owner: str
-    decide: Callable[[GuardrailFacts], Verdict]
-    # The facts the verdict is decided on, read under the admission lock, given the answers to `steady`
-    # (read for the whole batch before the lock; None without a `steady` query).
-    facts: Callable[[AsyncSession, SteadyCounts | None], Awaitable[GuardrailFacts]]
-    context: dict[str, Any] | None = None
-    steady: SteadyQuery | None = None
-    # A new remediation's first step, begun in the admitting transaction when it is admitted (only from
-    # `pending`: a remediation that was held or has run has its own rows and goes the step's usual way).
-    first_step: BeginStep | None = None
-
-
-class RemediationStore(RepositoryBase):
-    """Remediations and their moves (a mixin of `Repository`)."""
+class RemediationStore(ReadStore, StormStore):
+    """Remediations and their moves (a mixin of `Repository`); an admission reads through the read and storm
+    mixins in its own transaction (store/admission.py)."""
 
     async def record_firing(self, alert: AlertRow, new: NewRemediation) -> tuple[str, str]:
         """Start a remediation for a firing alert, or link it to the active one, or respect the cooldown.
@@ -134,15 +113,15 @@ class RemediationStore(RepositoryBase):
             for rem in rows:
                 rem.alert_resolved = True
                 on_resolved = str(stored_playbook_field(rem.plan, "on_resolved") or "keep")
-                if rem.state in ("pending", "held", "awaiting_approval"):
+                if rem.state in (State.PENDING, State.HELD, State.AWAITING_APPROVAL):
                     await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
                     results.append((rem.id, "cancelled"))
                     if on_resolved == "revert" and await self._has_done_steps(session, rem.id):
                         await self._start_revert(session, rem, "alert resolved")
                         results[-1] = (rem.id, "cancelled+reverting")
-                elif rem.state == "running":
+                elif rem.state == State.RUNNING:
                     results.append((rem.id, "marked"))
-                elif rem.state in ("succeeded", "planned", "failed") and on_resolved == "revert":
+                elif rem.state in (State.SUCCEEDED, State.PLANNED, State.FAILED) and on_resolved == "revert":
                     await self._start_revert(session, rem, "alert resolved")
                     results.append((rem.id, "reverting"))
                 else:
@@ -195,7 +174,7 @@ class RemediationStore(RepositoryBase):
             rem = await self._get_for_update(session, rem_id, None)
             if from_state is not None and rem.state != from_state:
                 raise IllegalTransition(rem.state, "return", allowed_actions(rem.state))
-            undoing = rem.state == "reverting"
+            undoing = rem.state == State.REVERTING
             request = {"actor": actor, "reason": reason, "skip": sorted(set(skip)), "at": now.isoformat(),
                        "from": rem.state}
             await self._transition(
@@ -234,7 +213,7 @@ class RemediationStore(RepositoryBase):
                 # New work first (admission quarantines a node; an undo frees breaker room), then the next
                 # step of running ones, then those the breaker holds; oldest first within each.
                 .order_by(
-                    case((Remediation.state == "held", 2), (Remediation.state == "running", 1), else_=0),
+                    case((Remediation.state == State.HELD, 2), (Remediation.state == State.RUNNING, 1), else_=0),
                     Remediation.created_at,
                 )
                 .limit(limit)
@@ -311,11 +290,12 @@ class RemediationStore(RepositoryBase):
         await self.audit(session, "context.gathered", remediation_id=rem.id,
                          data={"pods": len(context.get("pods", [])), "source": context.get("pod_source")})
 
-    async def admit_many(self, requests: Sequence[AdmissionRequest]) -> list[Admitted | BaseException]:
+    async def admit_many(self, requests: Sequence[Admission]) -> list[Admitted | BaseException]:
         """Guardrail decisions and the quarantines they admit, serialized across replicas, several at once.
 
-        For each request, `facts(session)` reads what the decision needs in this transaction and
-        `decide(facts)` is the guardrails' verdict on them (domain/guardrails.py); each result is (the
+        Each request is an `Admission` (store/admission.py): `facts(reads, counts)` reads what the decision
+        needs in this transaction (`reads`: the breaker's counts and the storm window, no session) and
+        `verdict(facts)` is the guardrails' verdict on them (domain/guardrails.py); each result is (the
         remediation as committed, verdict, changed), `changed` False when a held remediation is still held for
         the same reason, or the exception of that request alone (its lease lost, the remediation gone). A
         `context` gathered for an admission is stored in the same transaction, audited as `context.gathered`,
@@ -350,7 +330,7 @@ class RemediationStore(RepositoryBase):
             # exist is resumed, as `begin_step` would.
             begun = await steps_begun(session, [
                 (rem.id, first.phase, first.idx) for i, rem in rems.items()
-                if rem.state == "pending" and (first := requests[i].first_step) is not None
+                if rem.state == State.PENDING and (first := requests[i].first_step) is not None
             ])
             if rems:
                 await self._lock(session, _ADMIT_LOCK)
@@ -361,10 +341,11 @@ class RemediationStore(RepositoryBase):
             # quarantines added), not read again for every request of the batch.
             memo = BreakerMemo()
             session.info[BREAKER_MEMO] = memo
+            reads = SessionReads(self, session)
             for i in sorted(rems, key=lambda k: (rems[k].created_at, rems[k].id)):
                 rem, request = rems[i], requests[i]
-                verdict = request.decide(await request.facts(session, steady.get(i)))
-                was_pending = rem.state == "pending"
+                verdict = request.verdict(await request.facts(reads, steady.get(i)))
+                was_pending = rem.state == State.PENDING
                 results[i] = await self._apply_verdict(session, rem, verdict)
                 memo.decided(rem)
                 if verdict.allow and was_pending and request.first_step is not None:
@@ -386,14 +367,14 @@ class RemediationStore(RepositoryBase):
 
     async def _apply_verdict(self, session: AsyncSession, rem: Remediation, verdict: Verdict) -> Admitted:
         if verdict.allow:
-            if rem.state == "held":
+            if rem.state == State.HELD:
                 await self._transition(session, rem, "release", reason="guardrails allow")
             await self._transition(session, rem, "start", reason=verdict.reason)
             rem.quarantined = bool(verdict.quarantines)
             if rem.quarantined:
                 await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
             return rem, verdict, True
-        if rem.state == "held" and rem.state_reason == verdict.reason:
+        if rem.state == State.HELD and rem.state_reason == verdict.reason:
             return rem, verdict, False
         await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
         return rem, verdict, True

@@ -10,14 +10,12 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.domain.json_values import jsonable
-from remediator.domain.states import phase_of
+from remediator.domain.states import State, phase_of
+from remediator.errors import StateMoved
 from remediator.store.models import (
     StepRow,
 )
-from remediator.store.transactions import (
-    RepositoryBase,
-    StateMoved,
-)
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["WAITING", "BeginStep", "StepKey", "StepStore", "begin_step_in", "steps_begun"]
 
@@ -114,7 +112,7 @@ class StepStore(RepositoryBase):
         new row: a resumed one keeps what it saved, which may predate writes of the earlier attempt."""
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
-            if rem.state not in (("pending", "running") if phase == "forward" else ("reverting",)):
+            if rem.state not in ((State.PENDING, State.RUNNING) if phase == "forward" else (State.REVERTING,)):
                 # A person moved it on (cancel, return) since the driver read it: this step no longer runs.
                 raise StateMoved(rem_id)
             return await begin_step_in(

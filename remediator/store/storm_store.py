@@ -17,13 +17,16 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.states import State
+from remediator.domain.storms import StormState
 from remediator.store.models import AuditEvent, Remediation, Storm
 from remediator.store.transactions import RepositoryBase, _aware
 
 __all__ = ["STORM_REASON", "StormStore", "storm_record"]
 
 STORM_REASON = "storm "  # how a hold by a storm reads: "storm <id>: ..."
-OPEN_STATES = ("open", "approved", "rejected")  # not closed: the storm still decides for its cause's nodes
+# not closed: the storm still decides for its cause's nodes
+OPEN_STATES = (StormState.OPEN, StormState.APPROVED, StormState.REJECTED)
 MAX_LINKS = 50  # approve-group links remembered per storm (each replica or restart sends its own)
 SlackPlace = tuple[str, str]  # (channel, ts) of a storm's Slack message; ("incoming-webhook", phase) for webhooks
 
@@ -106,7 +109,7 @@ class StormStore(RepositoryBase):
             .with_for_update()
         )).first()
         if storm is None:
-            storm = Storm(id=str(uuid.uuid4()), opened_at=now, updated_at=now, state="open", cause_key=key,
+            storm = Storm(id=str(uuid.uuid4()), opened_at=now, updated_at=now, state=StormState.OPEN, cause_key=key,
                           cause_value=value, cause_text=text, nodes=sorted(set(nodes)), analysis=analysis,
                           timeline=[{"at": now.isoformat(), "event": "opened", "nodes": len(set(nodes)),
                                      "cause": text}])
@@ -140,14 +143,14 @@ class StormStore(RepositoryBase):
             storm = await session.get(Storm, storm_id, with_for_update=True)
             if storm is None:
                 return None, []
-            if storm.state != "open":
+            if storm.state != StormState.OPEN:
                 return storm_record(storm), []
             storm.state, storm.decided_at, storm.decided_by, storm.decision_reason = decision, now, actor, reason
             storm.updated_at = now
             storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": decision, "by": actor,
                                                 "reason": reason}]
             held = list(await session.scalars(
-                select(Remediation.id).where(Remediation.state == "held",
+                select(Remediation.id).where(Remediation.state == State.HELD,
                                              Remediation.state_reason.startswith(f"{STORM_REASON}{storm_id}:"))
             ))
             await self.audit(session, f"storm.{decision}", actor=actor,
@@ -164,10 +167,10 @@ class StormStore(RepositoryBase):
         now = self._clock()
         closed: list[str] = []
         for storm in await session.scalars(
-            select(Storm).where(Storm.state.in_(("approved", "rejected")), Storm.updated_at < before)
+            select(Storm).where(Storm.state.in_((StormState.APPROVED, StormState.REJECTED)), Storm.updated_at < before)
             .with_for_update()
         ):
-            storm.state, storm.updated_at = "closed", now
+            storm.state, storm.updated_at = StormState.CLOSED, now
             storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "closed"}]
             await self.audit(session, "storm.closed", data={"storm": storm.id, "cause": storm.cause_text})
             closed.append(storm.id)
@@ -186,7 +189,7 @@ class StormStore(RepositoryBase):
             rows = await session.execute(
                 select(Remediation.id, Remediation.node, Remediation.playbook, Remediation.state_reason,
                        Remediation.created_at)
-                .where(Remediation.state == "held", Remediation.state_reason.startswith(STORM_REASON))
+                .where(Remediation.state == State.HELD, Remediation.state_reason.startswith(STORM_REASON))
             )
             found = rows.all()
         out: dict[str, list[dict[str, Any]]] = {}
@@ -231,7 +234,7 @@ class StormStore(RepositoryBase):
         """Remember the SHA-256 of an approve-group link sent for an open storm (False: no such open storm)."""
         async with self.transaction() as session:
             storm = await session.get(Storm, storm_id, with_for_update=True)
-            if storm is None or storm.state != "open":
+            if storm is None or storm.state != StormState.OPEN:
                 return False
             storm.approval_links = [*(storm.approval_links or []), token_hash][-MAX_LINKS:]
             return True

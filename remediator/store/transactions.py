@@ -17,8 +17,9 @@ from sqlalchemy import Table, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from remediator.domain.json_values import jsonable
-from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, next_state
-from remediator.errors import StoreUnavailable
+from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, State, next_state
+from remediator.domain.timestamps import Clock
+from remediator.errors import LeaseLost, StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
@@ -36,8 +37,8 @@ from remediator.store.models import (
 from remediator.store.sqlite_intake import SqliteIntake
 
 __all__ = [
-    "BREAKER_MEMO", "INTAKE_PRIORITY_WAIT_S", "LARGE_COLUMNS", "SUPERSEDING_EVENTS", "BreakerMemo", "LeaseLost",
-    "NewRemediation", "RepositoryBase", "StateMoved", "StoredBatch",
+    "BREAKER_MEMO", "INTAKE_PRIORITY_WAIT_S", "LARGE_COLUMNS", "SUPERSEDING_EVENTS", "BreakerMemo",
+    "NewRemediation", "RepositoryBase", "StoredBatch",
     "utcnow",
 ]
 
@@ -60,16 +61,6 @@ INTAKE_PRIORITY_WAIT_S = 0.25
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class LeaseLost(Exception):
-    """This worker no longer owns the remediation; another replica took it over."""
-
-
-class StateMoved(LeaseLost):
-    """A person moved the remediation on (cancel, return) while this worker drove it: a forward step or an
-    approval request it was about to begin no longer belongs to the state it is in. The driver stops and
-    releases the lease; the next claim goes on from the new state."""
 
 
 # Events after which a remediation no longer waits for any approval request (store: `_supersede_approvals`).
@@ -131,7 +122,7 @@ class BreakerMemo:
             return
         reason = rem.state_reason or ""
         created = _aware(rem.created_at)
-        if rem.state == "held" and rem.node and created is not None and reason.startswith(self.held_prefix):
+        if rem.state == State.HELD and rem.node and created is not None and reason.startswith(self.held_prefix):
             self.held[rem.id] = (created, rem.node)
         else:
             self.held.pop(rem.id, None)
@@ -146,9 +137,9 @@ def _aware(ts: datetime | None) -> datetime | None:
 class RepositoryBase:
     """Thin, explicit persistence API over an async sessionmaker (the parts every concern uses)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime] = utcnow) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Clock = utcnow) -> None:
         self._sessions = sessions
-        self._clock = clock
+        self.clock: Clock = clock  # the one injected clock (domain/timestamps.py); `Runtime.clock` hands it out
         # Cleared while webhook batches are waiting to be committed (see IntakeWriter).
         self.intake_idle = asyncio.Event()
         self.intake_idle.set()
@@ -168,6 +159,15 @@ class RepositoryBase:
         self.health = DatabaseHealth()  # the database as this process's store calls found it
         self._sqlite_file = str(file) if file is not None else None
         self._spooling = False
+
+    @property
+    def _clock(self) -> Clock:
+        """`clock`, by the name the store's own modules (and tests that set a clock) use."""
+        return self.clock
+
+    @_clock.setter
+    def _clock(self, clock: Clock) -> None:
+        self.clock = clock
 
     @asynccontextmanager
     async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:

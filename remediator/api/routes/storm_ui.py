@@ -26,7 +26,7 @@ from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, header_identity, identity_of, message_page
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
-from remediator.domain.storms import nodes_phrase
+from remediator.domain.storms import StormState, nodes_phrase
 from remediator.engine.approvals import Approvals, hash_token
 from remediator.engine.runtime import Runtime
 from remediator.engine.storm_control import DECISIONS, decide_storm, describe_decision
@@ -145,7 +145,7 @@ async def storm_decision(storm_id: str, request: Request, rt: RuntimeDep, worker
     storm = await rt.repo.get_storm(storm_id)
     if storm is None:
         return message_page("No such storm", f"There is no storm {storm_id}.", 404, link="/storms")
-    if storm["state"] != "open":
+    if storm["state"] != StormState.OPEN:
         return _decided(storm, back)
     if str(form.get("confirmed") or "") != "yes":
         said = await describe_decision(rt, storm_id, decision, actor=who)
@@ -191,7 +191,7 @@ async def _link_page(request: Request, rt: Runtime, storm: dict[str, Any], token
     identity = await header_identity(request, rt)
     context = await _storm_context(rt, storm)
     said = {d: await describe_decision(rt, storm["id"], d, actor=identity or "the name you type")
-            for d in ("approved", "rejected")} if storm["state"] == "open" else {}
+            for d in ("approved", "rejected")} if storm["state"] == StormState.OPEN else {}
     return _answer(request, "storm.html", {
         **context, "signed_in": identity, "link_mode": True, "action": request.url.path, "said": said,
         "needs_name": identity is None and not rt.settings.approver_header, "notice": notice, "error": error,
@@ -218,7 +218,7 @@ async def link_decision(storm_id: str, token: str, request: Request, rt: Runtime
         return message_page("Form could not be verified", "The form did not carry a valid security token for this "
                             "browser (it may be from another site, or cookies are blocked). Nothing was decided. "
                             "Open the link again and retry.", 403, link=request.url.path)
-    if found["state"] != "open":
+    if found["state"] != StormState.OPEN:
         return await _link_page(request, rt, found, token, status_code=409,
                                 notice=f"This storm was already {found['state']}"
                                        f"{' by ' + str(found['decided_by']) if found.get('decided_by') else ''}; "

@@ -26,7 +26,7 @@ from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.api.ui_facts import display_state, event_step, list_facts, remediation_facts
 from remediator.domain.returns import SKIPS
-from remediator.domain.states import ACTIVE_STATES, STATES
+from remediator.domain.states import ACTIVE_STATES, STATES, State
 from remediator.engine import overrides
 from remediator.engine.approval_decisions import approval_status
 from remediator.engine.approvals import Approvals, ApprovalView, Decision
@@ -35,7 +35,7 @@ from remediator.engine.move_preview import MOVES, REASON_REQUIRED, offered_moves
 from remediator.engine.notifications import pods_of
 from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
-from remediator.errors import ApprovalError, IllegalTransition
+from remediator.errors import ApprovalError, IllegalTransition, RemediatorError
 from remediator.store.models import Remediation
 
 __all__ = ["router"]
@@ -124,7 +124,8 @@ async def detail(
         "shown_state": display_state(rem, rows),
         "facts": remediation_facts(rt.settings, rem, alert.generator_url if alert is not None else None),
         "steps": approvals.preview(
-            rem, rows, gated=view.approval.step_index if view is not None and rem.state == "awaiting_approval" else None
+            rem, rows,
+            gated=view.approval.step_index if view is not None and rem.state == State.AWAITING_APPROVAL else None,
         ),
         "revert_rows": [r for r in rows if r.phase == "revert"],
         "return_gate": stored_gate(rt.actions, rem, rows),
@@ -142,7 +143,7 @@ async def detail(
         "status": _definitions_status(rt),
         "csrf": csrf.token(nonce, f"ui:{rem_id}"),
         "done": _DONE.get(done or ""),
-        "refresh": 5 if rem.state in ("pending", "running", "reverting") else 0,
+        "refresh": 5 if rem.state in (State.PENDING, State.RUNNING, State.REVERTING) else 0,
     }
     response = page("detail.html", context)
     if fresh:
@@ -151,7 +152,7 @@ async def detail(
 
 
 def _approval_open(rem: Remediation, view: ApprovalView | None) -> bool:
-    return view is not None and view.status == "pending" and rem.state == "awaiting_approval"
+    return view is not None and view.status == "pending" and rem.state == State.AWAITING_APPROVAL
 
 
 def _form_text(form: Any, key: str) -> str:
@@ -233,7 +234,7 @@ async def move_form(rem_id: str, request: Request, rt: RuntimeDep, worker: Worke
     return RedirectResponse(f"{back}?done={action}", status_code=303)
 
 
-class _NotDecided(Exception):
+class _NotDecided(RemediatorError):
     def __init__(self, notice: str, status: int) -> None:
         super().__init__(notice)
         self.notice, self.status = notice, status
