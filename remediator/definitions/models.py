@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -18,10 +18,12 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    JsonValue,
     PlainSerializer,
     Tag,
     field_validator,
 )
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from remediator.definitions.matchers import Matcher, parse_matcher
 from remediator.domain.durations import format_duration, parse_duration
@@ -40,9 +42,11 @@ AlertKind = Literal["xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "ot
 ALERT_KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other")
 
 
-def _duration(value: Any) -> Any:
+def _duration(value: object) -> object:
     if isinstance(value, str) and value.startswith(("P", "-P")):
         return value  # ISO 8601, as pydantic writes timedelta; pydantic parses it
+    if not isinstance(value, str | int | float | timedelta):
+        raise ValueError(f"not a duration: {value!r} (use e.g. 90s, 30m, 2h, 1h30m, 7d)")
     return parse_duration(value)
 
 
@@ -53,8 +57,24 @@ Duration = Annotated[
 ]
 
 
-def _revert_kind(value: Any) -> str:
+def _revert_kind(value: object) -> str:
     return "spec" if isinstance(value, Mapping | RevertSpec) else "off"
+
+
+def _json_params(value: object) -> object:
+    """None as no parameters; YAML dates and timestamps as the ISO strings a playbook snapshot stores."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        return value  # pydantic names the error
+    try:
+        return {k: to_jsonable_python(v) for k, v in value.items()}
+    except PydanticSerializationError:
+        return value  # pydantic names the value that is not JSON
+
+
+# Step, playbook and rule parameters: plain JSON values (template strings, numbers, lists, mappings).
+Params = Annotated[dict[str, JsonValue], BeforeValidator(_json_params)]
 
 
 class _Strict(BaseModel):
@@ -65,7 +85,7 @@ class RevertSpec(_Strict):
     """An explicit undo for a step: which action, with which (template) parameters."""
 
     action: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
 
 
 class Step(_Strict):
@@ -73,7 +93,7 @@ class Step(_Strict):
 
     name: str = Field(min_length=1)
     action: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
     when: str | None = None
     timeout: Duration = timedelta(minutes=5)
     retries: int = Field(default=3, ge=0, le=100)
@@ -85,14 +105,9 @@ class Step(_Strict):
     ] = None
     approval: Literal["required"] | None = None
 
-    @field_validator("params", mode="before")
-    @classmethod
-    def _null_params(cls, value: Any) -> Any:
-        return {} if value is None else value
-
     @field_validator("when", mode="before")
     @classmethod
-    def _blank_when(cls, value: Any) -> Any:
+    def _blank_when(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip():
             return None
         return value
@@ -104,7 +119,7 @@ class Playbook(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     description: str = ""
     target: Literal["node", "gpu", "gpu_instance", "namespace"] = "node"
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
     steps: tuple[Step, ...] = Field(min_length=1)
     on_resolved: Literal["revert", "keep"] = "keep"
     on_expiry: Literal["abort", "continue"] = "abort"
@@ -113,14 +128,9 @@ class Playbook(_Strict):
     # `await_reboot`); one that fails ends the undo with nothing undone, so the quarantine stays.
     return_gate: tuple[Step, ...] = ()
 
-    @field_validator("params", mode="before")
-    @classmethod
-    def _null_params(cls, value: Any) -> Any:
-        return {} if value is None else value
-
     @field_validator("return_gate", mode="before")
     @classmethod
-    def _null_gate(cls, value: Any) -> Any:
+    def _null_gate(cls, value: object) -> object:
         return () if value is None else value
 
     @field_validator("return_gate")
@@ -137,7 +147,7 @@ class Playbook(_Strict):
         return next((s for s in self.steps if s.name == name), None)
 
 
-def _matchers(value: Any) -> Any:
+def _matchers(value: object) -> object:
     """The mapping form `{label: value}` means equality; the list form holds matcher strings."""
     if isinstance(value, Mapping):
         return [Matcher(name=str(k), op="=", value="" if v is None else str(v)) for k, v in value.items()]
@@ -155,17 +165,12 @@ class Rule(_Strict):
     name: str = Field(min_length=1)
     match: Annotated[tuple[ParsedMatcher, ...], BeforeValidator(_matchers)] = Field(min_length=1)
     playbook: str = Field(min_length=1)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: Params = Field(default_factory=dict)
     priority: int = 0
     cooldown: Duration | None = None
     enabled: bool = True
     kind: AlertKind | None = None
     require_approval: bool = False
-
-    @field_validator("params", mode="before")
-    @classmethod
-    def _null_params(cls, value: Any) -> Any:
-        return {} if value is None else value
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Every matcher holds (Alertmanager semantics)."""

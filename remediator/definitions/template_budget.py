@@ -21,10 +21,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from remediator.errors import TemplateBudgetExceeded
 
 __all__ = [
     "MAX_OUTPUT",
@@ -32,7 +35,6 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_STEPS",
     "BudgetedSandbox",
-    "TemplateBudgetExceeded",
     "budget",
 ]
 
@@ -42,10 +44,6 @@ MAX_RANGE = 10_000  # items one range() may produce
 MAX_SECONDS = 1.0  # wall clock per rendering
 _LOOP_GUARD = "__remediator_loop_budget"
 _WIDE_FORMAT = re.compile(r"\d{6,}")  # a width or precision of a million or more characters
-
-
-class TemplateBudgetExceeded(ValueError):
-    """A rendering that ran out of steps, time or output size."""
 
 
 class _Budget:
@@ -86,18 +84,21 @@ def _spend(n: int = 1) -> None:
         current.spend(n)
 
 
-def _sized(value: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _sized(value: _T) -> _T:
     if isinstance(value, str | bytes | list | tuple | dict) and len(value) > MAX_OUTPUT:
         raise TemplateBudgetExceeded(f"template built a value longer than {MAX_OUTPUT}")
     return value
 
 
-def _check_format(text: Any) -> None:
+def _check_format(text: object) -> None:
     if isinstance(text, str) and _WIDE_FORMAT.search(text) and ("%" in text or "{" in text):
         raise TemplateBudgetExceeded("template format width is too large")
 
 
-def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
+def _counted(iterable: Iterable[_T]) -> Iterator[_T]:
     for item in iterable:
         _spend()
         yield item
@@ -111,9 +112,9 @@ def _range(*args: int) -> range:
     return rng
 
 
-def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+def _guard_filter(name: str, func: Callable[..., object]) -> Callable[..., object]:
     @functools.wraps(func)  # keeps jinja_pass_arg, so context/environment filters still get theirs
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(*args: object, **kwargs: object) -> object:
         _spend()
         if name in ("center", "indent", "wordwrap") and any(
             isinstance(a, int) and a > MAX_OUTPUT for a in (*args[1:], *kwargs.values())
@@ -126,7 +127,7 @@ def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _repeat_size(left: Any, right: Any) -> int | None:
+def _repeat_size(left: object, right: object) -> int | None:
     if isinstance(left, str | bytes | list | tuple) and isinstance(right, int):
         return len(left) * right
     if isinstance(right, str | bytes | list | tuple) and isinstance(left, int):
@@ -151,7 +152,7 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
             loop.iter = nodes.Call(nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None)
         return super()._generate(source, name, filename, defer_init)
 
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, operator: str, left: object, right: object) -> object:
         _spend()
         if operator == "*":
             size = _repeat_size(left, right)
@@ -164,19 +165,19 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
             _check_format(left)
         return _sized(super().call_binop(context, operator, left, right))
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: Context, __obj: object, *args: object, **kwargs: object) -> object:
         _spend()
         owner = getattr(__obj, "__self__", None)
         if isinstance(owner, str) and any(isinstance(a, int) and a > MAX_OUTPUT for a in (*args, *kwargs.values())):
             raise TemplateBudgetExceeded(f"template string method width larger than {MAX_OUTPUT}")
         return _sized(super().call(__context, __obj, *args, **kwargs))
 
-    def getattr(self, obj: Any, attribute: str) -> Any:
+    def getattr(self, obj: object, attribute: str) -> object:
         _spend()
         if isinstance(obj, str) and attribute in ("format", "format_map"):
             _check_format(obj)
         return super().getattr(obj, attribute)
 
-    def getitem(self, obj: Any, argument: Any) -> Any:
+    def getitem(self, obj: object, argument: object) -> object:
         _spend()
         return super().getitem(obj, argument)
