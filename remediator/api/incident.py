@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 from remediator import __version__
 from remediator.api.schemas import alert_out, approval_out, audit_out, detail_out
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.errors import RemediatorError
@@ -29,37 +29,41 @@ log = logging.getLogger(__name__)
 SEGMENT_LIMIT = 200_000
 
 
-async def build_record(rt: Runtime, rem: Remediation) -> dict[str, Any]:
+async def build_record(rt: Runtime, rem: Remediation) -> JsonObject:
     repo = rt.repo
     step_rows = await repo.steps(rem.id)
     gate = [g.as_dict() for g in stored_gate(rt.actions, rem, step_rows)]  # as GET /api/v1/remediations/{id} says
-    detail = detail_out(rem, step_rows, await repo.current_approval(rem.id), gate).model_dump(mode="json")
-    audit = [audit_out(e).model_dump(mode="json") for e in await repo.list_audit(remediation_id=rem.id, limit=10**9)]
+    detail_model = detail_out(rem, step_rows, await repo.current_approval(rem.id), gate)
+    detail: JsonObject = detail_model.model_dump(mode="json")
+    steps: list[JsonObject] = [s.model_dump(mode="json") for s in detail_model.steps]
+    audit_rows = [audit_out(e) for e in await repo.list_audit(remediation_id=rem.id, limit=10**9)]
+    audit: list[JsonObject] = [e.model_dump(mode="json") for e in audit_rows]
     now = repo._clock()
-    approvals = [approval_out(a, r, now).model_dump(mode="json")
-                 for a, r in await repo.list_approvals(remediation_id=rem.id, limit=100000)]
-    alerts = [alert_out(a).model_dump(mode="json") for a in await repo.alerts_of(rem.id)]
-    segment: dict[str, Any] = {"first_id": None, "last_id": None, "events": []}
-    if audit:
-        first, last = int(audit[0]["id"]), int(audit[-1]["id"])
+    approvals: list[JsonValue] = [approval_out(a, r, now).model_dump(mode="json")
+                                  for a, r in await repo.list_approvals(remediation_id=rem.id, limit=100000)]
+    alerts: list[JsonValue] = [alert_out(a).model_dump(mode="json") for a in await repo.alerts_of(rem.id)]
+    events: list[JsonObject] = []
+    segment: JsonObject = {"first_id": None, "last_id": None}
+    if audit_rows:
+        first, last = audit_rows[0].id, audit_rows[-1].id
+        segment = {"first_id": first, "last_id": last}
         if last - first < SEGMENT_LIMIT:
-            events = await repo.audit_between(first, last)
-            segment = {"first_id": first, "last_id": last,
-                       "events": [audit_out(e).model_dump(mode="json") for e in events]}
+            events = [audit_out(e).model_dump(mode="json") for e in await repo.audit_between(first, last)]
         else:
-            segment = {"first_id": first, "last_id": last, "events": [],
-                       "left_out": f"more than {SEGMENT_LIMIT} rows; export them with remediator audit export"}
-    for rows in (audit, segment["events"]):
+            segment["left_out"] = f"more than {SEGMENT_LIMIT} rows; export them with remediator audit export"
+    for rows in (audit, events):
         for row in rows:
             row["ts"] = utc_iso(row["ts"])
+    segment = {"first_id": segment["first_id"], "last_id": segment["last_id"], "events": list(events),
+               **{k: v for k, v in segment.items() if k == "left_out"}}
     context = dict(rem.context or {})
     return {
         "format": FORMAT,
         "generated_at": datetime.now(UTC).isoformat(),
         "controller_version": __version__,
         "remediation": detail,
-        "timeline": _timeline(detail, audit),
-        "audit": audit,
+        "timeline": list(_timeline(steps, audit)),
+        "audit": list(audit),
         "audit_segment": segment,
         "approvals": approvals,
         "alerts": alerts,
@@ -68,7 +72,7 @@ async def build_record(rt: Runtime, rem: Remediation) -> dict[str, Any]:
         "agent_readings": [
             {"phase": s["phase"], "index": s["index"], "name": s["name"], "action": s["action"],
              "status": s["status"], "finished_at": s["finished_at"], "output": s["output"]}
-            for s in detail["steps"] if s.get("output")
+            for s in steps if s.get("output")
         ],
         "definitions": {
             "version": rem.definitions_version, "versions": detail.get("versions") or {},
@@ -77,12 +81,12 @@ async def build_record(rt: Runtime, rem: Remediation) -> dict[str, Any]:
     }
 
 
-def _timeline(detail: dict[str, Any], audit: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _timeline(steps: list[JsonObject], audit: list[JsonObject]) -> list[JsonObject]:
     """What happened, oldest first: the audit events and each step's start and end."""
-    entries: list[dict[str, Any]] = [
+    entries: list[JsonObject] = [
         {"ts": e["ts"], "what": e["kind"], "actor": e["actor"], "source": f"audit {e['id']}"} for e in audit
     ]
-    for s in detail["steps"]:
+    for s in steps:
         step = f"{s['phase']} step {s['index']} {s['name']} ({s['action']})"
         if s.get("started_at"):
             entries.append({"ts": utc_iso(s["started_at"]), "what": f"{step} started", "actor": "controller",
@@ -93,7 +97,7 @@ def _timeline(detail: dict[str, Any], audit: list[dict[str, Any]]) -> list[dict[
     return sorted(entries, key=lambda e: str(e["ts"]))
 
 
-async def _live_node(rt: Runtime, name: str | None) -> dict[str, Any]:
+async def _live_node(rt: Runtime, name: str | None) -> JsonObject:
     """The node as the API server has it now (only when the controller has a cluster)."""
     if rt.kube is None:
         return {"live": None, "live_note": "the controller has no cluster (plan-only): only the recorded context"}
@@ -105,7 +109,6 @@ async def _live_node(rt: Runtime, name: str | None) -> dict[str, Any]:
         log.info("incident record: reading node %s failed: %s", name, exc)
         return {"live": None, "live_note": f"reading the node failed: {exc}"}
     node = dict(node)
-    meta = dict(node.get("metadata") or {})
-    meta.pop("managedFields", None)
-    node["metadata"] = meta
+    meta = node.get("metadata")
+    node["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"} if isinstance(meta, dict) else {}
     return {"live": node, "live_read_at": datetime.now(UTC).isoformat()}

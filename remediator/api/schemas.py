@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, JsonValue
 
 from remediator.domain.plan_snapshot import plan_of
 from remediator.domain.states import phase_of, shown_state
@@ -61,21 +61,21 @@ class StepOut(BaseModel):
     action: str
     status: str
     attempts: int
-    params: dict[str, Any]
-    output: dict[str, Any]
+    params: dict[str, JsonValue]
+    output: dict[str, JsonValue]
     error: str | None
     started_at: UtcDatetime | None
     finished_at: UtcDatetime | None
 
 
 class RemediationDetail(RemediationOut):
-    alert_labels: dict[str, Any]
-    alert_annotations: dict[str, Any]
+    alert_labels: dict[str, str]
+    alert_annotations: dict[str, str]
     alert_resolved: bool
-    params: dict[str, Any]
-    context: dict[str, Any]
+    params: dict[str, JsonValue]
+    context: dict[str, JsonValue]
     steps: list[StepOut]
-    planned_steps: list[dict[str, Any]]
+    planned_steps: list[dict[str, JsonValue]]
     approval_expires_at: UtcDatetime | None
     decided_by: str | None
     decision: str | None
@@ -83,12 +83,12 @@ class RemediationDetail(RemediationOut):
     versions: dict[str, str | None] = {}
     # Set when this remediation is a rung of the escalation ladder: from, reason, rung, ladder,
     # recurrence_seconds, history, gate (see remediator/engine/ladder.py).
-    escalation: dict[str, Any] | None = None
+    escalation: dict[str, JsonValue] | None = None
     # A person's forced return to service (domain/returns.py): actor, reason, skip, at, from.
-    return_request: dict[str, Any] | None = None
+    return_request: dict[str, JsonValue] | None = None
     # What must happen before the target returns to service (engine/return_gate.py): per gate step its index,
     # name, action, kind (reboot, validation or null), says (in words) and status (its row's, once it ran).
-    return_gate: list[dict[str, Any]] = []
+    return_gate: list[dict[str, JsonValue]] = []
 
 
 class AuditOut(BaseModel):
@@ -97,7 +97,7 @@ class AuditOut(BaseModel):
     remediation_id: str | None
     kind: str
     actor: str
-    data: dict[str, Any]
+    data: dict[str, JsonValue]
     prev_hash: str
     hash: str
 
@@ -123,7 +123,7 @@ def step_out(row: StepRow) -> StepOut:
 
 def detail_out(
     rem: Remediation, steps: list[StepRow], approval: Approval | None,
-    return_gate: list[dict[str, Any]] | None = None,
+    return_gate: list[dict[str, JsonValue]] | None = None,
 ) -> RemediationDetail:
     """`approval`: the remediation's newest approval request (`Repository.current_approval`), if any;
     `return_gate`: the gate in words (engine/return_gate.py: stored_gate)."""
@@ -162,15 +162,15 @@ class AlertOut(BaseModel):
     note: str | None
     remediation_id: str | None
     fingerprint: str
-    labels: dict[str, Any]
-    annotations: dict[str, Any]
+    labels: dict[str, str]
+    annotations: dict[str, str]
     starts_at: UtcDatetime
     ends_at: UtcDatetime | None
     received_at: UtcDatetime
     processed_at: UtcDatetime | None
     repeat_of: int | None
     # outcome `silenced`: the silence that held it (id, createdBy, comment, endsAt)
-    silence: dict[str, Any] | None = None
+    silence: dict[str, JsonValue] | None = None
 
 
 class ApprovalOut(BaseModel):
@@ -183,7 +183,7 @@ class ApprovalOut(BaseModel):
     step_name: str
     created_at: UtcDatetime
     expires_at: UtcDatetime
-    requested_to: list[Any]
+    requested_to: list[str]
     decided_by: str | None
     decided_at: UtcDatetime | None
     decision_source: str | None
@@ -196,7 +196,7 @@ class ApprovalOut(BaseModel):
     alertname: str
 
 
-def alert_out(row: AlertRow, silence: dict[str, Any] | None = None) -> AlertOut:
+def alert_out(row: AlertRow, silence: dict[str, JsonValue] | None = None) -> AlertOut:
     return AlertOut(
         id=row.id, alertname=row.alertname, status=row.status, state=row.state, outcome=row.outcome, note=row.note,
         remediation_id=row.remediation_id, fingerprint=row.fingerprint, labels=row.labels,
