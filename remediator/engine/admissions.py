@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 
 from remediator.process.waiters import settle
-from remediator.store.remediation_store import AdmissionRequest, Admitted
+from remediator.store.admission import Admission
+from remediator.store.remediation_store import Admitted
 from remediator.store.repository import Repository
 
 __all__ = ["AdmissionQueue"]
@@ -27,10 +28,10 @@ class AdmissionQueue:
 
     def __init__(self, repo: Repository) -> None:
         self._repo = repo
-        self._waiting: list[tuple[AdmissionRequest, asyncio.Future[Admitted]]] = []
+        self._waiting: list[tuple[Admission, asyncio.Future[Admitted]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def admit(self, request: AdmissionRequest) -> Admitted:
+    async def admit(self, request: Admission) -> Admitted:
         """The request's result; its own error (lease lost) or the batch's (store unavailable) is raised."""
         future: asyncio.Future[Admitted] = asyncio.get_running_loop().create_future()
         self._waiting.append((request, future))

@@ -18,12 +18,10 @@ from remediator.engine.notifications import NotificationService, SlackMessageSto
 from remediator.engine.runtime import DefinitionsHolder, Runtime, replica_id
 from remediator.process.metrics import Metrics
 from remediator.settings import Settings
-from remediator.store.db import make_engine, make_sessionmaker, upgrade
+from remediator.store.db import StoreEngine, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
     from remediator.adapters.kube import KubeAdapter
 
 __all__ = ["action_params", "build_runtime", "close_runtime", "load_defs"]
@@ -49,7 +47,7 @@ async def build_runtime(
     connect_kube: bool = True,
     metrics: Metrics | None = None,
     migrate: bool = True,
-) -> tuple[Runtime, AsyncEngine]:
+) -> tuple[Runtime, StoreEngine]:
     """A ready Runtime plus its database engine (the caller disposes of it)."""
     if migrate:
         await upgrade(settings.database_url)
@@ -99,7 +97,7 @@ async def build_runtime(
     return rt, engine
 
 
-async def close_runtime(rt: Runtime, engine: AsyncEngine) -> None:
+async def close_runtime(rt: Runtime, engine: StoreEngine) -> None:
     """Close what `build_runtime` opened: notification channels, sidecar and cluster clients, the engine."""
     if rt.notifier is not None:
         await rt.notifier.aclose()

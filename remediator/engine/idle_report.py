@@ -14,13 +14,10 @@ GPU-hours saved are the whole GPUs freed times the hours they stayed freed withi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
-
-from sqlalchemy.engine import make_url
 
 from remediator.engine.effectiveness import (
     DEFAULT_WINDOW,
@@ -32,7 +29,7 @@ from remediator.engine.effectiveness import (
     replay_ladder,
 )
 from remediator.errors import ConfigError
-from remediator.store.db import make_engine, make_sessionmaker
+from remediator.store.db import make_engine, make_sessionmaker, missing_database
 from remediator.store.repository import Repository
 
 __all__ = [
@@ -262,9 +259,9 @@ async def ladder_replay(
 
 
 def _require_database(database_url: str) -> None:
-    url = make_url(database_url)
-    if url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database):
-        raise ConfigError(f"no database at {url.database} (REMEDIATOR_DATABASE_URL)")
+    missing = missing_database(database_url)
+    if missing is not None:
+        raise ConfigError(f"no database at {missing} (REMEDIATOR_DATABASE_URL)")
 
 
 async def _facts_from_database(database_url: str, since: datetime | None) -> list[RemediationFacts]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from remediator.actions.base import AnyAction
 from remediator.definitions import DefinitionSet
+from remediator.domain.timestamps import Clock
 from remediator.errors import DefinitionError
 from remediator.kube.inventory import NodeInventory
 from remediator.process.metrics import Metrics
@@ -128,6 +129,11 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.intake = IntakeWriter(self.repo)
+
+    @property
+    def clock(self) -> Clock:
+        """The controller's one clock (the store's: tests set it there), aware UTC (domain/timestamps.py)."""
+        return self.repo.clock
 
     @property
     def plan_only(self) -> bool:

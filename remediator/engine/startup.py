@@ -19,22 +19,18 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
-from alembic.util.exc import CommandError
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
-from remediator.errors import ConfigError, ReplicaGuardError, StoreUnavailable
+from remediator.errors import ConfigError, ReplicaGuardError, StartupFailure, StoreUnavailable
 from remediator.settings import Settings
 from remediator.store import replica_guard
-from remediator.store.db import upgrade_sync
+from remediator.store.availability import MigrationFailure, migration_failure
+from remediator.store.db import describe_database, upgrade_sync
 from remediator.store.intake_spool import prepare_spool, spool_path
 
 __all__ = [
     "EXIT_CONFIG", "EXIT_DATABASE", "EXIT_GUARD_LOST", "EXIT_MIGRATIONS", "EXIT_REPLICA", "EXIT_WORKER_LOST",
-    "StartupFailure", "check_approver_header", "prepare", "resolve_worker_process",
+    "check_approver_header", "prepare", "resolve_worker_process",
 ]
 
 EXIT_CONFIG = 2
@@ -49,51 +45,37 @@ START_MIN_FREE_BYTES = 1 << 20
 _SQLITE_FULL = 13
 
 
-@dataclass
-class StartupFailure(Exception):
-    message: str
-    exit_code: int
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _where(url: str) -> str:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return f"the SQLite database {os.path.abspath(parsed.database or ':memory:')}"
-    return f"the database {parsed.render_as_string(hide_password=True)}"
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _migrate(url: str) -> None:
-    where = _where(url)
+    where = describe_database(url)
     try:
         upgrade_sync(url)
-    except DBAPIError as exc:
-        orig = exc.orig
-        if isinstance(orig, sqlite3.DatabaseError) and not isinstance(orig, sqlite3.OperationalError):
-            raise StartupFailure(
-                f"{where} is damaged ({_first_line(exc)}): stop every controller using it, restore it from a "
-                "backup or move it aside (a new empty one is created at start), then start again",
-                EXIT_DATABASE,
-            ) from exc
-        if exc.connection_invalidated or isinstance(orig, sqlite3.OperationalError | OSError):
-            raise StartupFailure(f"cannot open {where}: {_first_line(exc)}", EXIT_DATABASE) from exc
-        raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
-    except (OSError, ConnectionError) as exc:
-        raise StartupFailure(f"cannot open {where}: {_first_line(exc)}", EXIT_DATABASE) from exc
-    except CommandError as exc:
-        raise StartupFailure(
-            f"migrating {where} failed: {_first_line(exc)} (a database written by a newer version? "
-            "run the matching version)", EXIT_MIGRATIONS,
-        ) from exc
-    except (SQLAlchemyError, ValueError, RuntimeError) as exc:
-        raise StartupFailure(f"migrating {where} failed: {_first_line(exc)}", EXIT_MIGRATIONS) from exc
+    except Exception as exc:  # broad: the store classifies it (store/availability.py); anything else re-raised
+        failure = migration_failure(exc)
+        if failure is None:
+            raise
+        raise _migration_failure(where, failure, _first_line(exc)) from exc
+
+
+def _migration_failure(where: str, failure: MigrationFailure, line: str) -> StartupFailure:
+    if failure is MigrationFailure.DAMAGED:
+        return StartupFailure(
+            f"{where} is damaged ({line}): stop every controller using it, restore it from a backup or move it "
+            "aside (a new empty one is created at start), then start again",
+            EXIT_DATABASE,
+        )
+    if failure is MigrationFailure.CANNOT_OPEN:
+        return StartupFailure(f"cannot open {where}: {line}", EXIT_DATABASE)
+    if failure is MigrationFailure.NEWER:
+        return StartupFailure(
+            f"migrating {where} failed: {line} (a database written by a newer version? run the matching version)",
+            EXIT_MIGRATIONS,
+        )
+    return StartupFailure(f"migrating {where} failed: {line}", EXIT_MIGRATIONS)
 
 
 def check_approver_header(settings: Settings) -> None:
@@ -201,7 +183,7 @@ def _hold_and_migrate(settings: Settings, owner: str, database: Path | None) -> 
     except ReplicaGuardError as exc:
         raise StartupFailure(str(exc), EXIT_REPLICA) from exc
     except (StoreUnavailable, OSError, ValueError) as exc:
-        raise StartupFailure(f"cannot open {_where(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
+        raise StartupFailure(f"cannot open {describe_database(settings.database_url)}: {exc}", EXIT_DATABASE) from exc
     _migrate(settings.database_url)
     if settings.worker_process and database is not None:
         try:

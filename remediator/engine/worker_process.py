@@ -39,20 +39,20 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import generate_latest
-from sqlalchemy.exc import SQLAlchemyError
 
 from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
-from remediator.errors import StoreUnavailable
+from remediator.errors import StoreUnavailable, WorkerProcessFailed
 from remediator.kube.inventory import NodeFacts, NodeInventory
 from remediator.process.gc_freeze import freeze_startup_objects
 from remediator.process.logs import configure_logging
 from remediator.settings import Settings
 from remediator.store import replica_guard
+from remediator.store.availability import is_database_error
 
-__all__ = ["WorkerProcess", "WorkerProcessFailed", "main"]
+__all__ = ["WorkerProcess", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,6 @@ STOP_TIMEOUT_S = 30.0
 METRICS_TIMEOUT_S = 5.0
 _LINE_LIMIT = 64 * 1024 * 1024  # a metrics answer is one line
 _INVENTORY_EVERY_S = 1.0
-
-
-class WorkerProcessFailed(RuntimeError):
-    """The worker process did not start, or stopped on its own."""
 
 
 def _pack(settings: Settings) -> str:
@@ -242,8 +238,8 @@ async def _serve_link(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     started: list[bool] = []
     try:
         await _run_worker(reader, writer, started)
-    except (OSError, SQLAlchemyError, StoreUnavailable) as exc:
-        if started:
+    except Exception as exc:  # broad: a store that failed before the worker ran ends it with one line; others go on
+        if started or not (isinstance(exc, OSError | StoreUnavailable) or is_database_error(exc)):
             raise
         text = str(getattr(exc, "orig", None) or exc).strip()
         log.error("the worker process could not start: %s", text.splitlines()[0] if text else type(exc).__name__)

@@ -22,6 +22,7 @@ up at the next success), logs each change once, and combines them with the repli
 
 from __future__ import annotations
 
+import enum
 import logging
 import sqlite3
 import threading
@@ -31,11 +32,15 @@ from pathlib import Path
 from typing import Protocol
 
 import asyncpg  # type: ignore[import-untyped]
+from alembic.util.exc import CommandError
 from sqlalchemy import exc as sa_exc
 
 from remediator.errors import StoreUnavailable
 
-__all__ = ["DatabaseHealth", "GuardView", "sqlite_write_check", "store_unavailable", "transient_reason"]
+__all__ = [
+    "DatabaseHealth", "GuardView", "MigrationFailure", "is_database_error", "migration_failure", "sqlite_write_check",
+    "store_unavailable", "transient_reason",
+]
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,38 @@ def store_unavailable(exc: BaseException) -> StoreUnavailable | None:
     error = StoreUnavailable(_first_line(exc))
     error.reason = reason
     return error
+
+
+class MigrationFailure(enum.StrEnum):
+    """Why migrating the database at start failed (`migration_failure`)."""
+
+    DAMAGED = "damaged"  # a SQLite file that is not a database, or a corrupt one
+    CANNOT_OPEN = "cannot_open"  # unreachable, unreadable, refused
+    NEWER = "newer"  # a revision this version does not know: written by a newer version
+    FAILED = "failed"  # a migration itself failed
+
+
+def migration_failure(exc: BaseException) -> MigrationFailure | None:
+    """What a failed migration (`db.upgrade_sync`) comes to, or None for an error that is not the database's."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig
+        if isinstance(orig, sqlite3.DatabaseError) and not isinstance(orig, sqlite3.OperationalError):
+            return MigrationFailure.DAMAGED
+        if exc.connection_invalidated or isinstance(orig, sqlite3.OperationalError | OSError):
+            return MigrationFailure.CANNOT_OPEN
+        return MigrationFailure.FAILED
+    if isinstance(exc, OSError | ConnectionError):
+        return MigrationFailure.CANNOT_OPEN
+    if isinstance(exc, CommandError):
+        return MigrationFailure.NEWER
+    if isinstance(exc, sa_exc.SQLAlchemyError | ValueError | RuntimeError):
+        return MigrationFailure.FAILED
+    return None
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether `exc` is the database library's own error (a store that failed before it could map it)."""
+    return isinstance(exc, sa_exc.SQLAlchemyError)
 
 
 def sqlite_write_check(path: str, timeout: float) -> None:

@@ -8,17 +8,27 @@ serializes the few global decisions with advisory locks.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event
+from sqlalchemy import Connection, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 
-__all__ = ["MIGRATIONS_DIR", "READ_ONLY", "make_engine", "make_sessionmaker", "upgrade", "upgrade_sync"]
+__all__ = [
+    "MIGRATIONS_DIR", "READ_ONLY", "StoreEngine", "describe_database", "make_engine", "make_sessionmaker",
+    "missing_database", "parse_url", "upgrade", "upgrade_sync",
+]
+
+StoreEngine: TypeAlias = AsyncEngine
+"""The database engine `make_engine` returns, as code outside the store names it (to dispose of it)."""
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 READ_ONLY = "remediator_read_only"  # execution option of the engine that read-only transactions use
@@ -34,7 +44,8 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         sync = engine.sync_engine
 
         @event.listens_for(sync, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+            # aiosqlite's adapted connection: autocommit at the driver, so the BEGIN below is ours
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -44,11 +55,13 @@ def make_engine(url: str, *, echo: bool = False) -> AsyncEngine:
             cursor.close()
 
         @event.listens_for(sync, "invalidate")
-        def _on_invalidate(dbapi_connection: Any, _record: Any, _exception: BaseException | None) -> None:
+        def _on_invalidate(
+            dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry, _exception: BaseException | None
+        ) -> None:
             _roll_back_before_close(dbapi_connection)
 
         @event.listens_for(sync, "begin")
-        def _on_begin(conn: Any) -> None:
+        def _on_begin(conn: Connection) -> None:
             # A read-only transaction (Repository.reading) starts deferred: it takes no write lock, so it
             # runs beside the writer instead of queueing behind it.
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
@@ -72,22 +85,26 @@ def _ping_after_idle(engine: AsyncEngine) -> None:
     sync = engine.sync_engine
 
     @event.listens_for(sync, "checkin")
-    def _idle_since(_dbapi_connection: Any, record: Any) -> None:
+    def _idle_since(_dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry) -> None:
         record.info[_IDLE_SINCE] = time.monotonic()
 
     @event.listens_for(sync, "checkout")
-    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+    def _ping_if_idle(
+        dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: PoolProxiedConnection
+    ) -> None:
         since = record.info.pop(_IDLE_SINCE, None)
         if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
             return
         try:
             sync.dialect.do_ping(dbapi_connection)
+        # broad: a DBAPI driver's ping raises its own classes; any of them means the pooled connection is dead
+        # (DisconnectionError: reconnect)
         except Exception as exc:
             idle = time.monotonic() - since
             raise DisconnectionError(f"pooled connection failed its ping after {idle:.0f} s idle") from exc
 
 
-def _roll_back_before_close(dbapi_connection: Any) -> None:
+def _roll_back_before_close(dbapi_connection: DBAPIConnection) -> None:
     """Queue a ROLLBACK on an invalidated aiosqlite connection's own thread, ahead of its close.
 
     SQLAlchemy invalidates a connection whose task was cancelled inside a statement (a worker stopping, a
@@ -128,3 +145,25 @@ def upgrade_sync(url: str, revision: str = "head") -> None:
 async def upgrade(url: str, revision: str = "head") -> None:
     """Apply migrations from async code (Alembic's env runs its own loop, so use a thread)."""
     await asyncio.to_thread(upgrade_sync, url, revision)
+
+
+def parse_url(url: str) -> URL:
+    """A database URL's parts (backend, database, host; rendered without its password)."""
+    return make_url(url)
+
+
+def describe_database(url: str) -> str:
+    """The database a URL names, for a message: a SQLite file by its absolute path, another database by its
+    URL without the password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"the SQLite database {os.path.abspath(parsed.database or ':memory:')}"
+    return f"the database {parsed.render_as_string(hide_password=True)}"
+
+
+def missing_database(url: str) -> str | None:
+    """The SQLite file a URL names when there is no such file (a reader must not create it); else None."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and not os.path.exists(parsed.database):
+        return parsed.database
+    return None

@@ -5,20 +5,24 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# JsonScalar and JsonValue too: SQLAlchemy evaluates the text of JsonObject's alias in this module.
+from remediator.domain.json_values import JsonObject, JsonScalar, JsonValue  # noqa: F401
+from remediator.store.columns import UtcDateTime
 
 __all__ = [
     "AlertBatch", "AlertRow", "Approval", "AuditEvent", "Base", "ControllerState", "Remediation", "RevokedSession",
     "Silence", "SlackMessage", "StepRow",
 ]
 
-Json = dict[str, Any]
+Labels = dict[str, str]  # an alert's labels or annotations
 IdType = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {Json: JSON, datetime: DateTime(timezone=True), list[Any]: JSON}
+    type_annotation_map = {Labels: JSON, list[str]: JSON, dict[str, Any]: JSON, datetime: UtcDateTime()}
 
 
 class AlertBatch(Base):
@@ -51,8 +55,8 @@ class AlertRow(Base):
     status: Mapped[str] = mapped_column(String(16))
     starts_at: Mapped[datetime]
     ends_at: Mapped[datetime | None]
-    labels: Mapped[Json]
-    annotations: Mapped[Json]
+    labels: Mapped[Labels]
+    annotations: Mapped[Labels]
     generator_url: Mapped[str] = mapped_column(Text, default="")
     received_at: Mapped[datetime]
     dedup_key: Mapped[str | None] = mapped_column(String(200), unique=True)
@@ -99,13 +103,14 @@ class Remediation(Base):
     alert_id: Mapped[int | None] = mapped_column(IdType)
     alert_fingerprint: Mapped[str] = mapped_column(String(64), index=True)
     alertname: Mapped[str] = mapped_column(String(256))
-    alert_labels: Mapped[Json]
-    alert_annotations: Mapped[Json]
+    alert_labels: Mapped[Labels]
+    alert_annotations: Mapped[Labels]
     alert_resolved: Mapped[bool] = mapped_column(Boolean, default=False)
-    params: Mapped[Json]
+    params: Mapped[JsonObject] = mapped_column(JSON)
     # Snapshot of the rule and playbook at start: a running remediation never changes definitions.
-    plan: Mapped[Json]
-    context: Mapped[Json]
+    plan: Mapped[JsonObject] = mapped_column(JSON)
+    # Read by the executor through untyped lookups of the node's and pods' facts gathered at admission.
+    context: Mapped[dict[str, Any]]
     current_step: Mapped[int] = mapped_column(Integer, default=0)
     # Unique while active: one active remediation per (target, playbook).
     active_key: Mapped[str | None] = mapped_column(String(800), unique=True)
@@ -120,7 +125,7 @@ class Remediation(Base):
     not_before: Mapped[datetime | None]
     error: Mapped[str | None] = mapped_column(Text)
     # A person's forced return to service while it runs (domain/returns.py): actor, reason, skip, at.
-    return_request: Mapped[Json | None] = mapped_column(JSON, nullable=True)
+    return_request: Mapped[JsonObject | None] = mapped_column(JSON, nullable=True)
 
 
 class StepRow(Base):
@@ -137,9 +142,9 @@ class StepRow(Base):
     action: Mapped[str] = mapped_column(String(128))
     status: Mapped[str] = mapped_column(String(16))
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    params: Mapped[Json]
-    output: Mapped[Json]
-    progress: Mapped[Json]
+    params: Mapped[JsonObject] = mapped_column(JSON)
+    output: Mapped[JsonObject] = mapped_column(JSON)
+    progress: Mapped[dict[str, Any]]  # each action's own saved progress
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
@@ -157,7 +162,7 @@ class AuditEvent(Base):
     remediation_id: Mapped[str | None] = mapped_column(String(36), index=True)
     kind: Mapped[str] = mapped_column(String(64))
     actor: Mapped[str] = mapped_column(String(256))
-    data: Mapped[Json]
+    data: Mapped[JsonObject] = mapped_column(JSON)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
 
@@ -168,7 +173,7 @@ class ControllerState(Base):
     __tablename__ = "controller_state"
 
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
-    value: Mapped[Json]
+    value: Mapped[JsonObject] = mapped_column(JSON)
     updated_at: Mapped[datetime]
 
 
@@ -189,7 +194,7 @@ class Approval(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     # Where the request went (notification channels, the approver allowlist), shown on the page.
-    requested_to: Mapped[list[Any]]
+    requested_to: Mapped[list[str]]
     # None while open; approved | rejected | expired | superseded.
     decision: Mapped[str | None] = mapped_column(String(16))
     decided_by: Mapped[str | None] = mapped_column(String(256))
@@ -237,7 +242,7 @@ class Silence(Base):
     __tablename__ = "silences"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    matchers: Mapped[list[Any]]
+    matchers: Mapped[list[JsonObject]] = mapped_column(JSON)
     starts_at: Mapped[datetime]
     # The decision path reads the silences whose end is still ahead: few, however many have expired.
     ends_at: Mapped[datetime] = mapped_column(index=True)
@@ -260,9 +265,9 @@ class Pause(Base):
     created_at: Mapped[datetime]
     created_by: Mapped[str] = mapped_column(String(256))
     reason: Mapped[str] = mapped_column(Text)
-    nodes: Mapped[list[Any]]
+    nodes: Mapped[list[str]]
     selector: Mapped[str | None] = mapped_column(String(1024))
-    playbooks: Mapped[list[Any]]
+    playbooks: Mapped[list[str]]
     ends_at: Mapped[datetime | None]
     # The engine reads the pauses not yet ended: few, however many have ended.
     ended_at: Mapped[datetime | None] = mapped_column(index=True)
@@ -284,13 +289,13 @@ class Storm(Base):
     cause_key: Mapped[str] = mapped_column(String(512))
     cause_value: Mapped[str] = mapped_column(String(1024))
     cause_text: Mapped[str] = mapped_column(Text)
-    nodes: Mapped[list[Any]]
-    analysis: Mapped[Json]
-    timeline: Mapped[list[Any]]
+    nodes: Mapped[list[str]]
+    analysis: Mapped[JsonObject] = mapped_column(JSON)
+    timeline: Mapped[list[JsonObject]] = mapped_column(JSON)
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(256))
     decision_reason: Mapped[str | None] = mapped_column(Text)
     slack_channel: Mapped[str | None] = mapped_column(String(128))
     slack_ts: Mapped[str | None] = mapped_column(String(64))
     # SHA-256 of each approve-group link sent for it (engine/storm_notices.py); the links themselves are never kept.
-    approval_links: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    approval_links: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.domain.guardrails import Verdict
-from remediator.domain.json_values import jsonable
+from remediator.domain.json_values import JsonObject, jsonable
 from remediator.domain.plan_snapshot import stored_playbook_field
 from remediator.domain.returns import return_reason
 from remediator.domain.states import TRANSITIONS, State, allowed_actions
@@ -175,11 +175,12 @@ class RemediationStore(ReadStore, StormStore):
             if from_state is not None and rem.state != from_state:
                 raise IllegalTransition(rem.state, "return", allowed_actions(rem.state))
             undoing = rem.state == State.REVERTING
-            request = {"actor": actor, "reason": reason, "skip": sorted(set(skip)), "at": now.isoformat(),
-                       "from": rem.state}
+            skipped = sorted(set(skip))
+            request: JsonObject = {"actor": actor, "reason": reason, "skip": [*skipped], "at": now.isoformat(),
+                                   "from": rem.state}
             await self._transition(
                 session, rem, "return", actor=actor,
-                reason=return_reason(actor, reason, request["skip"]),
+                reason=return_reason(actor, reason, skipped),
                 data={"return": {k: v for k, v in request.items() if k != "at"}},
             )
             rem.return_request = request

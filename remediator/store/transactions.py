@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from remediator.store.audit import event_hash
 from remediator.store.audit_checkpoint import chain_start
 from remediator.store.availability import DatabaseHealth, sqlite_write_check, store_unavailable
 from remediator.store.db import READ_ONLY
+from remediator.store.intake_rows import AlertValues, BatchValues
 from remediator.store.intake_spool import IntakeSpool, spool_path
 from remediator.store.models import (
     AlertBatch,
@@ -183,6 +184,8 @@ class RepositoryBase:
                 async with self._sessions() as session, session.begin():
                     yield session
                     await self._append_audit(session)  # last: the chain's lock is held only to the commit
+            # broad: any driver or SQLAlchemy error goes to the one classifier (store/availability.py); what it does not
+            # call unavailable is re-raised unchanged
             except Exception as exc:
                 error = self._unavailable(exc)
                 if error is exc:
@@ -211,6 +214,8 @@ class RepositoryBase:
                 yield session
                 if session.new or session.dirty or session.deleted:
                     raise RuntimeError("a read-only transaction changed rows")
+        # broad: any driver or SQLAlchemy error goes to the one classifier (store/availability.py); what it does not
+        # call unavailable is re-raised unchanged
         except Exception as exc:
             error = self._unavailable(exc)
             if error is exc:
@@ -262,6 +267,8 @@ class RepositoryBase:
             error.reason = "timeout"
             self.health.failed(error)
             raise error from None
+        # broad: any driver or SQLAlchemy error goes to the one classifier (store/availability.py); what it does not
+        # call unavailable is re-raised unchanged
         except Exception as exc:
             classified = self._unavailable(exc)
             if classified is exc:
@@ -450,7 +457,7 @@ def _with_repeats(stored: list[StoredBatch], extra: dict[str, int]) -> list[Stor
 def _intake_rows(
     payloads: Sequence[AlertmanagerPayload], keyed: list[list[str]], existing: dict[str, int], now: datetime,
     *, ids: Sequence[str] | None = None, received: Sequence[datetime] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+) -> tuple[list[BatchValues], list[AlertValues], list[StoredBatch]]:
     """Rows for alert_batches and alerts, marking repeats (seen before, or earlier in this group).
 
     `ids` and `received` (batch ids and arrival times) are given for batches moved from the intake spool;
@@ -467,7 +474,7 @@ def _intake_rows(
         ids = [uuid.uuid4().hex for _ in payloads]
     if received is None:
         received = [now] * len(payloads)
-    batch_rows = [
+    batch_rows: list[BatchValues] = [
         {
             "id": batch_id, "received_at": at, "receiver": p.receiver, "status": p.status,
             "group_key": p.group_key, "external_url": p.external_url,
@@ -475,7 +482,7 @@ def _intake_rows(
         }
         for p, flags, batch_id, at in zip(payloads, repeats, ids, received, strict=True)
     ]
-    alert_rows = [
+    alert_rows: list[AlertValues] = [
         {
             "batch_id": batch_id, "fingerprint": a.fingerprint, "alertname": a.alertname,
             "status": a.status, "starts_at": a.starts_at, "ends_at": a.ends_at, "labels": dict(a.labels),

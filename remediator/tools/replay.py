@@ -14,7 +14,7 @@ steps produced, so only the definitions differ. What a remediation actually ran 
 rows; steps it never reached are rendered from the playbook snapshot it started with. Facts that depend
 on the fleet at the time are carried over from history: an alert linked to an active remediation, or held
 back by a cooldown, stays so while the new definitions pick the same playbook and target. Which playbook an
-alert starts is decided by the controller's own `decide` (engine/decision.py) over the facts stored at the
+alert starts is decided by the controller's own `decide_alert` (engine/decision.py) over the facts stored at the
 time: the alerts received up to it (the repeated application-Xid escalation) and its node's remediations
 (the escalation ladder's recurrence). Guardrail verdicts are not compared.
 """
@@ -28,18 +28,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy.engine import make_url
-
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet
 from remediator.domain.plan_snapshot import plan_of, playbook_of
-from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide, history_since
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide_alert, history_since
 from remediator.engine.decision_facts import BatchFacts
-from remediator.engine.planning import build_variables, plan_steps, target_of
+from remediator.engine.planning import forward_outputs, plan_steps, stored_variables
 from remediator.errors import ConfigError
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.settings import Settings
 from remediator.store.db import make_engine, make_sessionmaker
+from remediator.store.db import parse_url as make_url
 from remediator.store.models import AlertRow, Remediation, StepRow
 from remediator.store.repository import Repository
 from remediator.tools.plan_only import jsonable, plan_proposal, step_view
@@ -113,19 +112,11 @@ def _stored_alert(rem: Remediation) -> GpuAlert:
     return plan_of(rem).alert
 
 
-def _outputs(rows: list[StepRow]) -> dict[str, Any]:
-    return {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
-
-
 def _actual_steps(rem: Remediation, rows: list[StepRow]) -> list[dict[str, Any]]:
     """The steps the remediation ran (its step rows) or, where it never got to them, would have run."""
     plan = plan_of(rem)
     playbook = playbook_of(rem)
-    variables = build_variables(
-        alert=plan.alert, target=target_of(rem), params=rem.params, context=rem.context,
-        steps=_outputs(rows), xid=plan.xid_json,
-    )
-    planned = plan_steps(playbook, variables, require_approval=plan.require_approval)
+    planned = plan_steps(playbook, stored_variables(rem, rows), require_approval=plan.require_approval)
     by_index = {r.idx: r for r in rows if r.phase == "forward"}
     views: list[dict[str, Any]] = []
     for step in planned:
@@ -159,7 +150,7 @@ def _actual(row: AlertRow, rem: Remediation | None, rows: list[StepRow]) -> dict
 
 @dataclass
 class _History:
-    """The facts `decide` read at the time, rebuilt from what the store kept: the alerts received up to this
+    """The facts `decide_alert` read at the time, rebuilt from what the store kept: the alerts received up to this
     one (for the repeated application-Xid escalation), and the node's remediations (for the ladder)."""
 
     alerts: list[AlertRow]
@@ -203,7 +194,7 @@ class _Replayer:
         self, row: AlertRow, rem: Remediation | None, rows: list[StepRow], actual: Mapping[str, Any]
     ) -> dict[str, Any]:
         alert = self.alert(row, rem)
-        decision = decide(alert, self.defs, DecisionPolicy.of(self.settings), self.history.facts(row, alert))
+        decision = decide_alert(alert, self.defs, DecisionPolicy.of(self.settings), self.history.facts(row, alert))
         if isinstance(decision, Unmatched):
             return {"outcome": "unmatched"}
         proposal = decision.proposal
@@ -227,7 +218,7 @@ class _Replayer:
             context: Mapping[str, Any] = rem.context
         else:
             context = await gather_context(None, proposal.target, row.labels, self.settings)
-        plan = plan_proposal(proposal, alert, self.defs, context, _outputs(rows) if historic else None,
+        plan = plan_proposal(proposal, alert, self.defs, context, forward_outputs(rows) if historic else None,
                              escalation=decision.escalation)
         return {"outcome": _STARTS, **out, "steps": [step_view(s) for s in plan.steps]}
 

@@ -4,8 +4,9 @@ pause flag as it is under the admission lock; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -13,19 +14,39 @@ import pytest
 from sqlalchemy import event, insert
 from sqlalchemy.engine import Engine
 
-from remediator.domain.guardrails import BREAKER_REASON, Verdict
+from remediator.domain.guardrails import BREAKER_REASON, GuardrailFacts, Verdict
+from remediator.errors import LeaseLost
 from remediator.store import remediation_store
+from remediator.store.admission import AdmissionReads
 from remediator.store.decision_store import Lease, Started
 from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import ControllerState
-from remediator.store.read_store import SteadyQuery
-from remediator.store.remediation_store import AdmissionRequest
-from remediator.store.repository import LeaseLost, Repository, utcnow
+from remediator.store.read_store import SteadyCounts, SteadyQuery
+from remediator.store.repository import Repository, utcnow
 from remediator.store.step_store import BeginStep
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_decision_conflicts import claimed, new_on
 
 ALLOW = Verdict(allow=True, name="ok", reason="guardrails allow", quarantines=True)
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """An admission (store/admission.py `Admission`) whose facts and verdict are the test's functions."""
+
+    rem_id: str
+    owner: str
+    decide: Callable[[GuardrailFacts], Verdict]
+    facts_of: Callable[[AdmissionReads, SteadyCounts | None], Awaitable[Any]]
+    context: dict[str, Any] | None = None
+    steady: SteadyQuery | None = None
+    first_step: BeginStep | None = None
+
+    async def facts(self, reads: AdmissionReads, counts: SteadyCounts | None) -> GuardrailFacts:
+        return await self.facts_of(reads, counts)  # type: ignore[no-any-return]  # the test answers None
+
+    def verdict(self, facts: GuardrailFacts) -> Verdict:
+        return self.decide(facts)
 
 
 @contextmanager
@@ -151,9 +172,8 @@ async def test_a_batch_reads_the_queue_for_room_once_and_keeps_it_as_it_holds_an
     seen: dict[str, set[str]] = {}
 
     def asking(rem: Any, verdict: Verdict) -> AdmissionRequest:
-        async def facts(session: Any, _counts: Any) -> Any:
-            seen[rem.id] = await store.held_for_room_before(session, rem.id, rem.created_at, rem.node,
-                                                            BREAKER_REASON)
+        async def facts(reads: AdmissionReads, _counts: Any) -> Any:
+            seen[rem.id] = await reads.held_for_room_before(rem.id, rem.created_at, rem.node, BREAKER_REASON)
 
         return AdmissionRequest(rem.id, "w", lambda _f: verdict, facts)
 
