@@ -19,12 +19,15 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Protocol
+
+from remediator.domain.json_values import JsonObject, JsonValue
 
 __all__ = [
     "GENESIS",
     "ChainProblem",
     "ChainReport",
+    "ChainedEvent",
     "Checkpoint",
     "canonical",
     "checkpoint_mac",
@@ -36,7 +39,7 @@ __all__ = [
 GENESIS = "0" * 64
 
 
-def canonical(value: Any) -> str:
+def canonical(value: object) -> str:
     """Deterministic JSON: sorted keys, no spaces, UTF-8 kept."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -52,7 +55,7 @@ def _digest(message: str, key: bytes | None) -> str:
 
 
 def event_hash(
-    *, ts: datetime, remediation_id: str | None, kind: str, actor: str, data: Mapping[str, Any], prev_hash: str,
+    *, ts: datetime, remediation_id: str | None, kind: str, actor: str, data: Mapping[str, object], prev_hash: str,
     key: bytes | None = None,
 ) -> str:
     """HMAC-SHA256 under `key` of the event's canonical JSON (plain SHA-256 without a key)."""
@@ -80,12 +83,42 @@ class Checkpoint:
     hash: str
     mac: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"seq": self.seq, "hash": self.hash, "mac": self.mac}
 
     @classmethod
-    def from_dict(cls, value: Mapping[str, Any]) -> Checkpoint:
-        return cls(int(value["seq"]), str(value["hash"]), str(value["mac"]))
+    def from_dict(cls, value: Mapping[str, JsonValue]) -> Checkpoint:
+        """KeyError, TypeError or ValueError when `value` is not one (an unreadable checkpoint)."""
+        seq = value["seq"]
+        if not isinstance(seq, int | float | str):
+            raise TypeError(f"checkpoint seq {seq!r} is not a number")
+        return cls(int(seq), str(value["hash"]), str(value["mac"]))
+
+
+class ChainedEvent(Protocol):
+    """An audit row as the chain reads it: a stored AuditEvent, or one read back from an archive."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def ts(self) -> datetime: ...
+    @property
+    def remediation_id(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def data(self) -> Mapping[str, object]: ...
+    @property
+    def prev_hash(self) -> str: ...
+    @property
+    def hash(self) -> str: ...
+
+
+def _hash_of(row: ChainedEvent, key: bytes | None = None) -> str:
+    return event_hash(ts=row.ts, remediation_id=row.remediation_id, kind=row.kind, actor=row.actor, data=row.data,
+                      prev_hash=row.prev_hash, key=key)
 
 
 @dataclass(frozen=True)
@@ -106,7 +139,7 @@ class ChainReport:
 
 
 def walk_chain(
-    events: Iterable[Any], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
+    events: Iterable[ChainedEvent], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
 ) -> ChainReport:
     """Rows with id, ts, remediation_id, kind, actor, data, prev_hash, hash in id order -> a report.
 
@@ -136,13 +169,9 @@ def walk_chain(
                 reason = "the first event does not follow the genesis or a signed checkpoint (older events deleted)"
             report.problem = ChainProblem(row.id, reason)
             return report
-        fields = {
-            "ts": row.ts, "remediation_id": row.remediation_id, "kind": row.kind, "actor": row.actor,
-            "data": row.data, "prev_hash": row.prev_hash,
-        }
-        if key is not None and hmac.compare_digest(event_hash(**fields, key=key), row.hash):
+        if key is not None and hmac.compare_digest(_hash_of(row, key), row.hash):
             report.keyed += 1
-        elif hmac.compare_digest(event_hash(**fields), row.hash):
+        elif hmac.compare_digest(_hash_of(row), row.hash):
             if report.keyed:
                 report.problem = ChainProblem(row.id, "event has no keyed hash after keyed events (rewritten)")
                 return report
@@ -163,7 +192,7 @@ def walk_chain(
 
 
 def verify_chain(
-    events: Iterable[Any], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
+    events: Iterable[ChainedEvent], *, key: bytes | None = None, checkpoint: Checkpoint | None = None
 ) -> ChainProblem | None:
     """The first problem of the chain, or None when it is intact."""
     return walk_chain(events, key=key, checkpoint=checkpoint).problem

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.json_values import JsonObject
 from remediator.store.audit import GENESIS, ChainProblem, ChainReport, Checkpoint, checkpoint_mac, walk_chain
 from remediator.store.models import AuditEvent, ControllerState
 
@@ -41,7 +42,7 @@ async def save_checkpoint(
 ) -> Checkpoint:
     checkpoint = Checkpoint(seq, hash_at_cut, checkpoint_mac(seq, hash_at_cut, key))
     row = await session.get(ControllerState, CHECKPOINT_KEY)
-    value = {**checkpoint.as_dict(), "at": now.isoformat(), "keyed": key is not None}
+    value: JsonObject = {**checkpoint.as_dict(), "at": now.isoformat(), "keyed": key is not None}
     if row is None:
         session.add(ControllerState(key=CHECKPOINT_KEY, value=value, updated_at=now))
     else:

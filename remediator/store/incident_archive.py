@@ -64,14 +64,14 @@ on the controller's database proves the log still holds the segment's last row w
 """
 
 
-def audit_line(event: Mapping[str, Any]) -> str:
+def audit_line(event: Mapping[str, object]) -> str:
     """One audit row as one JSON line, its timestamp in ISO 8601 with a UTC offset (`+00:00`)."""
     row = dict(event)
     row["ts"] = utc_iso(row.get("ts"))
     return json.dumps(row, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def utc_iso(value: Any) -> str | None:
+def utc_iso(value: object) -> str | None:
     """A timestamp (datetime or ISO text; naive means UTC) as ISO 8601 with `+00:00`."""
     if value is None:
         return None
@@ -84,11 +84,11 @@ def archive_name(rem_id: str) -> str:
     return f"remediation-{rem_id}.tar.gz"
 
 
-def _json(value: Any) -> bytes:
+def _json(value: object) -> bytes:
     return (json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n").encode()
 
 
-def _lines(rows: Iterable[Mapping[str, Any]]) -> bytes:
+def _lines(rows: Iterable[Mapping[str, object]]) -> bytes:
     return "".join(audit_line(r) + "\n" for r in rows).encode()
 
 
@@ -140,7 +140,7 @@ def pack(record: Mapping[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def _mtime(value: Any) -> int:
+def _mtime(value: object) -> int:
     try:
         iso = utc_iso(value)
     except ValueError:

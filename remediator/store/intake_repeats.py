@@ -10,19 +10,20 @@ counted in their batch), in the same transaction, and the webhook is answered 20
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from remediator.store.intake_rows import AlertValues
 
 __all__ = ["as_repeats"]
 
 
 def as_repeats(
-    alert_rows: Sequence[Mapping[str, Any]], lost: Mapping[str, int]
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    alert_rows: Sequence[AlertValues], lost: Mapping[str, int]
+) -> tuple[list[AlertValues], dict[str, int]]:
     """The skipped first-delivery rows rewritten as repeats of the stored ones, and the extra repeats per batch.
 
     `lost` maps each dedup key the database skipped to the id of the row that holds it.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[AlertValues] = []
     extra: dict[str, int] = {}
     for row in alert_rows:
         key = row.get("dedup_key")

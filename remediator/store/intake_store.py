@@ -6,7 +6,6 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import func, insert, or_, select, update
@@ -15,8 +14,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from remediator.domain.json_values import JsonObject
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.intake_repeats import as_repeats
+from remediator.store.intake_rows import AlertValues, BatchValues
 from remediator.store.intake_spool import Spooled
 from remediator.store.models import (
     AlertBatch,
@@ -69,7 +70,7 @@ class IntakeStore(RepositoryBase):
         all_keys = sorted({k for keys in keyed for k in keys})
         originals: list[int] = []  # first deliveries of which this call stores a repeat (store/redelivery.py)
 
-        def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[StoredBatch]]:
+        def build(existing: dict[str, int]) -> tuple[list[BatchValues], list[AlertValues], list[StoredBatch]]:
             originals.extend(existing.values())
             return _intake_rows(payloads, keyed, existing, now)
 
@@ -133,7 +134,7 @@ class IntakeStore(RepositoryBase):
 
             originals: list[int] = []
 
-            def build(existing: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], None]:
+            def build(existing: dict[str, int]) -> tuple[list[BatchValues], list[AlertValues], None]:
                 originals.extend(existing.values())
                 batch_rows, alert_rows, _ = _intake_rows(
                     payloads, keyed, existing, received[0], ids=ids, received=received
@@ -167,7 +168,7 @@ class IntakeStore(RepositoryBase):
             found = await session.scalars(select(AlertBatch.id).where(AlertBatch.id.in_(batch_ids)))
             return set(found.all())
 
-    async def _insert_alert_rows(self, session: AsyncSession, alert_rows: list[dict[str, Any]]) -> dict[str, int]:
+    async def _insert_alert_rows(self, session: AsyncSession, alert_rows: list[AlertValues]) -> dict[str, int]:
         """Insert-or-ignore the first deliveries; those another writer stored meanwhile become repeats of its
         rows (store/intake_repeats.py). Returns the extra repeats per batch id."""
         first = [a for a in alert_rows if a["dedup_key"] is not None]
@@ -231,7 +232,7 @@ class IntakeStore(RepositoryBase):
 
     async def finish_alert(
         self, alert_id: int, outcome: str, *, note: str | None = None, remediation_id: str | None = None,
-        audit_kind: str | None = None, audit_data: dict[str, Any] | None = None,
+        audit_kind: str | None = None, audit_data: JsonObject | None = None,
     ) -> None:
         async with self.transaction() as session:
             await self._finish_alert(session, alert_id, outcome, note=note, remediation_id=remediation_id)

@@ -16,15 +16,16 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, TypeVarTuple
 
 from remediator.errors import StoreUnavailable
 from remediator.store.db import BUSY_TIMEOUT_S
 from remediator.store.intake_repeats import as_repeats
+from remediator.store.intake_rows import AlertValues, BatchValues
 
 __all__ = ["INTAKE_SYNCHRONOUS", "Build", "SqliteIntake", "begin_immediate", "durable_connection", "rows_for_keys",
            "sqlite_time"]
@@ -37,8 +38,11 @@ LOCK_RETRY_S = 0.0005
 _KEYS_PER_QUERY = 500  # bound parameters per IN (...), well under SQLite's limit
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 # build(existing dedup keys) -> (batch rows, alert rows, result to return)
-Build = Callable[[dict[str, int]], tuple[list[dict[str, Any]], list[dict[str, Any]], Any]]
+Build = Callable[[dict[str, int]], tuple[list[BatchValues], list[AlertValues], T]]
+
+Params = tuple[object, ...]  # one row's bound parameters, in the order of its columns
 
 _BATCH_COLUMNS = (
     "id", "received_at", "receiver", "status", "group_key", "external_url", "truncated_alerts", "alert_count",
@@ -85,7 +89,7 @@ class SqliteIntake:
             self._conn.execute("PRAGMA foreign_keys=ON")
         return self._conn
 
-    async def existing_and_insert(self, keys: Sequence[str], build: Build) -> tuple[Any, dict[str, int]]:
+    async def existing_and_insert(self, keys: Sequence[str], build: Build[T]) -> tuple[T, dict[str, int]]:
         """Look up known dedup keys, let `build(existing)` make the rows, insert them: one transaction.
 
         Returns build's result and the extra repeats per batch id: first deliveries another writer stored
@@ -98,22 +102,24 @@ class SqliteIntake:
         extra: dict[str, int] = {}
         try:
             batches, alerts, result = build(existing)
-            batch_rows = [tuple(_value(b[c]) for c in _BATCH_COLUMNS) for b in batches]
+            batch_rows = [_params(b, _BATCH_COLUMNS) for b in batches]
             first = [a for a in alerts if a["dedup_key"] is not None]
             other = [a for a in alerts if a["dedup_key"] is None]
-            first_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in first]
-            other_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in other]
+            first_rows = [_params(a, _ALERT_COLUMNS) for a in first]
+            other_rows = [_params(a, _ALERT_COLUMNS) for a in other]
             lost = await self._call(self._insert_and_commit, batch_rows, first_rows, other_rows)
             if lost:
                 repeats, extra = as_repeats(first, lost)
-                repeat_rows = [tuple(_value(a[c]) for c in _ALERT_COLUMNS) for a in repeats]
+                repeat_rows = [_params(a, _ALERT_COLUMNS) for a in repeats]
                 await self._call(self._insert_repeats_and_commit, repeat_rows, extra)
+        # broad: BaseException so the open transaction is rolled back whatever interrupted the batch (a cancel too); re-
+        # raised
         except BaseException:
             await self._call(self._rollback)
             raise
         return result, extra
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     def _guarded(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -134,7 +140,7 @@ class SqliteIntake:
         return self._guarded(run)
 
     def _insert_and_commit(
-        self, batches: list[tuple[Any, ...]], first: list[tuple[Any, ...]], other: list[tuple[Any, ...]]
+        self, batches: list[Params], first: list[Params], other: list[Params]
     ) -> dict[str, int]:
         """Insert and commit; when the database skipped first deliveries, leave the transaction open and
         return their dedup keys with the ids of the rows holding them."""
@@ -158,7 +164,7 @@ class SqliteIntake:
 
         return self._guarded(run)
 
-    def _insert_repeats_and_commit(self, repeats: list[tuple[Any, ...]], extra: dict[str, int]) -> None:
+    def _insert_repeats_and_commit(self, repeats: list[Params], extra: dict[str, int]) -> None:
         def run(conn: sqlite3.Connection) -> None:
             conn.executemany(_INSERT_ALERT, repeats)
             conn.executemany(_ADD_REPEATS, [(count, batch_id) for batch_id, count in extra.items()])
@@ -194,6 +200,7 @@ def durable_connection(path: str | Path, *, uri: bool = False) -> sqlite3.Connec
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=" + ("NORMAL" if INTAKE_SYNCHRONOUS == "NORMAL" else "FULL"))
         conn.execute("PRAGMA busy_timeout=0")
+    # broad: BaseException so the connection is closed whatever interrupted setting it up; re-raised
     except BaseException:
         conn.close()
         raise
@@ -228,10 +235,15 @@ def begin_immediate(conn: sqlite3.Connection) -> None:
         time.sleep(LOCK_RETRY_S)
 
 
-def _value(value: Any) -> Any:
+def _value(value: object) -> object:
     if isinstance(value, datetime):
         return sqlite_time(value)
     if isinstance(value, dict):
         return json.dumps(value)
     return value
+
+
+def _params(values: Mapping[str, object], columns: Sequence[str]) -> Params:
+    """A row's bound parameters in the order of `columns` (times as SQLAlchemy stores them, mappings as JSON)."""
+    return tuple(_value(values[c]) for c in columns)
 

@@ -127,7 +127,7 @@ class StormStore(RepositoryBase):
             return storm_record(storm), True
         storm.nodes = sorted(set(storm.nodes) | set(nodes))
         storm.analysis, storm.cause_text, storm.updated_at = analysis, text, now
-        storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": new,
+        storm.timeline = [*storm.timeline, {"at": now.isoformat(), "event": "grown", "added": [*new],
                                             "nodes": len(storm.nodes), "cause": text}]
         await self.audit(session, "storm.grown", data={"storm": storm.id, "added": new, "cause": text})
         return storm_record(storm), True
