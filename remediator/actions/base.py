@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, fina
 
 from pydantic import BaseModel, ConfigDict
 
+from remediator.domain.json_values import JsonObject
+
 if TYPE_CHECKING:
     from remediator.adapters.kube import KubeAdapter
     from remediator.adapters.notifier import Notifier
@@ -131,10 +133,10 @@ class ActionContext:
     alert_resolved: Callable[[], Awaitable[bool]] = _never_resolved
     # What `Action.observe` read just before the step began (e.g. the node), for `apply` to build its first
     # write on instead of reading it again; None when observe did not run or read nothing worth keeping.
-    observed: dict[str, Any] | None = None
+    observed: JsonObject | None = None
     # The target node's object as the remediation's context read it a moment before (a first step prepared
-    # with its admission: engine/first_step.py); `observe` takes it instead of reading the node again.
-    node_read: dict[str, Any] | None = None
+    # with its admission: engine/step_lifecycle.py); `observe` takes it instead of reading the node again.
+    node_read: JsonObject | None = None
 
 
 @dataclass
@@ -193,7 +195,7 @@ class Action(ABC, Generic[P]):
         an action whose answer depends on what is there now (the node, the GPU) looks first."""
         return planned("would " + self.describe(ctx.target, params))
 
-    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+    def still_holds(self, node: Mapping[str, object], params: Mapping[str, object], remediation_id: str) -> bool:
         """For a quarantining action: does `node` still carry what this step (its stored, rendered `params`)
         put there for `remediation_id`? The engine asks this instead of knowing each action's marks."""
         return False

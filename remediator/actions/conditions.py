@@ -25,7 +25,9 @@ from pydantic import Field, field_validator
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject
+from remediator.domain.json_values import JsonObject
 from remediator.errors import Conflict, StepFailed
+from remediator.kube.views import Node, json_object
 from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
@@ -100,11 +102,9 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _find(node: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind:
-            return dict(condition)
-    return None
+def _find(node: Mapping[str, object], kind: str) -> JsonObject | None:
+    condition = Node(node).condition(kind)
+    return None if condition is None else json_object(condition.raw)
 
 
 def _same(current: Mapping[str, Any] | None, status: str, reason: str, message: str) -> bool:
@@ -141,8 +141,8 @@ async def write_condition(
                 if _same(current, status, reason, message):
                     return node, None
                 condition = _condition(current, kind, status, reason, message)
-                patch = {
-                    "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
+                patch: JsonObject = {
+                    "metadata": {"resourceVersion": Node(node).resource_version},
                     "status": {"conditions": [condition]},
                 }
                 await kube.patch_node_status(name, patch)

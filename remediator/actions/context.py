@@ -17,8 +17,10 @@ from weakref import WeakKeyDictionary
 
 from remediator.actions.base import Target
 from remediator.adapters.kube import KubeAdapter, KubeObject
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import NotFound, NotSupported, PermanentError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
+from remediator.kube.views import Body, Container, Node, OwnerReference, Pod, json_object
 from remediator.settings import Settings
 
 __all__ = [
@@ -52,28 +54,22 @@ def _count(amount: object) -> int:
         return 1
 
 
-def _container_gpus(container: Mapping[str, Any]) -> int:
-    resources = container.get("resources") or {}
-    per_source = [
-        sum(_count(v) for k, v in (resources.get(source) or {}).items() if _is_gpu_resource(k))
-        for source in ("requests", "limits")
-    ]
-    return max(per_source)
+def _container_gpus(container: Container) -> int:
+    return max(sum(_count(v) for v in amounts.values()) for amounts in container.gpu_amounts())
 
 
-def gpu_request(pod: Mapping[str, Any]) -> int:
+def gpu_request(pod: Mapping[str, object]) -> int:
     """GPUs (whole or MIG slices) the pod holds: containers summed, or the largest init container."""
-    spec = pod.get("spec") or {}
-    running = sum(_container_gpus(c) for c in spec.get("containers") or [])
-    init = max((_container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    spec = Pod(pod).pod_spec
+    running = sum(_container_gpus(c) for c in spec.containers)
+    init = max((_container_gpus(c) for c in spec.init_containers), default=0)
     return max(running, init)
 
 
-def uses_gpu(pod: Mapping[str, Any]) -> bool:
+def uses_gpu(pod: Mapping[str, object]) -> bool:
     """True when any container or init container requests or limits nvidia.com/gpu or nvidia.com/mig-*."""
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-    return any(_container_gpus(c) > 0 for c in containers)
+    spec = Pod(pod).pod_spec
+    return any(_container_gpus(c) > 0 for c in (*spec.containers, *spec.init_containers))
 
 
 def alert_pod(
@@ -89,13 +85,12 @@ def alert_pod(
     return None
 
 
-def _controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+def _controller_ref(obj: Mapping[str, object]) -> OwnerReference | None:
+    return Body(obj).metadata.controller_reference
 
 
 OwnerKey = tuple[str, str, str]
-OwnerRead = tuple[KubeObject | None, dict[str, Any]]  # (the owner or None, notes for the chain entry naming it)
+OwnerRead = tuple[KubeObject | None, JsonObject]  # (the owner or None, notes for the chain entry naming it)
 
 
 # How long an owner read serves the chains of later contexts. In a storm the nodes run pods of the same
@@ -116,14 +111,17 @@ class _OwnerMemo:
         if hit is None:
             return None
         at, owner = hit
-        if time.monotonic() - at > OWNER_MAX_AGE or (uid and owner["metadata"].get("uid") != uid):
+        if time.monotonic() - at > OWNER_MAX_AGE or (uid and Body(owner).uid != uid):
             del self._entries[key]
             return None
         return owner
 
     def put(self, key: OwnerKey, owner: KubeObject) -> None:
-        meta = owner.get("metadata") or {}
-        kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+        meta = owner.get("metadata")
+        kept: JsonObject = (
+            {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+            if isinstance(meta, dict) else {}
+        )
         self._entries[key] = (time.monotonic(), {"kind": owner.get("kind"), "metadata": kept})
         self._entries.move_to_end(key)
         while len(self._entries) > _OWNER_MEMO_SIZE:
@@ -133,10 +131,10 @@ class _OwnerMemo:
 _owner_memos: WeakKeyDictionary[KubeAdapter, _OwnerMemo] = WeakKeyDictionary()
 
 
-async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: Mapping[str, Any]) -> OwnerRead:
-    key = (namespace, str(ref.get("kind", "")), str(ref.get("name", "")))
+async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: OwnerReference) -> OwnerRead:
+    key = (namespace, ref.kind, ref.name)
     memo = _owner_memos.setdefault(kube, _OwnerMemo())
-    remembered = memo.get(key, ref.get("uid"))
+    remembered = memo.get(key, ref.uid)
     if remembered is not None:
         return remembered, {}
     try:
@@ -147,7 +145,7 @@ async def _fetch_owner(kube: KubeAdapter, namespace: str, ref: Mapping[str, Any]
         return None, {"unreadable": True}
     except PermanentError as exc:
         return None, {"error": exc.message}
-    if ref.get("uid") and (owner.get("metadata") or {}).get("uid") != ref.get("uid"):
+    if ref.uid and Body(owner).uid != ref.uid:
         return None, {}  # same name, different object: the real owner is gone
     memo.put(key, owner)
     return owner, {}
@@ -165,14 +163,14 @@ class OwnerReads:
         self.kube = kube
         self._reads: dict[OwnerKey, asyncio.Task[OwnerRead]] = {}
 
-    def read(self, namespace: str, ref: Mapping[str, Any]) -> asyncio.Task[OwnerRead]:
-        key = (namespace, str(ref.get("kind", "")), str(ref.get("name", "")))
+    def read(self, namespace: str, ref: OwnerReference) -> asyncio.Task[OwnerRead]:
+        key = (namespace, ref.kind, ref.name)
         task = self._reads.get(key)
         if task is None:
             task = self._reads[key] = asyncio.ensure_future(_fetch_owner(self.kube, namespace, ref))
         return task
 
-    async def prefetch(self, namespace: str, obj: Mapping[str, Any]) -> None:
+    async def prefetch(self, namespace: str, obj: Mapping[str, object]) -> None:
         ref, depth = _controller_ref(obj), 0
         while ref is not None and depth < MAX_OWNER_DEPTH:
             owner, _ = await self.read(namespace, ref)
@@ -184,16 +182,16 @@ class OwnerReads:
 async def owner_chain(
     kube: KubeAdapter,
     namespace: str,
-    obj: Mapping[str, Any],
+    obj: Mapping[str, object],
     cache: dict[OwnerKey, KubeObject | None],
     reads: OwnerReads | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """Pod -> ReplicaSet -> Deployment, Job -> CronJob, ...; a missing or unreadable owner ends the chain."""
-    chain: list[dict[str, Any]] = []
+    chain: list[JsonObject] = []
     ref = _controller_ref(obj)
     while ref is not None and len(chain) < MAX_OWNER_DEPTH:
-        kind, name = str(ref.get("kind", "")), str(ref.get("name", ""))
-        entry: dict[str, Any] = {"kind": kind, "name": name}
+        kind, name = ref.kind, ref.name
+        entry: JsonObject = {"kind": kind, "name": name}
         chain.append(entry)
         key = (namespace, kind, name)
         if key not in cache:
@@ -208,50 +206,44 @@ async def owner_chain(
     return chain
 
 
-def _pod_summary(pod: Mapping[str, Any], owners: list[dict[str, Any]], from_alert: bool) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
+def _pod_summary(pod: Mapping[str, object], owners: list[JsonObject], from_alert: bool) -> JsonObject:
+    view = Pod(pod)
     return {
-        "namespace": meta.get("namespace"),
-        "name": meta.get("name"),
-        "uid": meta.get("uid"),
-        "node": (pod.get("spec") or {}).get("nodeName"),
-        "phase": (pod.get("status") or {}).get("phase"),
+        "namespace": view.namespace,
+        "name": view.name,
+        "uid": view.uid,
+        "node": view.node_name,
+        "phase": view.phase,
         "gpu_request": gpu_request(pod),
-        "owners": owners,
+        "owners": list(owners),
         "from_alert": from_alert,
     }
 
 
-def _node_summary(node: Mapping[str, Any]) -> dict[str, Any]:
-    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
-    labels = {
-        k: v
-        for k, v in (meta.get("labels") or {}).items()
-        if k in NODE_LABEL_KEYS or k.startswith(NODE_LABEL_PREFIXES)
+def _node_summary(node: Mapping[str, object]) -> JsonObject:
+    view = Node(node)
+    labels: JsonObject = {
+        k: v for k, v in view.labels.items() if k in NODE_LABEL_KEYS or k.startswith(NODE_LABEL_PREFIXES)
     }
-    status = node.get("status") or {}
-    addresses = status.get("addresses") or []
-    internal_ip = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
     return {
-        "name": meta.get("name"),
-        "unschedulable": bool(spec.get("unschedulable")),
-        "taints": list(spec.get("taints") or []),
+        "name": view.name,
+        "unschedulable": view.unschedulable,
+        "taints": [json_object(t.raw) for t in view.taints],
         "labels": labels,
-        "internal_ip": internal_ip,
+        "internal_ip": view.internal_ip,
         # Recorded at admission: `await_reboot` proves a reboot by a different boot ID before return.
-        "boot_id": (status.get("nodeInfo") or {}).get("bootID"),
-        "ready": node_ready(node),
+        "boot_id": view.boot_id,
+        "ready": view.ready,
     }
 
 
-def node_ready(node: Mapping[str, Any]) -> bool:
+def node_ready(node: Mapping[str, object]) -> bool:
     """The node's Ready condition is True (the kubelet reports in and the node takes pods)."""
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return Node(node).ready
 
 
-def _labels_only(target: Target, named: tuple[str, str] | None) -> dict[str, Any]:
-    pods: list[dict[str, Any]] = []
+def _labels_only(target: Target, named: tuple[str, str] | None) -> JsonObject:
+    pods: list[JsonValue] = []
     if named is not None:
         pods.append(
             {
@@ -305,7 +297,7 @@ def exporter_gpu_context(
 
 async def _node_info(
     kube: KubeAdapter, name: str | None
-) -> tuple[dict[str, Any], KubeObject | None, list[KubeObject]]:
+) -> tuple[JsonObject, KubeObject | None, list[KubeObject]]:
     if not name:
         return {"name": None}, None, []
     try:
@@ -317,12 +309,12 @@ async def _node_info(
 
 async def _alert_pod_object(
     kube: KubeAdapter, named: tuple[str, str] | None, on_node: list[KubeObject]
-) -> KubeObject | dict[str, Any] | None:
+) -> KubeObject | None:
     if named is None:
         return None
     for pod in on_node:
-        meta = pod.get("metadata") or {}
-        if (meta.get("namespace"), meta.get("name")) == named:
+        meta = Body(pod).metadata
+        if (meta.namespace, meta.name) == named:
             return pod
     try:
         return await kube.get_pod(*named)
@@ -335,9 +327,9 @@ class Gathered:
     """A context as stored (`context`) and the node object it summarises (`node`: the whole object as the
     API server returned it, with its resourceVersion; None without cluster access or when the node is
     missing). The node is not stored: a first step begun with the admission observes the node from it
-    instead of reading it again (engine/first_step.py)."""
+    instead of reading it again (engine/step_lifecycle.py: StepLifecycle.prepare_first)."""
 
-    context: dict[str, Any]
+    context: JsonObject
     node: KubeObject | None = None
 
 
@@ -355,9 +347,9 @@ async def gather(kube: KubeAdapter | None, target: Target, labels: Mapping[str, 
         return Gathered(_labels_only(target, named))
     node, node_object, on_node = await _node_info(kube, target.node)
     from_alert = await _alert_pod_object(kube, named, on_node)
-    alert_uid = (from_alert or {}).get("metadata", {}).get("uid")
-    chosen: list[tuple[Mapping[str, Any], bool]] = [] if from_alert is None else [(from_alert, True)]
-    chosen += [(pod, False) for pod in on_node if uses_gpu(pod) and pod["metadata"].get("uid") != alert_uid]
+    alert_uid = None if from_alert is None else Body(from_alert).uid
+    chosen: list[tuple[KubeObject, bool]] = [] if from_alert is None else [(from_alert, True)]
+    chosen += [(pod, False) for pod in on_node if uses_gpu(pod) and Body(pod).uid != alert_uid]
     # Read the owners of every pod at once (each owner once), then build the chains in pod order from them.
     reads = OwnerReads(kube)
     await asyncio.gather(
@@ -365,23 +357,23 @@ async def gather(kube: KubeAdapter | None, target: Target, labels: Mapping[str, 
         return_exceptions=True,  # a failed read raises below, where reading one by one would have raised it
     )
     cache: dict[OwnerKey, KubeObject | None] = {}
-    pods = [await _summarise(kube, pod, from_alert_pod, cache, reads) for pod, from_alert_pod in chosen]
+    pods: list[JsonValue] = [await _summarise(kube, pod, from_alert, cache, reads) for pod, from_alert in chosen]
     return Gathered({"pods": pods, "pod_source": "alert+node", "node": node}, node_object)
 
 
-def _namespace_of(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("namespace"))
+def _namespace_of(pod: Mapping[str, object]) -> str:
+    return str(Body(pod).namespace)
 
 
 async def _summarise(
     kube: KubeAdapter,
-    pod: Mapping[str, Any],
+    pod: Mapping[str, object],
     from_alert: bool,
     cache: dict[OwnerKey, KubeObject | None],
     reads: OwnerReads,
-) -> dict[str, Any]:
+) -> JsonObject:
     namespace = _namespace_of(pod)
-    owners = [] if pod.get("missing") else await owner_chain(kube, namespace, pod, cache, reads)
+    owners: list[JsonObject] = [] if pod.get("missing") else await owner_chain(kube, namespace, pod, cache, reads)
     summary = _pod_summary(pod, owners, from_alert)
     if pod.get("missing"):
         summary["missing"] = True

@@ -20,6 +20,7 @@ from remediator.actions.operands import operand_pods, restore_operands, take_ope
 from remediator.adapters.sidecar import SidecarClient
 from remediator.domain.durations import DurationOrSeconds, parse_duration, within
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
+from remediator.kube.views import Node
 from remediator.sidecar.schemas import (
     DiagnosticsRequest,
     GpuInventory,
@@ -51,10 +52,9 @@ async def node_internal_ip(ctx: ActionContext) -> str:
         raise Invalid("the remediation target names no node, so its sidecar cannot be found")
     if ctx.kube is None:
         raise NotSupported(f"no Kubernetes access to look up the InternalIP of node {name}")
-    node = await ctx.kube.get_node(name)
-    for address in node.get("status", {}).get("addresses", []) or []:
-        if address.get("type") == "InternalIP" and address.get("address"):
-            return str(address["address"])
+    for kind, address in Node(await ctx.kube.get_node(name)).addresses:
+        if kind == "InternalIP" and address:
+            return address
     raise StepFailed(f"node {name} reports no InternalIP address")
 
 

@@ -9,14 +9,16 @@ checked against Kubernetes syntax before any request, so a bad value fails the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, NoParams, StrictParams, planned
 from remediator.adapters.kube import KubeAdapter, KubeObject
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
+from remediator.kube.views import Body, Node, json_object
 from remediator.kube.vocabulary import (
     QUARANTINE_TAINT,
     REMEDIATION_ANNOTATION,
@@ -84,20 +86,21 @@ def target_node(ctx: ActionContext) -> str:
     return ctx.target.node
 
 
-def cordoned_by(node: Mapping[str, Any], remediation_id: str) -> bool:
+def cordoned_by(node: Mapping[str, object], remediation_id: str) -> bool:
     """The node is unschedulable, and the cordon is this remediation's (its annotation names it)."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    return bool((node.get("spec") or {}).get("unschedulable")) and (
-        annotations.get(REMEDIATION_ANNOTATION) == remediation_id
-    )
+    view = Node(node)
+    return view.unschedulable and view.annotations.get(REMEDIATION_ANNOTATION) == remediation_id
 
 
-def _meta_map(node: Mapping[str, Any], field: str) -> dict[str, str]:
-    return dict((node.get("metadata") or {}).get(field) or {})
+def _meta_map(node: Mapping[str, object], field: Literal["labels", "annotations"]) -> dict[str, str]:
+    meta = Body(node).metadata
+    return meta.labels if field == "labels" else meta.annotations
 
 
-def _taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(t) for t in (node.get("spec") or {}).get("taints") or []]
+def _taints(node: Mapping[str, object]) -> list[JsonObject]:
+    """The node's taints, each whole (a taint patch replaces the list: fields this controller does not
+    read, such as timeAdded, are written back as they were)."""
+    return [json_object(t.raw) for t in Node(node).taints]
 
 
 async def _remember(ctx: ActionContext, observed: dict[str, Any]) -> dict[str, Any]:
@@ -117,28 +120,28 @@ async def _node_for_observe(ctx: ActionContext) -> KubeObject:
     return await require_kube(ctx).get_node(target_node(ctx))
 
 
-def _needs_marks(node: Mapping[str, Any]) -> bool:
+def _needs_marks(node: Mapping[str, object]) -> bool:
     return REMEDIATION_ANNOTATION not in _meta_map(node, "annotations")
 
 
-def _mark_patch(node: Mapping[str, Any], ctx: ActionContext) -> dict[str, Any]:
-    labels: dict[str, str] = {}
+def _mark_patch(node: Mapping[str, object], ctx: ActionContext) -> JsonObject:
+    labels: JsonObject = {}
     if STATE_LABEL not in _meta_map(node, "labels"):
         labels[STATE_LABEL] = QUARANTINE_STATE
     return {"labels": labels, "annotations": {REMEDIATION_ANNOTATION: ctx.remediation_id}}
 
 
-def _unmark_patch(node: Mapping[str, Any], remediation_id: str) -> dict[str, Any]:
+def _unmark_patch(node: Mapping[str, object], remediation_id: str) -> JsonObject:
     """Remove our marks, but only while they are still ours."""
     if _meta_map(node, "annotations").get(REMEDIATION_ANNOTATION) != remediation_id:
         return {}
-    patch: dict[str, Any] = {"annotations": {REMEDIATION_ANNOTATION: None}}
+    patch: JsonObject = {"annotations": {REMEDIATION_ANNOTATION: None}}
     if _meta_map(node, "labels").get(STATE_LABEL) == QUARANTINE_STATE:
         patch["labels"] = {STATE_LABEL: None}
     return patch
 
 
-def unmark_patch(node: Mapping[str, Any], remediation_id: str) -> dict[str, Any]:
+def unmark_patch(node: Mapping[str, object], remediation_id: str) -> JsonObject:
     """The metadata patch that removes this remediation's marks from `node` (empty when they are not its)."""
     return _unmark_patch(node, remediation_id)
 
@@ -152,21 +155,21 @@ def _should_unmark(ctx: ActionContext) -> bool:
 # ---------------------------------------------------------------------------------------- cordon
 
 
-def _cordon_prior(node: Mapping[str, Any]) -> dict[str, Any]:
-    return {"was_unschedulable": bool((node.get("spec") or {}).get("unschedulable")), "marked": _needs_marks(node)}
+def _cordon_prior(node: Mapping[str, object]) -> JsonObject:
+    return {"was_unschedulable": Node(node).unschedulable, "marked": _needs_marks(node)}
 
 
 async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple[dict[str, Any], bool]:
     """Cordon and mark `name`; returns (output with was_unschedulable and marked, changed)."""
     node = await kube.get_node(name)
-    unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+    unschedulable = Node(node).unschedulable
     prior = await _remember(ctx, _cordon_prior(node))
     output = {
         "node": name,
         "was_unschedulable": bool(prior["was_unschedulable"]),
         "marked": bool(prior["marked"]),
     }
-    patch: dict[str, Any] = {}
+    patch: JsonObject = {}
     if not unschedulable:
         patch["spec"] = {"unschedulable": True}
     if _needs_marks(node):
@@ -184,7 +187,7 @@ class Cordon(Action[NoParams]):
     quarantines = True
     default_revert = "uncordon"
 
-    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+    def still_holds(self, node: Mapping[str, object], params: Mapping[str, object], remediation_id: str) -> bool:
         """Still cordoned, by this remediation (another's cordon is theirs)."""
         return cordoned_by(node, remediation_id)
 
@@ -192,8 +195,7 @@ class Cordon(Action[NoParams]):
         name = target_node(ctx)
         if ctx.kube is None:
             return planned(f"would cordon node {name}", {"node": name})
-        node = await ctx.kube.get_node(name)
-        unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        unschedulable = Node(await ctx.kube.get_node(name)).unschedulable
         what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
         return planned(what, {"node": name, "was_unschedulable": unschedulable})
 
@@ -224,8 +226,8 @@ class Uncordon(Action[NoParams]):
         was_unschedulable = _was_unschedulable(ctx)
         kube = require_kube(ctx)
         node = await kube.get_node(name)
-        patch: dict[str, Any] = {}
-        if not was_unschedulable and (node.get("spec") or {}).get("unschedulable"):
+        patch: JsonObject = {}
+        if not was_unschedulable and Node(node).unschedulable:
             patch["spec"] = {"unschedulable": None}
         marks = _unmark_patch(node, ctx.remediation_id) if _should_unmark(ctx) else {}
         if marks:
@@ -240,6 +242,11 @@ class Uncordon(Action[NoParams]):
         return ActionResult(
             changed=bool(patch), message=message, output={"node": name, "kept_cordoned": was_unschedulable}
         )
+
+
+def _rv(node: Mapping[str, object]) -> str | None:
+    """The node's resourceVersion: a patch that carries it fails (409) when the node changed since."""
+    return Body(node).resource_version
 
 
 def _was_unschedulable(ctx: ActionContext) -> bool:
@@ -261,23 +268,23 @@ class UntaintParams(StrictParams):
     effect: TaintEffect | None = None
 
 
-def _find_taint(taints: list[dict[str, Any]], key: str, effect: str) -> dict[str, Any] | None:
+def _find_taint(taints: list[JsonObject], key: str, effect: str) -> JsonObject | None:
     return next((t for t in taints if t.get("key") == key and t.get("effect") == effect), None)
 
 
-def _with_taint(taints: list[dict[str, Any]], key: str, value: str, effect: str) -> list[dict[str, Any]]:
-    wanted = {"key": key, "value": value, "effect": effect}
+def _with_taint(taints: list[JsonObject], key: str, value: str, effect: str) -> list[JsonObject]:
+    wanted: JsonObject = {"key": key, "value": value, "effect": effect}
     replaced = [wanted if (t.get("key"), t.get("effect")) == (key, effect) else t for t in taints]
     return replaced if wanted in replaced else [*taints, wanted]
 
 
-def _taint_value(taint: Mapping[str, Any] | None) -> str | None:
+def _taint_value(taint: Mapping[str, object] | None) -> str | None:
     return None if taint is None else str(taint.get("value") or "")
 
 
 async def _patch_with_retry(
-    kube: KubeAdapter, name: str, build: Any, read: KubeObject | None = None
-) -> tuple[KubeObject, dict[str, Any]]:
+    kube: KubeAdapter, name: str, build: Callable[[KubeObject], JsonObject], read: KubeObject | None = None
+) -> tuple[KubeObject, JsonObject]:
     """Build a patch from the node (`build(node) -> patch`) and write it guarded by resourceVersion.
 
     The first attempt builds on `read` when the caller has just read the node, else reads it. A 409 means
@@ -287,10 +294,11 @@ async def _patch_with_retry(
         async for attempt in on_conflict(Conflict):
             with attempt:
                 node, read = read or await kube.get_node(name), None
-                patch: dict[str, Any] = build(node)
+                patch = build(node)
                 if not patch:
                     return node, patch
-                patch.setdefault("metadata", {})["resourceVersion"] = node["metadata"]["resourceVersion"]
+                meta = patch.get("metadata")
+                patch["metadata"] = {**(meta if isinstance(meta, dict) else {}), "resourceVersion": _rv(node)}
                 return await kube.patch_node(name, patch), patch
     except Conflict:
         raise StepFailed(f"node {name} kept changing under us ({CONFLICT_ATTEMPTS} attempts)") from None
@@ -305,7 +313,7 @@ class Taint(Action[TaintParams]):
     quarantines = True
     default_revert = "untaint"
 
-    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+    def still_holds(self, node: Mapping[str, object], params: Mapping[str, object], remediation_id: str) -> bool:
         """A taint with the step's key and effect is still on the node."""
         key, effect = params.get("key") or DEFAULT_TAINT_KEY, params.get("effect") or "NoSchedule"
         return _find_taint(_taints(node), str(key), str(effect)) is not None
@@ -325,7 +333,7 @@ class Taint(Action[TaintParams]):
         )
 
     @staticmethod
-    def _prior(node: Mapping[str, Any], p: TaintParams) -> dict[str, Any]:
+    def _prior(node: Mapping[str, object], p: TaintParams) -> JsonObject:
         """The taint with this key and effect before the step (its value, or None) and whether marks were
         missing: what the undo restores."""
         current = _find_taint(_taints(node), p.key, p.effect)
@@ -345,10 +353,10 @@ class Taint(Action[TaintParams]):
         node, ctx.observed = ctx.observed or await kube.get_node(name), None  # a retry reads afresh
         prior = await _remember(ctx, self._prior(node, p))
 
-        def build(fresh: KubeObject) -> dict[str, Any]:
-            patch: dict[str, Any] = {}
+        def build(fresh: KubeObject) -> JsonObject:
+            patch: JsonObject = {}
             if _taint_value(_find_taint(_taints(fresh), p.key, p.effect)) != p.value:
-                patch["spec"] = {"taints": _with_taint(_taints(fresh), p.key, p.value, p.effect)}
+                patch["spec"] = {"taints": list[JsonValue](_with_taint(_taints(fresh), p.key, p.value, p.effect))}
             if _needs_marks(fresh):
                 patch["metadata"] = _mark_patch(fresh, ctx)
             return patch
@@ -389,11 +397,11 @@ class Untaint(Action[UntaintParams]):
         name = target_node(ctx)
         kube = require_kube(ctx)
 
-        def build(fresh: KubeObject) -> dict[str, Any]:
-            patch: dict[str, Any] = {}
+        def build(fresh: KubeObject) -> JsonObject:
+            patch: JsonObject = {}
             taints = _restored_taints(_taints(fresh), key, effect, ctx.prior_output)
             if taints != _taints(fresh):
-                patch["spec"] = {"taints": taints}
+                patch["spec"] = {"taints": list[JsonValue](taints)}
             marks = _unmark_patch(fresh, ctx.remediation_id) if _should_unmark(ctx) else {}
             if marks:
                 patch["metadata"] = marks
@@ -415,8 +423,8 @@ class Untaint(Action[UntaintParams]):
 
 
 def _restored_taints(
-    taints: list[dict[str, Any]], key: str, effect: str, prior: Mapping[str, Any] | None
-) -> list[dict[str, Any]]:
+    taints: list[JsonObject], key: str, effect: str, prior: Mapping[str, Any] | None
+) -> list[JsonObject]:
     current = _find_taint(taints, key, effect)
     if current is None:
         return taints
@@ -458,7 +466,7 @@ class UnsetParams(StrictParams):
 class _SetEntry(Action[LabelParams | AnnotationParams]):
     """Set one key of node metadata.labels or metadata.annotations, remembering the previous value."""
 
-    field: str
+    field: Literal["labels", "annotations"]
     what: str
 
     def check(self, key: str, value: str) -> None:
@@ -492,7 +500,7 @@ class _UnsetEntry(Action[UnsetParams]):
     """Remove one label/annotation key, or put back the value it had before the remediation."""
 
     Params = UnsetParams
-    field: str
+    field: Literal["labels", "annotations"]
     what: str
 
     def _key(self, ctx: ActionContext, params: UnsetParams) -> str:

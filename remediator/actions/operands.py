@@ -20,6 +20,7 @@ from typing import Any
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.errors import StepFailed
+from remediator.kube.views import Node, Pod
 
 __all__ = ["DEPLOY_LABEL_PREFIX", "operand_pods", "restore_operands", "take_operands_off", "wait_for"]
 
@@ -31,15 +32,13 @@ def deploy_label(operand: str) -> str:
     return DEPLOY_LABEL_PREFIX + operand
 
 
-def operand_pods(pods: Sequence[Mapping[str, Any]], label: str) -> list[Mapping[str, Any]]:
+def operand_pods(pods: Sequence[Mapping[str, object]], label: str) -> list[Mapping[str, object]]:
     """The pods (of one node) whose nodeSelector names `label`: the operand's DaemonSet pods there."""
-    return [p for p in pods if label in ((p.get("spec") or {}).get("nodeSelector") or {})
-            and not (p.get("metadata") or {}).get("deletionTimestamp")]
+    return [p for p in pods if label in Pod(p).pod_spec.node_selector and not Pod(p).deletion_timestamp]
 
 
-def _ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def _ready(pod: Mapping[str, object]) -> bool:
+    return Pod(pod).ready
 
 
 async def wait_for(
@@ -64,8 +63,7 @@ async def take_operands_off(
     labels this step changes; a resumed step reuses what it recorded."""
     recorded: dict[str, dict[str, Any]] | None = progress.get("operands")
     if recorded is None:
-        node_obj = await kube.get_node(node)
-        labels = (node_obj.get("metadata") or {}).get("labels") or {}
+        labels = Node(await kube.get_node(node)).labels
         pods = await kube.list_pods_on_node(node)
         recorded = {}
         for operand in operands:

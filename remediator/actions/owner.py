@@ -23,6 +23,7 @@ from remediator.actions.workload import idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
 from remediator.errors import Invalid, NotFound
+from remediator.kube.views import Body
 from remediator.kube.vocabulary import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
 
 __all__ = [
@@ -83,7 +84,7 @@ class AnnotatePods(Action[AnnotatePodsParams]):
                 pod = await kube.get_pod(namespace, name)
             except NotFound:
                 continue
-            current = ((pod.get("metadata") or {}).get("annotations") or {}).get(p.key)
+            current = Body(pod).annotations.get(p.key)
             if ident not in prior:
                 prior[ident] = {"previous": current}
                 ctx.progress["prior"] = prior
@@ -108,7 +109,7 @@ async def _unannotate(kube: KubeAdapter, entry: Mapping[str, Any], key: str, our
         pod = await kube.get_pod(namespace, name)
     except NotFound:
         return "gone"
-    current = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+    current = Body(pod).annotations.get(key)
     previous = entry.get("previous")
     if current == previous:
         return "unchanged"
@@ -174,14 +175,13 @@ async def find_owner(
     """(channel, where it came from) for the namespace: annotation, team/owner label, default, or none."""
     if kube is not None and namespace:
         try:
-            ns = await kube.get_namespace(namespace)
+            meta = Body(await kube.get_namespace(namespace)).metadata
         except NotFound:
-            ns = {}
-        meta = ns.get("metadata") or {}
-        owner = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION) or "").strip()
+            meta = Body({}).metadata
+        owner = (meta.annotations.get(OWNER_ANNOTATION) or "").strip()
         if owner:
             return owner, f"annotation {OWNER_ANNOTATION}"
-        labels = meta.get("labels") or {}
+        labels = meta.labels
         for label, sigil in OWNER_LABELS:
             value = str(labels.get(label) or "").strip()
             if value:

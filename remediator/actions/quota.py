@@ -29,6 +29,7 @@ from remediator.actions.workload import idle_pods, pod_gpu_resources, single_nam
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.domain.durations import Duration, parse_duration
 from remediator.errors import Invalid, NotFound, StepFailed
+from remediator.kube.views import Body, Pod, ResourceQuota
 
 __all__ = ["ReclaimQuota", "ReclaimQuotaParams", "RestoreQuota", "gpu_quota_key", "quota_resource"]
 
@@ -98,8 +99,8 @@ class ReclaimQuotaParams(StrictParams):
         return self
 
 
-def _hard(quota: Mapping[str, Any]) -> dict[str, Any]:
-    return dict((quota.get("spec") or {}).get("hard") or {})
+def _hard(quota: Mapping[str, object]) -> dict[str, object]:
+    return dict(ResourceQuota(quota).hard)
 
 
 def _wanted(p: ReclaimQuotaParams, key: str, original: int | None) -> int | None:
@@ -134,15 +135,15 @@ def _keys_for(p: ReclaimQuotaParams, hard: Mapping[str, Any]) -> list[str]:
 async def _pod_usage(kube: KubeAdapter, namespace: str) -> dict[str, int]:
     usage: dict[str, int] = {}
     for pod in await kube.list_pods(namespace):
-        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+        if Pod(pod).phase in FINISHED_PHASES:
             continue
-        for name, amount in pod_gpu_resources(pod.get("spec") or {}).items():
+        for name, amount in pod_gpu_resources(Pod(pod).spec).items():
             usage[name] = usage.get(name, 0) + amount
     return usage
 
 
 async def _usage(kube: KubeAdapter, quota: Mapping[str, Any], key: str, namespace: str) -> int:
-    used = _quantity(((quota.get("status") or {}).get("used") or {}).get(key))
+    used = _quantity(ResourceQuota(quota).used.get(key))
     if used is not None:
         return used
     return (await _pod_usage(kube, namespace)).get(quota_resource(key), 0)
@@ -199,7 +200,7 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
         }
         results: list[dict[str, Any]] = []
         for quota in await _quotas(kube, namespace, p):
-            name = str(quota["metadata"]["name"])
+            name = str(Body(quota).name)
             if name not in prior:
                 prior[name] = {k: _hard(quota).get(k) for k in _keys_for(p, _hard(quota))}
                 ctx.progress["prior"] = prior
@@ -264,7 +265,7 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
         hard = _hard(quota)
         patch = {k: str(v) for k, v in plan.items() if _quantity(hard.get(k)) != v}
         if patch and write:
-            rv = quota["metadata"]["resourceVersion"]
+            rv = Body(quota).resource_version
             await kube.patch_resource_quota(
                 namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"hard": patch}}
             )
@@ -288,7 +289,7 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
             pause = min(USAGE_POLL_SECONDS, remaining)
             await asyncio.sleep(pause)
             remaining -= pause
-            fresh = await kube.get_resource_quota(namespace, str(quota["metadata"]["name"]))
+            fresh = await kube.get_resource_quota(namespace, str(Body(quota).name))
             used = await _usage(kube, fresh, key, namespace)
         return used
 
@@ -341,7 +342,7 @@ class RestoreQuota(Action[NoParams]):
                 patch[key] = entry.get("previous")
                 restored.append({"quota": name, "key": key, "value": entry.get("previous")})
             if patch:
-                rv = quota["metadata"]["resourceVersion"]
+                rv = Body(quota).resource_version
                 await kube.patch_resource_quota(
                     namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"hard": patch}}
                 )

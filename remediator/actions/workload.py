@@ -21,7 +21,9 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.context import owner_chain
 from remediator.actions.node import require_kube
 from remediator.adapters.kube import KubeAdapter
+from remediator.domain.json_values import JsonObject
 from remediator.errors import Invalid, NotFound, StepFailed
+from remediator.kube.views import Container, Pod, PodSpec, Scale, Workload
 
 __all__ = [
     "GPU_RESOURCE",
@@ -55,23 +57,27 @@ def _amount(value: object) -> int:
         return 0
 
 
-def _container_gpus(container: Mapping[str, Any]) -> dict[str, int]:
-    resources = container.get("resources") or {}
+def _int(value: object) -> int:
+    """A count as the API sent it (replicas, active pods); absent, null or not a number: 0."""
+    return int(value or 0) if isinstance(value, int | float | str) else 0
+
+
+def _container_gpus(container: Container) -> dict[str, int]:
     out: dict[str, int] = {}
-    for source in ("requests", "limits"):
-        for name, value in (resources.get(source) or {}).items():
-            if is_gpu_resource(str(name)):
-                out[str(name)] = max(out.get(str(name), 0), _amount(value))
+    for amounts in container.gpu_amounts():  # requests, then limits
+        for name, value in amounts.items():
+            out[name] = max(out.get(name, 0), _amount(value))
     return out
 
 
-def pod_gpu_resources(spec: Mapping[str, Any]) -> dict[str, int]:
+def pod_gpu_resources(spec: Mapping[str, object]) -> dict[str, int]:
     """GPU resources one pod of `spec` holds, per resource: containers summed, or the largest init container."""
     total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
+    view = PodSpec(spec)
+    for container in view.containers:
         for name, amount in _container_gpus(container).items():
             total[name] = total.get(name, 0) + amount
-    for container in spec.get("initContainers") or []:
+    for container in view.init_containers:
         for name, amount in _container_gpus(container).items():
             total[name] = max(total.get(name, 0), amount)
     return {name: amount for name, amount in total.items() if amount > 0}
@@ -179,15 +185,14 @@ async def _per_pod_gpus(
     kube: KubeAdapter, workload: Mapping[str, Any], pod: Mapping[str, Any]
 ) -> dict[str, int]:
     """GPUs one replica holds: from the pod template, else from the idle pod itself."""
-    template = ((workload.get("spec") or {}).get("template") or {}).get("spec") or {}
-    from_template = pod_gpu_resources(template)
+    from_template = pod_gpu_resources(Workload(workload).template_spec.raw)
     if from_template:
         return from_template
     try:
         live = await kube.get_pod(str(pod.get("namespace")), str(pod.get("name")))
     except NotFound:
         return {}
-    return pod_gpu_resources(live.get("spec") or {})
+    return pod_gpu_resources(Pod(live).spec)
 
 
 async def _observe(
@@ -198,13 +203,11 @@ async def _observe(
     per_pod = await _per_pod_gpus(kube, workload, pod)
     entry: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": name, "gpus_per_pod": per_pod}
     if kind == "Job":
-        spec = workload.get("spec") or {}
-        entry["previous"] = spec.get("suspend")
-        running = int((workload.get("status") or {}).get("active") or spec.get("parallelism") or 1)
-        entry["running_pods"] = 0 if spec.get("suspend") else running
+        job = Workload(workload)
+        entry["previous"] = job.suspend
+        entry["running_pods"] = 0 if job.suspend else _int(job.active or job.parallelism or 1)
     else:
-        scale = await kube.get_scale(kind, namespace, name)
-        entry["previous"] = int((scale.get("spec") or {}).get("replicas") or 0)
+        entry["previous"] = _int(Scale(await kube.get_scale(kind, namespace, name)).replicas)
     return entry
 
 
@@ -219,18 +222,17 @@ async def _apply(kube: KubeAdapter, entry: Mapping[str, Any], replicas: int) -> 
     """Put the workload into its scaled-down state; False when it already is."""
     kind, namespace, name = entry["kind"], entry["namespace"], entry["name"]
     if kind == "Job":
-        job = await kube.get_job(namespace, name)
-        if (job.get("spec") or {}).get("suspend") is True:
+        job = Workload(await kube.get_job(namespace, name))
+        if job.suspend is True:
             return False
-        rv = job["metadata"]["resourceVersion"]
+        rv = job.resource_version
         await kube.patch_job(namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"suspend": True}})
         return True
-    scale = await kube.get_scale(kind, namespace, name)
-    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    scale = Scale(await kube.get_scale(kind, namespace, name))
+    current = _int(scale.replicas)
     if current <= replicas:
         return False
-    rv = (scale.get("metadata") or {}).get("resourceVersion")
-    await kube.patch_scale(kind, namespace, name, replicas, resource_version=rv)
+    await kube.patch_scale(kind, namespace, name, replicas, resource_version=scale.resource_version)
     return True
 
 
@@ -350,27 +352,28 @@ async def _restore(kube: KubeAdapter, entry: Mapping[str, Any]) -> str:
     kind, namespace, name = str(entry["kind"]), str(entry["namespace"]), str(entry["name"])
     try:
         if kind == "Job":
-            job = await kube.get_job(namespace, name)
-            current = (job.get("spec") or {}).get("suspend")
-            if current is not True:
+            job = Workload(await kube.get_job(namespace, name))
+            if job.suspend is not True:
                 return "left: resumed by someone else"
             if entry.get("previous") is True:
                 return "unchanged: it was suspended before"
-            rv = job["metadata"]["resourceVersion"]
-            patch = {"metadata": {"resourceVersion": rv}, "spec": {"suspend": entry.get("previous")}}
+            previous_flag = entry.get("previous")
+            patch: JsonObject = {
+                "metadata": {"resourceVersion": job.resource_version},
+                "spec": {"suspend": previous_flag if isinstance(previous_flag, bool) else None},
+            }
             await kube.patch_job(namespace, name, patch)
             return "restored"
-        scale = await kube.get_scale(kind, namespace, name)
+        scale = Scale(await kube.get_scale(kind, namespace, name))
     except NotFound:
         return "gone"
-    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    current = _int(scale.replicas)
     previous = int(entry["previous"])
     if current == previous:
         return "unchanged"
     if current != int(entry["set"]):
         return f"left: rescaled to {current} by someone else"
-    rv = (scale.get("metadata") or {}).get("resourceVersion")
-    await kube.patch_scale(kind, namespace, name, previous, resource_version=rv)
+    await kube.patch_scale(kind, namespace, name, previous, resource_version=scale.resource_version)
     return "restored"
 
 

@@ -3,7 +3,8 @@
 Objects come back as the JSON the apiserver sent (camelCase dicts), so actions read exactly the fields a
 real server returns and tests can compare them with the fake server's objects. Every failure leaves this
 module as a `remediator.errors` class: the status code picks the class, 429 and 5xx carry Retry-After, and
-connection problems become ServiceUnavailable. A token bucket keeps the controller under `kube_qps`.
+connection problems become ServiceUnavailable (the client's and transport's exceptions in one place,
+`map_exceptions`). A token bucket keeps the controller under `kube_qps`.
 Every node, object and namespace name is checked against the API server's grammar (remediator.kube.object_names)
 before it becomes part of a path or a field selector: a bad one is refused here as Invalid, unsent.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from kubernetes.aio.client.exceptions import ApiException
 from kubernetes.aio.config.config_exception import ConfigException
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
+from remediator.domain.json_values import JsonObject
 from remediator.errors import (
     ActionError,
     ConfigError,
@@ -34,9 +37,13 @@ from remediator.errors import (
 )
 from remediator.kube.kinds import Operation, Verb, operation
 from remediator.kube.object_names import escape_field_selector_value, namespace_problem, object_name_problem
+from remediator.kube.views import OwnerReference, as_list, as_mapping, as_str
 from remediator.settings import Settings
 
-__all__ = ["FIELD_MANAGER", "KubeAdapter", "KubeObject", "Mutation", "MutationRecorder", "TokenBucket", "connect"]
+__all__ = [
+    "FIELD_MANAGER", "KubeAdapter", "KubeObject", "Mutation", "MutationRecorder", "TokenBucket", "connect",
+    "map_exceptions",
+]
 
 FIELD_MANAGER = "remediator"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -44,7 +51,10 @@ MERGE_PATCH = "application/merge-patch+json"
 LIST_PAGE = 500
 DEPENDENCY = "kubernetes API"  # how waiting remediations name this peer (remediator.retrying)
 
-KubeObject = dict[str, Any]
+# An object as the API server sent it (camelCase JSON); read it through remediator.kube.views.
+KubeObject = JsonObject
+# A request body (a patch, an Eviction): JSON the caller built, possibly from parts of objects it read.
+Body = Mapping[str, object]
 
 _SELECTORS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
 
@@ -104,18 +114,33 @@ def _classified(error: ActionError) -> ActionError:
     return error
 
 
+@contextmanager
+def map_exceptions(what: str) -> Iterator[None]:
+    """The one place this adapter maps the client's and the transport's exceptions onto remediator.errors
+    (httpx's `_transports/default.py` `map_exceptions` is the model): an ApiException the client raised itself
+    (before or without an HTTP answer) becomes the class of its status; a timeout, an aiohttp client error or
+    an OSError becomes ServiceUnavailable, "`what`: <the error>". Transient ones name the Kubernetes API as the
+    dependency they wait for. An error status the API server answered is `_status_error`'s."""
+    try:
+        yield
+    except ApiException as exc:
+        raise _classified(error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}")) from exc
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise _unreachable(what, exc) from exc
+
+
 def _unreachable(what: str, exc: BaseException) -> ServiceUnavailable:
     error = ServiceUnavailable(f"{what}: {exc!r}")
     error.dependency = DEPENDENCY
     return error
 
 
-def _retry_after(headers: Mapping[str, str], document: Mapping[str, Any]) -> float | None:
-    raw = headers.get("Retry-After")
+def _retry_after(headers: Mapping[str, str], document: Mapping[str, object]) -> float | None:
+    raw: object = headers.get("Retry-After")
     if raw is None:
-        raw = (document.get("details") or {}).get("retryAfterSeconds")
+        raw = as_mapping(document.get("details")).get("retryAfterSeconds")
     try:
-        seconds = float(raw) if raw is not None else None
+        seconds = float(str(raw)) if raw is not None else None
     except (TypeError, ValueError):
         return None
     return seconds if seconds is not None and seconds > 0 else None
@@ -148,7 +173,7 @@ def _supported(kind: str, verb: Verb, subresource: str | None = None) -> Operati
     return op
 
 
-Query = list[tuple[str, Any]]
+Query = list[tuple[str, str | int | bool]]
 
 # Every request this adapter sends is one of the kind table's operations (remediator/kube/kinds.py), so the
 # controller's RBAC, rendered from the same table, grants each of them; these are the fixed ones.
@@ -199,7 +224,7 @@ class KubeAdapter:
         name: str | None = None,
         namespace: str | None = None,
         query: Query | None = None,
-        body: Any = None,
+        body: object = None,
         content_type: str | None = None,
         timeout: float | None = None,
     ) -> aiohttp.ClientResponse:
@@ -213,7 +238,7 @@ class KubeAdapter:
         headers = {"Accept": "application/json"}
         if content_type is not None:
             headers["Content-Type"] = content_type
-        try:
+        with map_exceptions("cannot reach the Kubernetes API"):
             request = await self.api_client.param_serialize(
                 method=op.verb.method,
                 resource_path=op.path(name=name, namespace=namespace),
@@ -223,21 +248,16 @@ class KubeAdapter:
                 auth_settings=["BearerToken"],
             )
             sent = await self.api_client.call_api(*request, _request_timeout=timeout, _preload_content=False)
-        except ApiException as exc:  # raised by the client itself, before or without an HTTP answer
-            raise _classified(error_for_status(exc.status or 0, f"kubernetes client: {exc.reason}")) from exc
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _unreachable("cannot reach the Kubernetes API", exc) from exc
         response: aiohttp.ClientResponse = sent.response
         return response
 
-    async def _send(self, op: Operation, **request: Any) -> Any:
+    async def _send(self, op: Operation, **request: Any) -> KubeObject:
         """One request, its JSON answer decoded; an error status raises as a `remediator.errors` class."""
         response = await self._open(op, **request)
         try:
-            body = await response.read()
-            status, headers = int(response.status), dict(response.headers)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _unreachable("cannot reach the Kubernetes API", exc) from exc
+            with map_exceptions("cannot reach the Kubernetes API"):
+                body = await response.read()
+                status, headers = int(response.status), dict(response.headers)
         finally:
             response.release()
         if status >= 400:
@@ -247,7 +267,8 @@ class KubeAdapter:
                 loop = asyncio.get_running_loop()
                 self._held_until = max(self._held_until, loop.time() + retry_after)
             raise error
-        return json.loads(body) if body else {}
+        document = json.loads(body) if body else {}
+        return document if isinstance(document, dict) else {}
 
     async def _call(
         self,
@@ -257,7 +278,7 @@ class KubeAdapter:
         namespace: str | None = None,
         recorded_name: str | None = None,
         **request: Any,
-    ) -> Any:
+    ) -> KubeObject:
         """`_send`, and a write's outcome told to the recorder (verb, object, status). `recorded_name` names
         the object a create on a collection makes (the path carries no name)."""
         if not (op.writes and self.recorder):
@@ -286,8 +307,8 @@ class KubeAdapter:
                 query.append(("continue", token))
             query += [(_SELECTORS[k], v) for k, v in selectors.items() if v]
             page = await self._call(op, namespace=namespace, query=query)
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            items.extend(_items(page))
+            token = as_str(as_mapping(page.get("metadata")).get("continue"))
             if not token:
                 return items
 
@@ -310,9 +331,9 @@ class KubeAdapter:
         while True:
             query: Query = [("limit", page_size)] + ([("continue", token)] if token else [])
             page = await self._call(_LIST_NODES, query=query)
-            metadata = page.get("metadata") or {}
-            yield page.get("items") or [], str(metadata.get("resourceVersion") or "")
-            token = metadata.get("continue")
+            metadata = as_mapping(page.get("metadata"))
+            yield _items(page), str(metadata.get("resourceVersion") or "")
+            token = as_str(metadata.get("continue"))
             if not token:
                 return
 
@@ -331,24 +352,23 @@ class KubeAdapter:
             timeout=timeout_seconds + 30,
         )
         try:
-            status = int(response.status)
-            if status >= 400:
-                raise _status_error(status, await response.read(), dict(response.headers))
-            buffer = b""
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                while (end := buffer.find(b"\n")) >= 0:
-                    line, buffer = buffer[:end], buffer[end + 1 :]
-                    if line.strip():
-                        yield json.loads(line)
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise _unreachable("node watch interrupted", exc) from exc
+            with map_exceptions("node watch interrupted"):
+                status = int(response.status)
+                if status >= 400:
+                    raise _status_error(status, await response.read(), dict(response.headers))
+                buffer = b""
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    while (end := buffer.find(b"\n")) >= 0:
+                        line, buffer = buffer[:end], buffer[end + 1 :]
+                        if line.strip():
+                            yield json.loads(line)
         except ValueError as exc:
             raise _unreachable("node watch sent a line that is not JSON", exc) from exc
         finally:
             response.release()
 
-    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+    async def patch_node(self, name: str, patch: Body) -> KubeObject:
         """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""
         result: KubeObject = await self._call(
             _PATCH_NODE,
@@ -359,7 +379,7 @@ class KubeAdapter:
         )
         return result
 
-    async def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> KubeObject:
+    async def patch_node_status(self, name: str, patch: Body) -> KubeObject:
         """Strategic merge patch of the `nodes/status` subresource: only `status` changes (conditions merge
         by `type`, so other writers' conditions stay); `metadata.resourceVersion` in the patch guards it."""
         result: KubeObject = await self._call(
@@ -402,12 +422,12 @@ class KubeAdapter:
         """policy/v1 Eviction; with `uid` the server refuses (409) to evict a same-name replacement."""
         _name(name, "pod name")
         _namespace(namespace)
-        options: dict[str, Any] = {}
+        options: JsonObject = {}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
         if uid is not None:
             options["preconditions"] = {"uid": uid}
-        body: dict[str, Any] = {
+        body: JsonObject = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
@@ -418,7 +438,7 @@ class KubeAdapter:
 
     # ------------------------------------------------------------------ events
 
-    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> KubeObject:
+    async def create_event(self, namespace: str, event: Body) -> KubeObject:
         """Create a core/v1 Event (the body as the API spells it, camelCase)."""
         body = client.CoreV1Event.model_validate(dict(event))
         result: KubeObject = await self._call(
@@ -426,7 +446,7 @@ class KubeAdapter:
             namespace=_namespace(namespace),
             query=[("fieldManager", FIELD_MANAGER)],
             body=body,
-            recorded_name=str((event.get("metadata") or {}).get("name") or ""),
+            recorded_name=str(as_mapping(event.get("metadata")).get("name") or ""),
         )
         return result
 
@@ -439,7 +459,7 @@ class KubeAdapter:
         return result
 
     async def patch_object(
-        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], *, merge: bool = False
+        self, kind: str, namespace: str, name: str, patch: Body, *, merge: bool = False
     ) -> KubeObject:
         """Strategic merge patch (or a JSON merge patch with merge=True) with field manager "remediator", of
         a kind the table lets the controller patch (NotSupported otherwise)."""
@@ -454,9 +474,10 @@ class KubeAdapter:
         )
         return result
 
-    async def get_owner(self, namespace: str, owner: Mapping[str, Any]) -> KubeObject:
+    async def get_owner(self, namespace: str, owner: OwnerReference | Body) -> KubeObject:
         """The object an ownerReference points to (a Node for mirror pods)."""
-        kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
+        ref = owner if isinstance(owner, OwnerReference) else OwnerReference(owner)
+        kind, name = ref.kind, ref.name
         if kind == "Node":
             return await self.get_node(name)
         return await self.get_object(kind, namespace, name)
@@ -467,7 +488,7 @@ class KubeAdapter:
     async def get_job(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("Job", namespace, name)
 
-    async def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+    async def patch_job(self, namespace: str, name: str, patch: Body) -> KubeObject:
         return await self.patch_object("Job", namespace, name, patch)
 
     async def get_scale(self, kind: str, namespace: str, name: str) -> KubeObject:
@@ -481,7 +502,7 @@ class KubeAdapter:
     ) -> KubeObject:
         """Set spec.replicas through the `scale` subresource (JSON merge patch, optionally guarded by RV)."""
         op = _supported(kind, Verb.PATCH, "scale")
-        patch: dict[str, Any] = {"spec": {"replicas": replicas}}
+        patch: JsonObject = {"spec": {"replicas": replicas}}
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": resource_version}
         result: KubeObject = await self._call(
@@ -500,7 +521,7 @@ class KubeAdapter:
     async def list_resource_quotas(self, namespace: str) -> list[KubeObject]:
         return await self._list(_LIST_QUOTAS, _namespace(namespace))
 
-    async def patch_resource_quota(self, namespace: str, name: str, patch: Mapping[str, Any]) -> KubeObject:
+    async def patch_resource_quota(self, namespace: str, name: str, patch: Body) -> KubeObject:
         return await self.patch_object("ResourceQuota", namespace, name, patch)
 
     # ------------------------------------------------------------------ namespaces
@@ -508,6 +529,11 @@ class KubeAdapter:
     async def get_namespace(self, name: str) -> KubeObject:
         result: KubeObject = await self._call(_GET_NAMESPACE, name=_namespace(name))
         return result
+
+
+def _items(page: KubeObject) -> list[KubeObject]:
+    """The objects of a list answer (its `items`)."""
+    return [item for item in as_list(page.get("items")) if isinstance(item, dict)]
 
 
 def _kubeconfig_path(settings: Settings) -> str | None:

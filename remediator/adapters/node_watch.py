@@ -37,6 +37,7 @@ from remediator.adapters.kube import KubeAdapter
 from remediator.domain.storms import node_attributes
 from remediator.errors import RemediatorError
 from remediator.kube.inventory import NodeFacts, NodeInventory, facts_of
+from remediator.kube.views import Body, as_mapping
 
 __all__ = ["NodeWatch"]
 
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 _jitter = random.SystemRandom()  # spreads reconnects so replicas do not reconnect in step
 
 
-class _Expired(Exception):
+class _Expired(RemediatorError):
     """The watch's resourceVersion is gone: list again."""
 
 
@@ -76,7 +77,7 @@ class NodeWatch:
         if self.on_change is not None:
             self.on_change(self.inventory)
 
-    def _seen(self, kind: str, node: Mapping[str, Any]) -> None:
+    def _seen(self, kind: str, node: Mapping[str, object]) -> None:
         if self.on_node is None:
             return
         try:
@@ -99,7 +100,7 @@ class NodeWatch:
         version = ""
         async for items, page_version in self.kube.node_pages():
             for node in items:
-                name = str((node.get("metadata") or {}).get("name", ""))
+                name = Body(node).name or ""
                 facts[name] = facts_of(node)
                 if name:
                     attributes[name] = node_attributes(node)
@@ -119,7 +120,7 @@ class NodeWatch:
             self.inventory.resource_version or "", timeout_seconds=_jitter.randint(low, high)
         ):
             kind = str(event.get("type", ""))
-            obj = event.get("object") or {}
+            obj = as_mapping(event.get("object"))
             if kind == "ERROR":
                 if obj.get("code") == 410:
                     raise _Expired(str(obj.get("message", "")))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediator.domain.storms import FleetCounts, node_attributes
+from remediator.kube.views import Body, Node, Taint
 
 __all__ = ["GPU_CONDITION", "NodeFacts", "NodeInventory", "facts_of"]
 
@@ -48,35 +49,30 @@ class NodeFacts:
                    int(gpus), int(allocatable), None if healthy is None else str(healthy))
 
 
-def _count(value: Any) -> int:
+def _count(value: object) -> int:
     try:
         return max(0, int(str(value)))
     except ValueError:
         return 0
 
 
-def _taint(taint: Mapping[str, Any]) -> str:
-    key, value, effect = str(taint.get("key", "")), taint.get("value"), str(taint.get("effect", ""))
+def _taint(taint: Taint) -> str:
+    key, value, effect = taint.key or "", taint.value, taint.effect or ""
     return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
 
 
-def facts_of(node: Mapping[str, Any]) -> NodeFacts:
+def facts_of(node: Mapping[str, object]) -> NodeFacts:
     """A GPU node has the GPU feature discovery label or allocatable nvidia.com/gpu above zero."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
-    labels = meta.get("labels") or {}
-    allocatable = status.get("allocatable") or {}
-    gpu = labels.get(GPU_PRESENT_LABEL) == "true" or str(allocatable.get(GPU_RESOURCE, "0")) not in ("0", "")
-    ips = tuple(
-        str(a.get("address", "")) for a in status.get("addresses") or [] if a.get("type") == "InternalIP"
-    )
-    spec = node.get("spec") or {}
-    healthy = next((str(c.get("status")) for c in status.get("conditions") or []
-                    if c.get("type") == GPU_CONDITION), None)
+    view = Node(node)
+    allocatable = view.allocatable
+    gpu = view.labels.get(GPU_PRESENT_LABEL) == "true" or str(allocatable.get(GPU_RESOURCE, "0")) not in ("0", "")
+    ips = tuple(address or "" for kind, address in view.addresses if kind == "InternalIP")
+    condition = view.condition(GPU_CONDITION)
+    healthy = None if condition is None else str(condition.raw.get("status"))
     return NodeFacts(
-        gpu=gpu, internal_ips=ips, unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(_taint(t) for t in spec.get("taints") or [] if isinstance(t, Mapping)),
-        gpus=_count((status.get("capacity") or {}).get(GPU_RESOURCE, 0)),
+        gpu=gpu, internal_ips=ips, unschedulable=view.unschedulable,
+        taints=tuple(_taint(t) for t in view.taints),
+        gpus=_count(view.capacity.get(GPU_RESOURCE, 0)),
         gpus_allocatable=_count(allocatable.get(GPU_RESOURCE, 0)), gpu_healthy=healthy,
     )
 
@@ -115,13 +111,11 @@ class NodeInventory:
     def as_dict(self) -> dict[str, list[object]]:
         return {name: f.as_list() for name, f in self._nodes.items()}
 
-    def replace(self, nodes: Iterable[Mapping[str, Any]], resource_version: str) -> None:
+    def replace(self, nodes: Iterable[Mapping[str, object]], resource_version: str) -> None:
         """The state of a fresh list: nodes not in it are gone."""
         nodes = list(nodes)
-        self.replace_facts({str((n.get("metadata") or {}).get("name", "")): facts_of(n) for n in nodes},
-                           resource_version)
-        self.attributes.replace({name: node_attributes(n) for n in nodes
-                                 if (name := str((n.get("metadata") or {}).get("name", "")))})
+        self.replace_facts({Body(n).name or "": facts_of(n) for n in nodes}, resource_version)
+        self.attributes.replace({name: node_attributes(n) for n in nodes if (name := Body(n).name or "")})
 
     def replace_facts(self, facts: Mapping[str, NodeFacts], resource_version: str) -> None:
         self._nodes = {name: f for name, f in facts.items() if name}
@@ -131,12 +125,12 @@ class NodeInventory:
         self.synced = True
         self.version += 1
 
-    def apply(self, event_type: str, node: Mapping[str, Any]) -> None:
+    def apply(self, event_type: str, node: Mapping[str, object]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED or BOOKMARK); the resourceVersion moves to the event's."""
-        meta = node.get("metadata") or {}
-        version = meta.get("resourceVersion")
+        meta = Body(node).metadata
+        version = meta.resource_version
         if event_type in ("ADDED", "MODIFIED", "DELETED"):
-            name = str(meta.get("name", ""))
+            name = meta.name or ""
             old = self._nodes.get(name)
             new = facts_of(node) if event_type != "DELETED" else None
             if name:

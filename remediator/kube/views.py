@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from remediator.domain.json_values import JsonObject, JsonValue
+
 __all__ = [
     "EMPTY",
     "GPU_RESOURCE",
@@ -36,6 +38,8 @@ __all__ = [
     "as_mapping",
     "as_str",
     "is_gpu_resource",
+    "json_object",
+    "json_value",
 ]
 
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -67,6 +71,23 @@ def _mappings(value: object) -> list[Mapping[str, object]]:
 
 def _strings(value: object) -> dict[str, str]:
     return {k: v for k, v in as_mapping(value).items() if isinstance(v, str)}
+
+
+def json_value(value: object) -> JsonValue:
+    """`value` as JSON data (a copy of objects and arrays; a value JSON cannot hold becomes its string): for
+    writing back, or storing, a part of an object that was read through a view."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return json_object(value)
+    if isinstance(value, list | tuple):
+        return [json_value(item) for item in value]
+    return str(value)
+
+
+def json_object(value: Mapping[str, object]) -> JsonObject:
+    """`json_value` of a JSON object."""
+    return {str(k): json_value(v) for k, v in value.items()}
 
 
 def is_gpu_resource(name: str) -> bool:

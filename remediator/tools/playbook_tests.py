@@ -26,14 +26,14 @@ from remediator.actions.context import gather_context
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
-from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, decide
-from remediator.engine.decision import DecisionFacts, DecisionPolicy, Unmatched
-from remediator.engine.decision import decide as decide_alert
+from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, guardrail_verdict
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, Unmatched, decide_alert
 from remediator.engine.planning import Proposal, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.kube.kinds import Operation
+from remediator.kube.views import OwnerReference
 from remediator.kube.vocabulary import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
@@ -241,8 +241,9 @@ class SnapshotKube(KubeAdapter):
     async def list_pods_on_node(self, node: str) -> list[KubeObject]:
         return [_with_namespace(p) for p in self.snapshot.pods if (p.get("spec") or {}).get("nodeName") == node]
 
-    async def get_owner(self, namespace: str, owner: Mapping[str, Any]) -> KubeObject:
-        kind, name = str(owner.get("kind", "")), str(owner.get("name", ""))
+    async def get_owner(self, namespace: str, owner: OwnerReference | Mapping[str, object]) -> KubeObject:
+        ref = owner if isinstance(owner, OwnerReference) else OwnerReference(owner)
+        kind, name = ref.kind, ref.name
         if kind == "Node":
             return await self.get_node(name)
         for obj in self.snapshot.owners:
@@ -400,7 +401,7 @@ def _verdict(
     fleet = test.fleet
     limit = QuarantineLimit(fleet.max_quarantined_nodes) if fleet.max_quarantined_nodes else settings.quarantine_limit
     node_labels = (context.get("node") or {}).get("labels") or {}
-    return decide(
+    return guardrail_verdict(
         GuardrailFacts(
             now=fleet.now or utcnow(),
             paused=fleet.paused,
