@@ -45,7 +45,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from remediator.actions.context import node_ready
 from remediator.actions.node import DEFAULT_TAINT_KEY, unmark_patch
 from remediator.adapters.kube import FIELD_MANAGER
 from remediator.definitions.templates import render_params
@@ -55,6 +54,7 @@ from remediator.engine.executor import Executor
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.errors import RemediatorError, StoreUnavailable
+from remediator.kube.views import Body, Node
 from remediator.retrying import Backoff
 from remediator.store.models import Remediation, StepRow
 
@@ -82,13 +82,10 @@ class Marks:
     ready: bool
 
 
-def marks_of(node: Mapping[str, Any]) -> Marks:
-    spec = node.get("spec") or {}
-    taints = frozenset(
-        (str(t.get("key", "")), str(t.get("effect", ""))) for t in spec.get("taints") or [] if isinstance(t, Mapping)
-    )
-    boot = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID") or ""
-    return Marks(bool(spec.get("unschedulable")), taints, str(boot), node_ready(node))
+def marks_of(node: Mapping[str, object]) -> Marks:
+    view = Node(node)
+    taints = frozenset((t.key or "", t.effect or "") for t in view.taints)
+    return Marks(view.unschedulable, taints, view.boot_id or "", view.ready)
 
 
 @dataclass(frozen=True)
@@ -101,12 +98,12 @@ class Lifted:
     field: str  # spec.unschedulable or spec.taints
 
 
-def field_owner(node: Mapping[str, Any], field: str) -> dict[str, Any] | None:
+def field_owner(node: Mapping[str, object], field: str) -> dict[str, Any] | None:
     """The managedFields entry that owns `field` (`spec.unschedulable`, `spec.taints`) now, if any: its
     manager, operation and time."""
     parts = [f"f:{p}" for p in field.split(".")]
-    for entry in (node.get("metadata") or {}).get("managedFields") or []:
-        tree: Any = entry.get("fieldsV1") or {}
+    for entry in Body(node).metadata.managed_fields:
+        tree: object = entry.get("fieldsV1") or {}
         for part in parts:
             tree = tree.get(part) if isinstance(tree, Mapping) else None
             if tree is None:
@@ -173,8 +170,8 @@ class NodeMarks:
         self._reconcile_due = False  # a reconcile was asked for (or is owed) and has not run since
         self._reconciled_at: float | None = None  # loop time of the last reconcile begun
 
-    def seen(self, kind: str, node: Mapping[str, Any]) -> None:
-        name = str((node.get("metadata") or {}).get("name") or "")
+    def seen(self, kind: str, node: Mapping[str, object]) -> None:
+        name = Body(node).name or ""
         if not name:
             return
         if kind == "DELETED":
@@ -282,7 +279,7 @@ class NodeMarks:
                 released += await self._check(rem, node, steps[rem.id])
         return released
 
-    async def _read_node(self, name: str) -> Mapping[str, Any] | None:
+    async def _read_node(self, name: str) -> Mapping[str, object] | None:
         kube = self.rt.kube
         if kube is None:
             return None
@@ -292,7 +289,7 @@ class NodeMarks:
             log.warning("hand changes: cannot read node %s to compare its marks: %s", name, exc)
             return None
 
-    async def _check(self, rem: Remediation, node: Mapping[str, Any], rows: list[StepRow] | None = None) -> bool:
+    async def _check(self, rem: Remediation, node: Mapping[str, object], rows: list[StepRow] | None = None) -> bool:
         """Release `rem` when a mark of its is gone from `node` and was lifted by someone other than the
         controller; True when it was."""
         if rem.state == State.REVERTING and rem.current_step >= len(playbook_of(rem).return_gate):
@@ -307,11 +304,11 @@ class NodeMarks:
             return False
         owner = next((o for o in (owners[m.field] for m in lifted) if o), None)
         manager = str(owner["manager"]) if owner else None
-        meta = node.get("metadata") or {}
+        meta = Body(node).metadata
         data: dict[str, Any] = {
             "node": rem.node, "lifted": [m.what for m in lifted], "fields": sorted({m.field for m in lifted}),
             "field_manager": manager, "operation": owner.get("operation") if owner else None,
-            "changed_at": owner.get("time") if owner else None, "resource_version": meta.get("resourceVersion"),
+            "changed_at": owner.get("time") if owner else None, "resource_version": meta.resource_version,
             "by_hand": True,
         }
         if owner is None:
@@ -361,6 +358,8 @@ class NodeMarks:
             if patch:
                 await kube.patch_node(rem.node, {"metadata": patch})
                 cleaned.append("marks")
+        # broad: best-effort cleanup after the release is recorded; any failure is logged and audited for a person, the
+        # release stands
         except Exception as exc:
             log.warning("remediation %s released, but cleaning up node %s failed: %s", rem.id, rem.node, exc)
             await self.rt.repo.record_audit("node.cleanup_failed", remediation_id=rem.id,
