@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from remediator.domain.storms import nodes_phrase
 from remediator.engine.overrides import cancel
 from remediator.engine.runtime import Runtime
 from remediator.errors import IllegalTransition
+from remediator.store.storm_records import HeldRemediation, StormRecord
 
-__all__ = ["DECISIONS", "DecisionSaid", "decide_storm", "describe_decision"]
+__all__ = [
+    "DECISIONS", "DecisionSaid", "StormCancelled", "StormDecided", "StormReleased", "decide_storm", "describe_decision",
+]
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +29,22 @@ class DecisionSaid:
 
     headline: str  # 'Release 7 held remediations on nodes running driver 580.95.05'
     details: tuple[str, ...]
-    held: tuple[dict[str, Any], ...]  # the remediations it holds now: id, node, playbook
+    held: tuple[HeldRemediation, ...]  # the remediations it holds now
+
+
+class StormReleased(StormRecord):
+    """The storm after its approval, with the remediations it released (ids)."""
+
+    released: list[str]
+
+
+class StormCancelled(StormRecord):
+    """The storm after its rejection, with the remediations it cancelled (ids)."""
+
+    cancelled: list[str]
+
+
+StormDecided = StormReleased | StormCancelled
 
 
 def _count(n: int) -> str:
@@ -61,7 +78,7 @@ async def describe_decision(rt: Runtime, storm_id: str, decision: str, *, actor:
 
 
 async def decide_storm(rt: Runtime, storm_id: str, decision: str, *, actor: str, reason: str | None
-                       ) -> dict[str, Any] | None:
+                       ) -> StormDecided | None:
     """Approve or reject the storm; None when there is no such storm. The record says what was released or
     cancelled (`released` / `cancelled`: remediation ids)."""
     record, held = await rt.repo.decide_storm(storm_id, decision, actor=actor, reason=reason)
@@ -70,7 +87,7 @@ async def decide_storm(rt: Runtime, storm_id: str, decision: str, *, actor: str,
     if decision == "approved":
         if held:
             await rt.repo.wake_held()  # re-admitted now: the storm no longer holds them, the other guardrails do
-        out = {**record, "released": held}
+        out: StormDecided = StormReleased(**record, released=held)
     else:
         cancelled: list[str] = []
         for rem_id in held:
@@ -79,7 +96,7 @@ async def decide_storm(rt: Runtime, storm_id: str, decision: str, *, actor: str,
                 cancelled.append(rem_id)
             except IllegalTransition:  # a person or the alert's resolution moved it on meanwhile
                 log.info("storm %s: remediation %s was no longer held", storm_id, rem_id)
-        out = {**record, "cancelled": cancelled}
+        out = StormCancelled(**record, cancelled=cancelled)
     if rt.notifier is not None and record["state"] == decision:
         rt.notifier.storm_event(storm_id)  # its Slack message says who decided, without the approve link
     return out

@@ -24,7 +24,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from remediator.adapters.notifier import (
     Button,
@@ -37,14 +37,19 @@ from remediator.adapters.notifier import (
     slack_delete,
     slack_post_or_edit,
 )
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.domain.storms import StormState, nodes_phrase
 from remediator.process.metrics import Metrics
 from remediator.settings import Settings
 from remediator.store.repository import Repository
+from remediator.store.storm_records import HeldRemediation, StormRecord
 
 __all__ = ["WEBHOOK_PLACE", "StormNotices", "storm_link", "storm_message", "storm_page"]
 
 log = logging.getLogger(__name__)
+
+# What a message says (state, nodes, candidates' counts, decided by, held ids): compared, never read.
+Said = tuple[str, tuple[str, ...], tuple[tuple[JsonValue, ...], ...], str | None, tuple[str, ...]]
 
 WEBHOOK_PLACE: Final = "incoming-webhook"  # the storm's slack_channel when only a webhook told it (ts: the phase)
 _TOP = 3  # candidates shown in the message (the page shows them all)
@@ -65,14 +70,20 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def storm_message(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]], *, page: str,
+def _candidates(storm: StormRecord) -> list[JsonObject]:
+    """The analysis's candidates (domain/storms.py), most telling first."""
+    found = storm["analysis"].get("candidates")
+    return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+
+def storm_message(storm: StormRecord, held: Sequence[HeldRemediation], *, page: str,
                   approve_link: str | None) -> Message:
     """The storm's message as it stands (pure). Plain mrkdwn; the adapter escapes every text for Slack."""
-    state = str(storm["state"])
+    state = storm["state"]
     cause = storm["cause"]
-    phrase = nodes_phrase(str(cause["key"]), str(cause["value"]))
-    nodes = [str(n) for n in storm.get("nodes") or []]
-    by, reason = storm.get("decided_by"), storm.get("decision_reason")
+    phrase = nodes_phrase(cause["key"], cause["value"])
+    nodes = storm["nodes"]
+    by, reason = storm["decided_by"], storm["decision_reason"]
     why = f": {reason}" if reason else ""
     titles = {
         "open": f"Storm on {phrase}: {_plural(len(nodes), 'node')} faulting, held for one decision",
@@ -91,12 +102,11 @@ def storm_message(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]], *
         lines.append(f"Rejected by {by}{why}. The remediations it held were cancelled; later ones on {phrase} "
                      "wait for a person.")
     else:
-        decision = next((str(e.get("event")) for e in reversed(storm.get("timeline") or [])
-                         if isinstance(e, Mapping) and e.get("event") in ("approved", "rejected")), "decided")
+        decision = next((str(e.get("event")) for e in reversed(storm["timeline"])
+                         if e.get("event") in ("approved", "rejected")), "decided")
         decided = f" after it was {decision} by {by}" if by else ""
         lines.append(f"Closed{decided}: no node sharing the cause faulted for a window.")
-    analysis = storm.get("analysis") or {}
-    candidates = [c for c in analysis.get("candidates") or [] if isinstance(c, Mapping)]
+    candidates = _candidates(storm)
     tested = [c for c in candidates if c.get("p_value") is not None][:_TOP]
     described = [c for c in candidates if c.get("p_value") is None][:2]
     if tested:
@@ -122,21 +132,21 @@ def storm_message(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]], *
                 ("Cause", f"{cause['key']}={cause['value']}")),
         buttons=tuple(buttons),
         data={"storm_id": storm["id"], "event": f"storm_{state}", "state": state, "cause": dict(cause),
-              "nodes": nodes, "held": [h.get("id") for h in held], "ui_url": page, "approval_url": approve_link},
+              "nodes": nodes, "held": [h["id"] for h in held], "ui_url": page, "approval_url": approve_link},
     )
 
 
-def _said(storm: Mapping[str, Any], held: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+def _said(storm: StormRecord, held: Sequence[HeldRemediation]) -> Said:
     """What a message says, to tell whether the record moved on while it was sent."""
     candidates = [(c.get("key"), c.get("value"), c.get("faulting"), c.get("faulting_total"))
-                  for c in (storm.get("analysis") or {}).get("candidates") or [] if isinstance(c, Mapping)]
-    return (storm["state"], tuple(storm.get("nodes") or ()), tuple(candidates), storm.get("decided_by"),
-            tuple(h.get("id") for h in held))
+                  for c in _candidates(storm)]
+    return (storm["state"], tuple(storm["nodes"]), tuple(candidates), storm["decided_by"],
+            tuple(h["id"] for h in held))
 
 
-def _place(storm: Mapping[str, Any]) -> tuple[str, str] | None:
-    slack = storm.get("slack")
-    return (str(slack["channel"]), str(slack["ts"])) if isinstance(slack, Mapping) and slack.get("ts") else None
+def _place(storm: StormRecord) -> tuple[str, str] | None:
+    slack = storm["slack"]
+    return (str(slack["channel"]), str(slack["ts"])) if slack is not None and slack["ts"] else None
 
 
 class StormNotices:
@@ -153,7 +163,7 @@ class StormNotices:
         self._idle = asyncio.Event()
         self._idle.set()
         self._tokens: dict[str, str] = {}  # storm id -> the approve-group link's token this process sent
-        self._last: dict[str, tuple[Any, ...]] = {}  # storm id -> what this process last told the bot
+        self._last: dict[str, Said] = {}  # storm id -> what this process last told the bot
 
     @property
     def active(self) -> bool:
@@ -189,13 +199,15 @@ class StormNotices:
                     await self._tell(storm_id)
                 except asyncio.CancelledError:
                     raise
+                # broad: the storm loop outlives one storm's failure (store, Slack, a bug); logged, the next storm is
+                # told
                 except Exception:
                     log.exception("could not tell storm %s", storm_id)
         finally:
             if not self._dirty:
                 self._idle.set()
 
-    async def _link(self, storm: Mapping[str, Any]) -> str | None:
+    async def _link(self, storm: StormRecord) -> str | None:
         """The approve-group link while the storm is open (one token per storm and process)."""
         if storm["state"] != StormState.OPEN:
             self._tokens.pop(str(storm["id"]), None)
@@ -228,7 +240,7 @@ class StormNotices:
         if again is not None and _said(again, (await self.repo.storm_holds([storm_id])).get(storm_id, [])) != said:
             self._dirty[storm_id] = None
 
-    async def _to_bot(self, bot: SlackBot, storm: Mapping[str, Any], message: Message) -> None:
+    async def _to_bot(self, bot: SlackBot, storm: StormRecord, message: Message) -> None:
         place = _place(storm)
         if place is not None and place[0] == WEBHOOK_PLACE:
             place = None
@@ -241,11 +253,13 @@ class StormNotices:
             # Another replica posted its message first: keep that one, edit it, and take ours back.
             try:
                 await slack_delete(bot, now)
+            # broad: deleting a second message is cleanup; whatever Slack or the client raises, the kept message is
+            # still edited
             except Exception as exc:
                 log.warning("storm %s: could not delete a second message: %s", storm["id"], exc)
             await slack_post_or_edit(bot, message, SlackThread(*kept))
 
-    async def _to_hooks(self, storm: Mapping[str, Any], message: Message) -> None:
+    async def _to_hooks(self, storm: StormRecord, message: Message) -> None:
         """An incoming webhook cannot edit: once when the storm is first told, once when it is decided."""
         phase = "opened" if storm["state"] == StormState.OPEN else "decided"
         place = _place(storm)
@@ -264,6 +278,8 @@ class StormNotices:
             await sending
         except asyncio.CancelledError:
             raise
+        # broad: one channel's failure (NotificationFailed, or a bug in its wire format) is counted and audited; the
+        # others go on
         except Exception as exc:
             self.metrics.notifications.labels(channel=channel, outcome="failed").inc()
             log.warning("storm message %s to %s failed: %s", message.event, channel, exc)

@@ -21,6 +21,7 @@ from remediator.domain.guardrails import GuardrailFacts, Verdict
 from remediator.domain.json_values import JsonObject
 from remediator.store.read_store import SteadyCounts, SteadyQuery
 from remediator.store.step_store import BeginStep
+from remediator.store.storm_records import StormRecord
 
 if TYPE_CHECKING:
     from remediator.store.remediation_store import RemediationStore
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["Admission", "AdmissionReads", "SessionReads", "WindowFault"]
 
 # (node, alert name, plan, alert labels, context, created) of a remediation in the storm window.
-WindowFault = tuple[str, str, Any, dict[str, Any], dict[str, Any], datetime]
+WindowFault = tuple[str, str, JsonObject, dict[str, str], dict[str, Any], datetime]
 
 
 class AdmissionReads(Protocol):
@@ -53,13 +54,13 @@ class AdmissionReads(Protocol):
         """The remediations created since `since` (the storm window), as the batch left them."""
         ...
 
-    async def live_storms(self) -> list[dict[str, Any]]:
+    async def live_storms(self) -> list[StormRecord]:
         """The storms not closed, oldest first."""
         ...
 
     async def record_storm(
-        self, key: str, value: str, text: str, nodes: Sequence[str], analysis: dict[str, Any]
-    ) -> tuple[dict[str, Any], bool]:
+        self, key: str, value: str, text: str, nodes: Sequence[str], analysis: JsonObject
+    ) -> tuple[StormRecord, bool]:
         """Open a storm for this cause, or grow the live one: (its record, whether it changed)."""
         ...
 
@@ -126,12 +127,12 @@ class SessionReads:
     async def window_faults(self, since: datetime) -> list[WindowFault]:
         return await self.store.window_faults(since, self.session)
 
-    async def live_storms(self) -> list[dict[str, Any]]:
+    async def live_storms(self) -> list[StormRecord]:
         return await self.store.live_storms(self.session)
 
     async def record_storm(
-        self, key: str, value: str, text: str, nodes: Sequence[str], analysis: dict[str, Any]
-    ) -> tuple[dict[str, Any], bool]:
+        self, key: str, value: str, text: str, nodes: Sequence[str], analysis: JsonObject
+    ) -> tuple[StormRecord, bool]:
         return await self.store.record_storm(key, value, text, nodes, analysis, self.session)
 
     async def close_storms(self, before: datetime) -> list[str]:

@@ -12,15 +12,18 @@ import hmac
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.domain.states import State
 from remediator.domain.storms import StormState
+from remediator.domain.timestamps import as_utc
+from remediator.store.admission import WindowFault
 from remediator.store.models import AuditEvent, Remediation, Storm
-from remediator.store.transactions import RepositoryBase, _aware
+from remediator.store.storm_records import HeldRemediation, StormRecord
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["STORM_REASON", "StormStore", "storm_record"]
 
@@ -32,19 +35,19 @@ SlackPlace = tuple[str, str]  # (channel, ts) of a storm's Slack message; ("inco
 
 
 def _iso(value: datetime | None) -> str | None:
-    value = _aware(value)
-    return value.isoformat() if value else None
+    return as_utc(value).isoformat() if value else None
 
 
-def _candidates(analysis: Any) -> list[tuple[Any, ...]]:
+def _candidates(analysis: JsonObject) -> list[tuple[JsonValue, ...]]:
     """What of an analysis people are shown: each candidate with its counts (not its floating p-value)."""
-    if not isinstance(analysis, dict):
+    candidates = analysis.get("candidates")
+    if not isinstance(candidates, list):
         return []
     return [(c.get("key"), c.get("value"), c.get("faulting"), c.get("faulting_total"), c.get("fleet"))
-            for c in analysis.get("candidates") or [] if isinstance(c, dict)]
+            for c in candidates if isinstance(c, dict)]
 
 
-def storm_record(storm: Storm) -> dict[str, Any]:
+def storm_record(storm: Storm) -> StormRecord:
     """A storm as the API, the audit log, the UI and `remediator get storms` show it."""
     return {
         "id": storm.id, "state": storm.state, "opened_at": _iso(storm.opened_at), "updated_at": _iso(storm.updated_at),
@@ -60,7 +63,7 @@ class StormStore(RepositoryBase):
     """Storms (a mixin of `Repository`)."""
 
     async def window_faults(self, since: datetime, session: AsyncSession | None = None) -> list[
-            tuple[str, str, Any, dict[str, Any], dict[str, Any], datetime]]:
+            WindowFault]:
         """(node, alert name, plan, alert labels, context, created) of the remediations created since `since`;
         read in `session` when given (the admitting transaction)."""
         if session is None:
@@ -71,10 +74,10 @@ class StormStore(RepositoryBase):
                    Remediation.context, Remediation.created_at)
             .where(Remediation.created_at >= since, Remediation.node.is_not(None))
         )
-        return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), _aware(c) or c)
+        return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), c)
                 for n, a, p, labels, ctx, c in rows.all()]
 
-    async def live_storms(self, session: AsyncSession | None = None) -> list[dict[str, Any]]:
+    async def live_storms(self, session: AsyncSession | None = None) -> list[StormRecord]:
         """The storms not closed, oldest first (read in `session` when given)."""
         if session is None:
             async with self.transaction() as own:
@@ -82,21 +85,21 @@ class StormStore(RepositoryBase):
         rows = await session.scalars(select(Storm).where(Storm.state.in_(OPEN_STATES)).order_by(Storm.opened_at))
         return [storm_record(s) for s in rows]
 
-    async def list_storms(self, *, include_closed: bool = True, limit: int = 200) -> list[dict[str, Any]]:
+    async def list_storms(self, *, include_closed: bool = True, limit: int = 200) -> list[StormRecord]:
         async with self.transaction() as session:
             query = select(Storm).order_by(Storm.opened_at.desc()).limit(limit)
             if not include_closed:
                 query = query.where(Storm.state.in_(OPEN_STATES))
             return [storm_record(s) for s in await session.scalars(query)]
 
-    async def get_storm(self, storm_id: str) -> dict[str, Any] | None:
+    async def get_storm(self, storm_id: str) -> StormRecord | None:
         async with self.transaction() as session:
             storm = await session.get(Storm, storm_id)
             return None if storm is None else storm_record(storm)
 
     async def record_storm(self, key: str, value: str, text: str, nodes: Sequence[str],
-                           analysis: dict[str, Any], session: AsyncSession | None = None
-                           ) -> tuple[dict[str, Any], bool]:
+                           analysis: JsonObject, session: AsyncSession | None = None
+                           ) -> tuple[StormRecord, bool]:
         """Open a storm for this cause, or grow the live one: (its record, whether it changed). Audited as
         `storm.opened` and `storm.grown` (new nodes). Written in `session` when given (the admitting
         transaction), else in a transaction of its own."""
@@ -133,7 +136,7 @@ class StormStore(RepositoryBase):
         return storm_record(storm), True
 
     async def decide_storm(self, storm_id: str, decision: str, *, actor: str, reason: str | None
-                           ) -> tuple[dict[str, Any] | None, list[str]]:
+                           ) -> tuple[StormRecord | None, list[str]]:
         """Approve or reject an open storm: (its record, the ids of the remediations it holds). None: no such
         storm. A storm already decided is returned as it is, with no ids (the first decision stands)."""
         if decision not in ("approved", "rejected"):
@@ -183,7 +186,7 @@ class StormStore(RepositoryBase):
             if storm is not None:
                 storm.slack_channel, storm.slack_ts = channel, ts
 
-    async def storm_holds(self, storm_ids: Collection[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    async def storm_holds(self, storm_ids: Collection[str] | None = None) -> dict[str, list[HeldRemediation]]:
         """The remediations each storm holds now, by storm id: [{id, node, playbook, created_at}], by node."""
         async with self.transaction() as session:
             rows = await session.execute(
@@ -192,7 +195,7 @@ class StormStore(RepositoryBase):
                 .where(Remediation.state == State.HELD, Remediation.state_reason.startswith(STORM_REASON))
             )
             found = rows.all()
-        out: dict[str, list[dict[str, Any]]] = {}
+        out: dict[str, list[HeldRemediation]] = {}
         for rem_id, node, playbook, reason, created in found:
             storm_id = str(reason)[len(STORM_REASON):].split(":", 1)[0]
             if storm_ids is None or storm_id in storm_ids:
@@ -208,7 +211,7 @@ class StormStore(RepositoryBase):
             storm = await session.get(Storm, storm_id)
             if storm is None:
                 return []
-            opened = _aware(storm.opened_at) or storm.opened_at
+            opened = storm.opened_at
             since = (opened - timedelta(minutes=1)).astimezone(UTC).replace(tzinfo=None)
             events = await session.scalars(
                 select(AuditEvent).where(AuditEvent.kind.startswith("storm."), AuditEvent.ts >= since)
@@ -239,7 +242,7 @@ class StormStore(RepositoryBase):
             storm.approval_links = [*(storm.approval_links or []), token_hash][-MAX_LINKS:]
             return True
 
-    async def storm_by_link(self, storm_id: str, token_hash: str) -> dict[str, Any] | None:
+    async def storm_by_link(self, storm_id: str, token_hash: str) -> StormRecord | None:
         """The storm an approve-group link was sent for, or None (unknown storm, or not one of its links)."""
         async with self.transaction() as session:
             storm = await session.get(Storm, storm_id)
