@@ -5,6 +5,10 @@ read; a database insert guarded by a unique key fails when another replica inser
 a few times at once (the other writer is done, not busy), through tenacity (`on_conflict`). When the
 attempts run out the caller raises a permanent error.
 
+Per call. The node agent client retries a refused or dropped connection a few times with exponential backoff
+(`attempts_with_backoff`); a drain retries each eviction on transient errors until its deadline
+(`until_deadline`, waits chosen by the drain). tenacity is imported here only (an import-linter contract).
+
 Transient failures. Every adapter classifies its peer's failures once (remediator/errors.py): a connection
 refused or reset, a timeout, 429 and 5xx are `TemporaryError`s naming their `dependency`; anything else is
 permanent. A step, and the context read before the first step, is retried on transient errors within a time
@@ -29,7 +33,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, TypeVar
 
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from remediator.errors import Conflict, RemediatorError, TemporaryError
 
@@ -42,9 +53,11 @@ __all__ = [
     "DependencyWaiting",
     "RetriesSpent",
     "TransientPolicy",
+    "attempts_with_backoff",
     "dependency_of",
     "is_transient",
     "on_conflict",
+    "until_deadline",
     "waiting_reason",
 ]
 
@@ -67,6 +80,51 @@ def on_conflict(
 ) -> AsyncRetrying:
     """Retry the block right away while it raises `exc`, at most `attempts` times; then re-raise the last."""
     return AsyncRetrying(stop=stop_after_attempt(attempts), retry=retry_if_exception_type(exc), reraise=True)
+
+
+def attempts_with_backoff(
+    attempts: int, backoff: float, retry: Callable[[BaseException], bool], *, cap: float = 10.0
+) -> AsyncRetrying:
+    """Retry the block while it raises what `retry` accepts, at most `attempts` calls, waiting `backoff` s,
+    then twice that, ... up to `cap` s; then re-raise the last (the node agent client's calls)."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=backoff, max=cap),
+        retry=retry_if_exception(retry),
+        reraise=True,
+    )
+
+
+def until_deadline(
+    left: Callable[[], float],
+    wait: Callable[[BaseException], float],
+    *,
+    after: Callable[[BaseException], None] | None = None,
+) -> AsyncRetrying:
+    """Retry the block on transient errors (`is_transient`) until `left()` seconds are used up, waiting
+    `wait(error)` between calls and telling `after(error)` of each transient failure; then re-raise the last
+    (a drain's evictions, each retried until the drain's deadline)."""
+
+    def _wait(state: RetryCallState) -> float:
+        exc = _failure(state)
+        return 0.0 if exc is None else wait(exc)
+
+    def _after(state: RetryCallState) -> None:
+        exc = _failure(state)
+        if exc is not None and after is not None:
+            after(exc)
+
+    return AsyncRetrying(
+        retry=retry_if_exception(is_transient),
+        wait=_wait,
+        stop=lambda _state: left() <= 0,
+        after=_after,
+        reraise=True,
+    )
+
+
+def _failure(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome is not None else None
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -213,6 +271,8 @@ class TransientPolicy:
             calls += 1
             try:
                 return await attempt()
+            # broad: BaseException so `transient` decides about every error the attempt raises; what it refuses
+            # (CancelledError too) is re-raised unchanged
             except BaseException as exc:
                 if not transient(exc):
                     raise

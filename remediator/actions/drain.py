@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field, field_validator
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.context import uses_gpu
@@ -23,8 +22,9 @@ from remediator.actions.node import cordon_node, cordoned_by, require_kube, targ
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
 from remediator.domain.durations import Duration, parse_duration
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
+from remediator.kube.views import Body, Pod
 from remediator.kube.vocabulary import EXCLUDE_LABEL
-from remediator.retrying import Backoff
+from remediator.retrying import Backoff, until_deadline
 
 __all__ = ["Drain", "DrainParams", "DrainPlan", "PodRef", "plan_drain"]
 
@@ -55,9 +55,9 @@ class PodRef:
     uid: str
 
     @classmethod
-    def of(cls, pod: Mapping[str, Any]) -> PodRef:
-        meta = pod.get("metadata") or {}
-        return cls(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+    def of(cls, pod: Mapping[str, object]) -> PodRef:
+        meta = Body(pod).metadata
+        return cls(str(meta.namespace), str(meta.name), str(meta.uid))
 
     def as_dict(self) -> dict[str, str]:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
@@ -74,9 +74,8 @@ class DrainPlan:
     note: str | None = None
 
 
-def _is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("kind") == "DaemonSet" and r.get("controller") for r in refs)
+def _is_daemonset_pod(pod: Mapping[str, object]) -> bool:
+    return any(r.kind == "DaemonSet" and r.controller for r in Pod(pod).owner_references)
 
 
 def _listed(context: Mapping[str, Any], key: str, name: str) -> list[Mapping[str, Any]] | None:
@@ -119,17 +118,17 @@ def _identities(listed: list[Mapping[str, Any]]) -> set[str]:
 
 
 def _skip_reason(
-    pod: Mapping[str, Any], excluded: set[str], selection: str, gpu_pods: set[str] | None
+    pod: Mapping[str, object], excluded: set[str], selection: str, gpu_pods: set[str] | None
 ) -> str | None:
-    meta = pod.get("metadata") or {}
+    view = Pod(pod)
     ref = PodRef.of(pod)
     if ref.namespace in excluded:
         return "namespace excluded"
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+    if MIRROR_ANNOTATION in view.annotations:
         return "mirror pod"
     if _is_daemonset_pod(pod):
         return "DaemonSet pod"
-    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+    if view.phase in FINISHED_PHASES:
         return "completed"
     if gpu_pods is not None:
         if ref.uid in gpu_pods or str(ref) in gpu_pods:
@@ -142,11 +141,11 @@ def _skip_reason(
     return None
 
 
-def _grace(requested: int | None, pod: Mapping[str, Any]) -> int | None:
+def _grace(requested: int | None, pod: Mapping[str, object]) -> int | None:
     if requested is None:
         return None
-    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-    return requested if own is None else min(requested, int(own))
+    own = Pod(pod).pod_spec.termination_grace_period_seconds
+    return requested if own is None else min(requested, own)
 
 
 OPT_OUT = EXCLUDE_LABEL
@@ -157,10 +156,10 @@ async def opted_out_namespaces(kube: KubeAdapter, pods: list[KubeObject]) -> set
     out: set[str] = set()
     for namespace in sorted({PodRef.of(pod).namespace for pod in pods}):
         try:
-            meta = (await kube.get_namespace(namespace)).get("metadata") or {}
+            meta = Body(await kube.get_namespace(namespace)).metadata
         except NotFound:
             continue
-        marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+        marks = {**meta.labels, **meta.annotations}
         if marks.get(OPT_OUT) == "true":
             out.add(namespace)
     return out
@@ -181,7 +180,7 @@ def plan_drain(
         reason = _skip_reason(pod, excluded, params.pods, gpu_pods)
         if reason is not None:
             plan.skipped.append({**ref.as_dict(), "reason": reason})
-        elif (pod.get("metadata") or {}).get("deletionTimestamp") or ref.uid in done:
+        elif Pod(pod).deletion_timestamp or ref.uid in done:
             plan.wait.append(ref)
         else:
             plan.evict.append((ref, _grace(params.grace_period, pod)))
@@ -214,7 +213,7 @@ class _Evictor:
         except BaseExceptionGroup as failed:
             raise failed.exceptions[0] from None
 
-    def _waits(self) -> Callable[[RetryCallState], float]:
+    def _waits(self) -> Callable[[BaseException], float]:
         """One pod's waits: the server's Retry-After (a PDB's 429), else exponential backoff counted over the
         failures of one kind in a row (remediator.retrying.Backoff), so the first PDB 429 after an API outage
         waits its usual second, not the outage's grown backoff; while the API cannot be reached the wait stays
@@ -222,10 +221,7 @@ class _Evictor:
         backoff = Backoff(self.drain.backoff_initial, self.drain.backoff_max, jitter=False)
         unreachable_cap = self.ctx.settings.transient_backoff_max_s
 
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome is not None else None
-            if exc is None:
-                return 0.0
+        def wait(exc: BaseException) -> float:
             seconds = backoff.next(exc)
             if getattr(exc, "status", None) is None and not getattr(exc, "retry_after", None):
                 seconds = min(seconds, unreachable_cap)
@@ -233,19 +229,15 @@ class _Evictor:
 
         return wait
 
-    def _blocked(self, ref: PodRef) -> Callable[[RetryCallState], None]:
-        def note(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome is not None else None
+    def _blocked(self, ref: PodRef) -> Callable[[BaseException], None]:
+        def note(exc: BaseException) -> None:
             if isinstance(exc, TemporaryError):
                 self.blocked[ref.uid] = exc.message
         return note
 
     async def _evict(self, ref: PodRef, grace: int | None) -> None:
         """Evict one pod, retrying what may pass later (a PDB's 429, 5xx) until the drain's deadline."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda e: isinstance(e, TemporaryError) and not isinstance(e, Conflict)),
-            wait=self._waits(), stop=lambda _state: self._left() <= 0, after=self._blocked(ref), reraise=True,
-        )
+        retrying = until_deadline(self._left, self._waits(), after=self._blocked(ref))
         try:
             async for attempt in retrying:
                 with attempt:
@@ -276,7 +268,7 @@ class Drain(Action[DrainParams]):
     quarantines = True
     default_revert = "uncordon"
 
-    def still_holds(self, node: Mapping[str, Any], params: Mapping[str, Any], remediation_id: str) -> bool:
+    def still_holds(self, node: Mapping[str, object], params: Mapping[str, object], remediation_id: str) -> bool:
         """The drain's cordon is still this remediation's."""
         return cordoned_by(node, remediation_id)
 
@@ -329,7 +321,7 @@ class Drain(Action[DrainParams]):
         loop = asyncio.get_running_loop()
         pending = {r.uid: r for r in refs}
         while pending:
-            present = {str((p.get("metadata") or {}).get("uid")) for p in await kube.list_pods_on_node(node)}
+            present = {str(Body(p).uid) for p in await kube.list_pods_on_node(node)}
             pending = {uid: r for uid, r in pending.items() if uid in present}
             left = deadline - loop.time()
             if not pending or left <= 0:

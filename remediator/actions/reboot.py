@@ -17,9 +17,9 @@ from pydantic import Field
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.context import node_ready
 from remediator.actions.node import require_kube, target_node
-from remediator.actions.wait import ResumeLater
 from remediator.domain.durations import DurationOrSeconds, parse_duration, within
-from remediator.errors import StepFailed
+from remediator.errors import ResumeLater, StepFailed
+from remediator.kube.views import Node
 
 __all__ = ["NOT_REBOOTED", "AwaitReboot", "AwaitRebootParams"]
 
@@ -62,7 +62,7 @@ class AwaitReboot(Action[AwaitRebootParams]):
                 "check the node and lift the quarantine by hand"
             )
         node = await require_kube(ctx).get_node(name)
-        current = ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
+        current = Node(node).boot_id
         poll = parse_duration(p.poll).total_seconds()
         if not current or current == p.boot_id:
             raise ResumeLater(poll, reason=(

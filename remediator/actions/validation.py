@@ -32,9 +32,8 @@ from pydantic import Field, ValidationError, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
-from remediator.actions.wait import GateUnknown
 from remediator.domain.durations import DurationOrSeconds, parse_duration, within
-from remediator.errors import ActionError, Invalid, ServiceUnavailable, StepFailed
+from remediator.errors import ActionError, GateUnknown, Invalid, ServiceUnavailable, StepFailed
 from remediator.sidecar.schemas import ValidateRequest, ValidationReport
 
 __all__ = ["ValidateGpu", "ValidateGpuParams", "failure_summary", "readable_failure"]

@@ -16,52 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.domain.durations import Duration, format_duration, parse_duration
+from remediator.errors import CancelRemediation, GateUnknown, ResumeLater
 
-__all__ = ["CancelRemediation", "GateUnknown", "ResumeLater", "StepSignal", "Wait", "WaitParams"]
-
-
-class StepSignal(Exception):
-    """A step asks the executor for something other than success or failure."""
-
-
-class ResumeLater(StepSignal):
-    """Run this step again in `delay` seconds; the remediation keeps its place and releases its lease."""
-
-    def __init__(self, delay: float, reason: str = "") -> None:
-        self.delay = max(0.0, delay)
-        self.reason = reason
-        super().__init__(reason or f"resume in {self.delay:g}s")
-
-
-class GateUnknown(ResumeLater):
-    """A validation gate reached no verdict: the node agent at `agent` (`host:port`) was unreachable, answered
-    an error or did not answer in time, or the GPU or NVML could not be read. Unknown is not failed: the
-    engine keeps the node quarantined, looks again with backoff (settings.gate_unknown_backoff_s, doubling),
-    pages a person once and never climbs the escalation ladder. `symptom` is short ("unreachable",
-    "answering 503"), `detail` the error as read; `output` what was read before (partial reports)."""
-
-    def __init__(
-        self, agent: str, symptom: str, detail: str, *, delay: float = 15.0, output: dict[str, Any] | None = None
-    ) -> None:
-        self.agent = agent
-        self.symptom = symptom
-        self.detail = detail
-        self.output = {"verdict": "unknown", "agent": agent, "unreadable": detail, **(output or {})}
-        super().__init__(delay, reason=f"gate unknown: agent {agent} {symptom}")
-
-
-class CancelRemediation(StepSignal):
-    """End the remediation as `cancelled`; with `revert`, undo the steps that already changed something."""
-
-    def __init__(self, reason: str, *, revert: bool = True, output: dict[str, Any] | None = None) -> None:
-        self.reason = reason
-        self.revert = revert
-        self.output = dict(output or {})
-        super().__init__(reason)
+# The step signals live in remediator.errors; named here too until every caller imports them from there.
+__all__ = ["CancelRemediation", "GateUnknown", "ResumeLater", "Wait", "WaitParams"]
 
 
 class WaitParams(StrictParams):

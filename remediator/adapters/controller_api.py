@@ -6,7 +6,8 @@ creation): connecting, waiting for headers and reading bodies, however slowly a 
 stop there. Answers are read in chunks and refused past `max_response` bytes, so a broken or hostile server
 cannot make the command hold an unbounded body in memory. Every failure leaves as one `ControllerApiError`
 carrying the HTTP status (None: no usable answer at all) and the server's own message, so the command line
-can turn it into an exit code and one line on stderr.
+can turn it into an exit code and one line on stderr; httpx's exceptions become it in one place,
+`map_exceptions`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -22,21 +24,29 @@ from urllib.parse import quote
 import httpx
 
 from remediator import __version__
+from remediator.errors import ControllerApiError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "MAX_RESPONSE_BYTES", "ControllerApi", "ControllerApiError"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_RESPONSE_BYTES", "ControllerApi", "map_exceptions"]
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 _T = TypeVar("_T")
 
 
-class ControllerApiError(Exception):
-    """The controller said no (`status` is its HTTP status) or could not be reached (`status` is None)."""
-
-    def __init__(self, status: int | None, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+@contextmanager
+def map_exceptions(server: str) -> Iterator[None]:
+    """The one place this client maps httpx's exceptions onto remediator.errors (httpx's own
+    `_transports/default.py` `map_exceptions` is the model): an address httpx cannot parse, or any failure to
+    get an answer from `server` (refused, timed out, a broken protocol), is ControllerApiError without a status,
+    keeping httpx's message (its class name when the message is empty). httpx's chained traceback is dropped:
+    the command line prints one line."""
+    try:
+        yield
+    except httpx.InvalidURL as exc:
+        raise ControllerApiError(None, f"invalid server address {server!r}: {exc}") from None
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise ControllerApiError(None, f"cannot reach the controller at {server}: {reason}") from None
 
 
 def _message(response: httpx.Response, body: bytes) -> str:
@@ -133,18 +143,13 @@ class ControllerApi:
             call.close()  # never awaited when the deadline had passed before it started
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
+        with map_exceptions(self.server):
             async with self._client.stream(method, path, **kwargs) as response:
                 if response.is_redirect:
                     # A redirect means this is not the API (e.g. a sign-in page in front of it): say so, never follow.
                     where = response.headers.get("location", "?")
                     raise ControllerApiError(response.status_code, f"{method} {path} was redirected to {where}")
                 body = await self._body(response)
-        except httpx.InvalidURL as exc:
-            raise ControllerApiError(None, f"invalid server address {self.server!r}: {exc}") from None
-        except httpx.HTTPError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ControllerApiError(None, f"cannot reach the controller at {self.server}: {reason}") from None
         if not response.is_success:
             raise ControllerApiError(response.status_code, _message(response, body))
         try:

@@ -10,7 +10,8 @@ is permanent and not retried. Transient failures are retried through the control
 (`remediator.retrying.TransientPolicy`) within a time budget (REMEDIATOR_NOTIFY_BUDGET), with capped
 full-jitter backoff, waiting exactly the receiver's Retry-After when it sent one; a Retry-After past what is
 left of the budget ends the retries at once, never a request sooner than asked. A final failure raises
-`NotificationFailed` saying why. The Slack bot (`SlackBot`, Web API `chat.postMessage` / `chat.update`)
+`NotificationFailed` saying why (httpx's own exceptions become it in one place, `map_exceptions`). The
+Slack bot (`SlackBot`, Web API `chat.postMessage` / `chat.update`)
 keeps one message per remediation and edits it in place.
 What a message says is decided by the engine (`remediator.engine.notifications`); this module only turns
 a neutral `Message` into each receiver's wire format and delivers it.
@@ -30,14 +31,15 @@ from __future__ import annotations
 import email.utils
 import logging
 import math
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
 
 import httpx
 
-from remediator.errors import RemediatorError
+from remediator.errors import NotificationFailed, SlackApiError
 from remediator.retrying import RetriesSpent, TransientPolicy
 
 __all__ = [
@@ -48,17 +50,16 @@ __all__ = [
     "Channel",
     "JsonWebhook",
     "Message",
-    "NotificationFailed",
     "Notifier",
     "Origin",
     "PodLine",
-    "SlackApiError",
     "SlackBot",
     "SlackResponseUrl",
     "SlackThread",
     "SlackThreads",
     "SlackWebhook",
     "Tone",
+    "map_exceptions",
     "notify_policy",
     "open_channels",
     "open_responder",
@@ -81,37 +82,6 @@ _EMOJI: dict[str, str] = {
     "danger": ":rotating_light:",
 }
 _MAX_PODS = 15
-
-
-class NotificationFailed(RemediatorError):
-    """A receiver could not be reached or refused the message after every retry.
-
-    `retryable` is the classification (`transient_answer`); `outcome` says, once delivery stopped, why it
-    stopped (permanent, or what ended the retries of a transient failure) and `attempts` how many calls."""
-
-    def __init__(self, channel: str, reason: str, *, retryable: bool = True, retry_after: float | None = None) -> None:
-        self.channel = channel
-        self.reason = reason
-        self.retryable = retryable
-        self.retry_after = retry_after  # what the receiver asked for (Retry-After), in seconds
-        self.attempts = 1
-        self.outcome = ""
-        super().__init__(f"{channel}: {reason}")
-
-    def __str__(self) -> str:
-        said = f"{self.channel}: {self.reason}"
-        return f"{said} ({self.outcome})" if self.outcome else said
-
-
-class SlackApiError(NotificationFailed):
-    """Slack's Web API answered `ok: false`; `error` is Slack's code (`channel_not_found`, `ratelimited`)."""
-
-    def __init__(
-        self, channel: str, method: str, error: str, *, retryable: bool, retry_after: float | None = None
-    ) -> None:
-        self.method = method
-        self.error = error
-        super().__init__(channel, f"{method}: {error}", retryable=retryable, retry_after=retry_after)
 
 
 @dataclass(frozen=True)
@@ -378,16 +348,24 @@ def _http_failure(name: str, what: str, response: httpx.Response) -> Notificatio
     )
 
 
-def _unreachable(name: str, what: str, exc: httpx.TransportError) -> NotificationFailed:
-    return NotificationFailed(name, f"{what}{type(exc).__name__}: {exc}", retryable=transient_answer(None))
+@contextmanager
+def map_exceptions(channel: str, what: str = "") -> Iterator[None]:
+    """The one place this module maps httpx's exceptions onto remediator.errors (httpx's own
+    `_transports/default.py` `map_exceptions` is the model): no answer (refused, reset, timed out, a broken
+    protocol) is NotificationFailed for `channel`, "`what`<httpx class>: <its message>", classified as a
+    failure without an answer (`transient_answer(None)`: transient)."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        raise NotificationFailed(
+            channel, f"{what}{type(exc).__name__}: {exc}", retryable=transient_answer(None)
+        ) from exc
 
 
 async def _post_json(http: httpx.AsyncClient, url: str, body: dict[str, Any], name: str) -> None:
     """One POST; NotificationFailed, classified by `transient_answer`, when it did not land."""
-    try:
+    with map_exceptions(name):
         response = await http.post(url, json=body)
-    except httpx.TransportError as exc:
-        raise _unreachable(name, "", exc) from exc
     if response.status_code >= 300:
         raise _http_failure(name, "", response)
 
@@ -558,14 +536,12 @@ class SlackBot:
         return await _delivered(self.policy, lambda: self._call_once(method, body))
 
     async def _call_once(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
+        with map_exceptions(self.name, f"{method}: "):
             response = await self._http.post(
                 f"{self.api_url}/{method}",
                 json=body,
                 headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json; charset=utf-8"},
             )
-        except httpx.TransportError as exc:
-            raise _unreachable(self.name, f"{method}: ", exc) from exc
         retry_after = _retry_after(response.headers.get("retry-after"))
         if response.status_code == 429:  # Slack's rate limit: `ok: false, error: ratelimited` with Retry-After
             raise SlackApiError(

@@ -3,8 +3,9 @@
 One `httpx.AsyncClient` is injected (tests swap its transport); the sidecar address is built from the
 node's InternalIP with `settings.sidecar_url_template` and `settings.sidecar_port`, and every request
 carries the bearer `settings.sidecar_token`. Connection failures and 5xx are retried with backoff
-(tenacity); 4xx are final. Every non-2xx answer leaves as a `remediator.errors` class via
-`error_for_status`, keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
+(remediator.retrying's `attempts_with_backoff`); 4xx are final. httpx's exceptions are mapped in one place
+(`map_exceptions`), and every non-2xx answer leaves as a `remediator.errors` class via `error_for_status`,
+keeping the sidecar's JSON body (e.g. the process list of a 409) as `details`.
 Reads take `attempts=1` where a caller has a fallback and would rather not wait (context gathering).
 `for_settings` builds a client that owns its `httpx.AsyncClient`; `aclose` closes it.
 Requests are built and answers parsed with the sidecar's own wire models (`remediator.sidecar.schemas`), so
@@ -17,16 +18,18 @@ either becomes part of a URL: anything else is refused as Invalid and never sent
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
 from remediator.errors import ActionError, Invalid, ServiceUnavailable, TemporaryError, error_for_status
 from remediator.kube.object_names import gpu_uuid_problem
+from remediator.retrying import attempts_with_backoff
 from remediator.settings import Settings
 from remediator.sidecar.schemas import (
     DiagnosticsReport,
@@ -45,7 +48,7 @@ from remediator.sidecar.schemas import (
     ValidationReport,
 )
 
-__all__ = ["DEFAULT_TIMEOUT", "SidecarClient", "gpu_path"]
+__all__ = ["DEFAULT_TIMEOUT", "SidecarClient", "gpu_path", "map_exceptions"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=3.0)
 DEPENDENCY = "node agent"  # how waiting remediations name this peer (remediator.retrying)
@@ -76,6 +79,25 @@ def _classified(error: ActionError) -> ActionError:
     if isinstance(error, TemporaryError):
         error.dependency = DEPENDENCY
     return error
+
+
+@contextmanager
+def map_exceptions(url: str) -> Iterator[None]:
+    """The one place this client maps httpx's exceptions onto remediator.errors (httpx's own
+    `_transports/default.py` `map_exceptions` is the model). A connection never made (refused, or timed out
+    while connecting) is ServiceUnavailable with details `sent: False`, safe to send again even when the call
+    must not run twice; any other transport failure is ServiceUnavailable `sent: True`. Both name the node
+    agent as the dependency they wait for; the message keeps httpx's."""
+    try:
+        yield
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise _classified(
+            ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False})
+        ) from exc
+    except httpx.TransportError as exc:
+        raise _classified(
+            ServiceUnavailable(f"sidecar {url} failed mid-request: {exc!r}", details={"sent": True})
+        ) from exc
 
 
 def _retry_after(raw: str | None) -> float | None:
@@ -141,18 +163,10 @@ class SidecarClient:
         self, method: str, url: str, body: BaseModel | None, limits: httpx.Timeout
     ) -> dict[str, Any]:
         sent = None if body is None else body.model_dump(mode="json", exclude_none=True)
-        try:
+        with map_exceptions(url):
             response = await self._http.request(
                 method, url, json=sent, headers=self._headers(), timeout=limits
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise _classified(
-                ServiceUnavailable(f"sidecar {url} unreachable: {exc!r}", details={"sent": False})
-            ) from exc
-        except httpx.TransportError as exc:
-            raise _classified(
-                ServiceUnavailable(f"sidecar {url} failed mid-request: {exc!r}", details={"sent": True})
-            ) from exc
         try:
             document = response.json()
         except ValueError:
@@ -206,11 +220,8 @@ class SidecarClient:
         idempotent: bool,
         attempts: int | None,
     ) -> dict[str, Any]:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts or self._attempts),
-            wait=wait_exponential(multiplier=self._backoff, max=10.0),
-            retry=retry_if_exception(_retry_any if idempotent else _retry_unsent),
-            reraise=True,
+        retrying = attempts_with_backoff(
+            attempts or self._attempts, self._backoff, _retry_any if idempotent else _retry_unsent
         )
         async for attempt in retrying:
             with attempt:

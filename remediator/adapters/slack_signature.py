@@ -13,17 +13,11 @@ import hmac
 import time
 from collections.abc import Callable
 
-__all__ = ["MAX_SKEW_SECONDS", "SignatureError", "sign", "verify"]
+from remediator.errors import SignatureError
+
+__all__ = ["MAX_SKEW_SECONDS", "sign", "verify"]
 
 MAX_SKEW_SECONDS = 5 * 60
-
-
-class SignatureError(Exception):
-    """The request is not provably from Slack; `reason` says why (safe to log, not to echo secrets)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 def sign(secret: str, timestamp: str, body: bytes) -> str:

@@ -42,14 +42,14 @@ from remediator.api.routes import (
 )
 from remediator.api.routes import storms as storm_routes
 from remediator.api.sign_in_limit import SignInLimiter
-from remediator.api.signin import SignIn, SignInRequired
+from remediator.api.signin import SignIn
 from remediator.api.templating import STATIC_DIR, set_docs_url
 from remediator.engine.bootstrap import build_runtime, close_runtime
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Worker
-from remediator.engine.worker_process import WorkerProcess, WorkerProcessFailed
-from remediator.errors import IllegalTransition, StoreUnavailable
+from remediator.engine.worker_process import WorkerProcess
+from remediator.errors import IllegalTransition, SignInRequired, StoreUnavailable, WorkerProcessFailed
 from remediator.process.gc_freeze import freeze_startup_objects
 from remediator.settings import Settings, is_loopback
 from remediator.validation_errors import invalid_request

@@ -20,11 +20,9 @@ from collections.abc import Mapping
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimit", "BodyTooLarge", "read_body"]
+from remediator.errors import BodyTooLarge
 
-
-class BodyTooLarge(Exception):
-    """A request body passed its limit."""
+__all__ = ["BodyLimit", "read_body"]
 
 
 class BodyLimit:

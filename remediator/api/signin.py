@@ -36,10 +36,11 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 
 from remediator.api.deps import runtime_of
+from remediator.errors import SignInRequired
 from remediator.settings import Settings
 
 __all__ = [
-    "SESSION_COOKIE", "Session", "SignIn", "SignInRequired", "SignedIn", "require_sign_in", "safe_next", "sign_in_of",
+    "SESSION_COOKIE", "Session", "SignIn", "SignedIn", "require_sign_in", "safe_next", "sign_in_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,14 +57,6 @@ class Session:
     name: str
     expires: int
     session_id: str
-
-
-class SignInRequired(Exception):
-    """Raised by UI routes for a visitor who must sign in first; answered with a redirect to /login."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.path = path
 
 
 def _b64(text: str) -> str:

@@ -17,13 +17,25 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from remediator import __version__
 from remediator.cli import incident as incident_cli
 from remediator.cli import operator as client_cli
 from remediator.cli.silences import silence_app
 from remediator.cli.storms import storm_app
 from remediator.cli.terminal import printable
-from remediator.errors import ConfigError, DefinitionError, DefinitionSetError
+from remediator.domain.durations import parse_duration
+from remediator.domain.timestamps import as_utc
+from remediator.errors import ConfigError, DefinitionError, DefinitionSetError, ScenarioError, StartupFailure
+from remediator.process.logs import configure_logging
 from remediator.settings import Settings, is_loopback, load_settings
+from remediator.sidecar.settings import SidecarSettings
+from remediator.store.incident_archive import verify_segment
+from remediator.tools.storm_scenarios import load_scenario, render_scenarios, run_scenario
+
+# A command imports what only it runs inside its function: the store (SQLAlchemy, Alembic), the API (FastAPI,
+# uvicorn), the Kubernetes client, the definitions (CEL, Jinja) and the node agent (NVML, gRPC) take seconds to
+# import, and `remediator --help`, `--version` and the operator commands (get, describe, approve, ...) need none
+# of them. Everything imported above is light.
 
 __all__ = ["app", "main"]
 
@@ -37,8 +49,6 @@ report_app = typer.Typer(no_args_is_help=True, help="Reports over the stored rem
 
 def _version(value: bool) -> None:
     if value:
-        from remediator import __version__
-
         typer.echo(f"remediator {__version__}")
         raise typer.Exit(0)
 
@@ -71,8 +81,6 @@ def _settings(config: Path | None, **overrides: Any) -> Settings:
 
 def _duration(value: str, option: str) -> timedelta:
     """A positive duration from an option, or exit 2 naming the option."""
-    from remediator.domain.durations import parse_duration
-
     try:
         parsed = parse_duration(value)
     except ValueError as exc:
@@ -101,8 +109,6 @@ def _report(render: Callable[[_R], str], report: _R) -> None:
 
 
 def _logging(level: str, fmt: str = "text") -> None:
-    from remediator.process.logs import configure_logging
-
     configure_logging(level, fmt)
 
 
@@ -118,7 +124,6 @@ def serve(
         EXIT_CONFIG,
         EXIT_GUARD_LOST,
         EXIT_WORKER_LOST,
-        StartupFailure,
         prepare,
         resolve_worker_process,
     )
@@ -187,7 +192,6 @@ def sidecar(
 ) -> None:
     """Run the node agent (NVML power limits, GPU reset, GPU-to-pod mapping)."""
     from remediator.sidecar.app import serve as serve_sidecar
-    from remediator.sidecar.settings import SidecarSettings
 
     settings = SidecarSettings()
     _logging("INFO")
@@ -256,8 +260,6 @@ def simulate(
 
 
 def _simulate_scenario(path: Path, seeds: int, as_json: bool) -> None:
-    from remediator.tools.storm_scenarios import ScenarioError, load_scenario, render_scenarios, run_scenario
-
     try:
         report = run_scenario(load_scenario(path), seeds)
     except (OSError, ScenarioError) as exc:
@@ -483,8 +485,6 @@ def audit_verify(
         typer.echo(f"error: --anchor: {exc}", err=True)
         raise typer.Exit(2) from exc
     if segment is not None:
-        from remediator.store.incident_archive import verify_segment
-
         try:
             lines = segment.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as exc:
@@ -516,8 +516,6 @@ def audit_head(config: ConfigOpt = None) -> None:
 
 def _when(value: str | None, option: str) -> datetime | None:
     """--since/--until: an ISO 8601 time (no offset means UTC) or a duration meaning that long ago (24h, 7d)."""
-    from remediator.domain.durations import parse_duration
-
     if value is None:
         return None
     text = value.strip()
@@ -531,7 +529,7 @@ def _when(value: str | None, option: str) -> datetime | None:
         typer.echo(f"error: {option} {value!r}: an ISO 8601 time (2026-12-01T08:00:00+00:00) or a duration (24h)",
                    err=True)
         raise typer.Exit(2) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return as_utc(at)
 
 
 @audit_app.command("export")
@@ -560,10 +558,8 @@ def audit_export(
         typer.echo("error: --until must be later than --since", err=True)
         raise typer.Exit(2)
     if server or os.environ.get("REMEDIATOR_SERVER"):
-        from remediator.cli.incident import export_audit
-
-        export_audit(server, since=start, until=end, node=node, remediation=remediation,
-                     write=lambda line: typer.echo(line))
+        incident_cli.export_audit(server, since=start, until=end, node=node, remediation=remediation,
+                                  write=lambda line: typer.echo(line))
         return
     from remediator.store.audit_tools import export
 
@@ -597,7 +593,6 @@ def db_prune(
     ] = None,
 ) -> None:
     """Delete processed alerts and audit events past retention; a signed checkpoint keeps the chain verifiable."""
-    from remediator.domain.durations import parse_duration
     from remediator.store.audit_tools import prune_database
     from remediator.store.repository import utcnow
 

@@ -24,20 +24,22 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 import yaml
 
-from remediator.adapters.controller_api import DEFAULT_TIMEOUT_S, ControllerApi, ControllerApiError
+from remediator.adapters.controller_api import DEFAULT_TIMEOUT_S, ControllerApi
 from remediator.cli.output import describe_remediation, dump, render
 from remediator.cli.terminal import printable
+from remediator.domain.json_values import JsonObject, JsonValue
+from remediator.errors import ControllerApiError
 
 __all__ = [
     "EXIT_API_REFUSED",
@@ -92,7 +94,10 @@ def _fail(code: int, message: str) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _show(answer: Any, output: str | None, text: Callable[[Any], str]) -> None:
+_T = TypeVar("_T")
+
+
+def _show(answer: _T, output: str | None, text: Callable[[_T], str]) -> None:
     """The one way an answer of the controller reaches stdout: exact JSON/YAML, or `text` laid out from the answer
     with every string in it made terminal-safe first (so columns line up and no label adds a line)."""
     if output in ("json", "yaml"):
@@ -109,7 +114,7 @@ def config_path() -> Path:
     return Path(base) / "remediator" / "config.yaml"
 
 
-def _config(path: Path, *, warn: bool = True) -> dict[str, Any]:
+def _config(path: Path, *, warn: bool = True) -> Mapping[str, object]:
     if not path.exists():
         if os.environ.get("REMEDIATOR_CONFIG_FILE"):
             _fail(EXIT_USAGE, f"config file {path} (REMEDIATOR_CONFIG_FILE) does not exist")
@@ -171,13 +176,13 @@ class _Session:
     def __init__(self, server: str | None) -> None:
         self.api = ControllerApi(**vars(resolve_connection(server)))
 
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+    def get(self, path: str, params: JsonObject | None = None) -> Any:
         try:
             return self.api.get(path, params)
         except ControllerApiError as exc:
             _fail(exit_code(exc), _reason(exc))
 
-    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+    def post(self, path: str, body: JsonObject | None = None) -> Any:
         try:
             return self.api.post(path, body)
         except ControllerApiError as exc:
@@ -250,8 +255,8 @@ IdArg = Annotated[
 DataOpt = Annotated[DataOutput | None, typer.Option("--output", "-o", help="print the answer as json or yaml")]
 
 
-def _print_outcome(rem: dict[str, Any], done: str, output: DataOutput | None) -> None:
-    def line(safe: dict[str, Any]) -> str:
+def _print_outcome(rem: Mapping[str, object], done: str, output: DataOutput | None) -> None:
+    def line(safe: Mapping[str, object]) -> str:
         reason = f" ({safe['state_reason']})" if safe.get("state_reason") else ""
         return f"remediation {safe.get('id')} {done}: now {safe.get('state')}{reason}"
 
@@ -292,7 +297,7 @@ def get(
     if kind is None:
         raise typer.BadParameter(f"{resource!r}: one of remediations, approvals, alerts, pauses",
                                  param_hint="RESOURCE")
-    params: dict[str, Any] = {"node": node, "limit": limit}
+    params: JsonObject = {"node": node, "limit": limit}
     if kind == "remediations":
         params["state"] = state
     elif kind == "approvals":
@@ -335,7 +340,7 @@ def describe(
 
 def _decide(decision: str, rem_id: str, comment: str | None, by: str | None, server: str | None,
             output: DataOutput | None) -> None:
-    body = {k: v for k, v in (("comment", comment), ("by", by)) if v}
+    body: JsonObject = {k: v for k, v in (("comment", comment), ("by", by)) if v}
     with _session(server) as session:
         full = session.resolve(rem_id)
         rem = session.post(ControllerApi.path("remediations", full, decision), body or None)
@@ -370,13 +375,13 @@ MoverOpt = Annotated[
 ]
 
 
-def _body(**fields: Any) -> dict[str, Any] | None:
-    body = {k: v for k, v in fields.items() if v not in (None, "", [])}
+def _body(**fields: JsonValue) -> JsonObject | None:
+    body: JsonObject = {k: v for k, v in fields.items() if v not in (None, "", [])}
     return body or None
 
 
 def _move(verb: str, done: str, rem_id: str, server: str | None, output: DataOutput | None,
-          body: dict[str, Any] | None = None) -> None:
+          body: JsonObject | None = None) -> None:
     with _session(server) as session:
         full = session.resolve(rem_id)
         rem = session.post(ControllerApi.path("remediations", full, verb), body)
@@ -416,7 +421,7 @@ def return_(
 ) -> None:
     """Return a node or GPU to service now, whatever the remediation is doing: stop what remains, undo what
     holds it (taint, cordon, labels, condition, power limit) and end `returned`."""
-    skip = [name for name, on in (("reboot", skip_reboot), ("validation", skip_validation)) if on]
+    skip: list[JsonValue] = [name for name, on in (("reboot", skip_reboot), ("validation", skip_validation)) if on]
     _move("return", "return to service started", rem_id, server, output, _body(reason=reason, skip=skip, by=by))
 
 
@@ -454,7 +459,7 @@ def pause(
             typer.echo("controller paused: no new steps start until `remediator resume`")
             return
         made = session.post(ControllerApi.path("pauses"), _body(
-            reason=reason, by=by, nodes=node or [], selector=selector, playbooks=playbook or [], until=until,
+            reason=reason, by=by, nodes=[*(node or [])], selector=selector, playbooks=[*(playbook or [])], until=until,
             **({"for": for_} if for_ else {})))
     typer.echo(f"pause {printable(str(made.get('id')))} holds {printable(_pauses_text([made]).splitlines()[1])}")
 

@@ -17,12 +17,14 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from remediator.adapters.controller_api import ControllerApi, ControllerApiError
+from remediator.adapters.controller_api import ControllerApi
 from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, resolve_connection
 from remediator.cli.output import dump, render
 from remediator.cli.terminal import printable
 from remediator.domain.durations import parse_duration
+from remediator.domain.json_values import JsonObject
 from remediator.domain.silences import Matcher, parse_matchers
+from remediator.errors import ControllerApiError
 
 __all__ = ["silence_app"]
 
@@ -38,7 +40,7 @@ class Output(StrEnum):
     yaml = "yaml"
 
 
-class State(StrEnum):
+class SilenceState(StrEnum):
     active = "active"
     pending = "pending"
     expired = "expired"
@@ -59,13 +61,14 @@ def _api(server: str | None) -> ControllerApi:
     return ControllerApi(**vars(resolve_connection(server)))
 
 
-def _call(api: ControllerApi, method: str, path: str, **kwargs: Any) -> Any:
+def _call(api: ControllerApi, method: str, path: str, *, params: JsonObject | None = None,
+          body: JsonObject | None = None) -> Any:
     try:
         if method == "GET":
-            return api.get(path, kwargs.get("params"))
+            return api.get(path, params)
         if method == "DELETE":
-            return api.delete(path, kwargs.get("params"))
-        return api.post(path, kwargs.get("body"))
+            return api.delete(path, params)
+        return api.post(path, body)
     except ControllerApiError as exc:
         _fail(exit_code(exc), exc.message if exc.status is None else f"{exc.status}: {exc.message}")
 
@@ -126,7 +129,7 @@ def add(
         if length <= timedelta(0):
             _fail(EXIT_USAGE, f"--duration {duration!r}: longer than zero")
         ends = (begins or datetime.now(UTC)) + length
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "matchers": [m.as_dict() for m in parsed], "endsAt": ends.isoformat(), "comment": comment,
     }
     if begins is not None:
@@ -144,7 +147,7 @@ def add(
 
 @silence_app.command("list")
 def list_(
-    state: Annotated[State | None, typer.Option("--state", help="only active, pending or expired")] = None,
+    state: Annotated[SilenceState | None, typer.Option("--state", help="only active, pending or expired")] = None,
     expired: Annotated[bool, typer.Option("--expired", "-e", help="expired ones too (default: active and pending)")]
     = False,
     output: Annotated[Output | None, typer.Option("--output", "-o", help="wide, json or yaml")] = None,

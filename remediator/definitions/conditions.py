@@ -24,8 +24,9 @@ from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, Evaluator
 
 from remediator.definitions.variables import TEMPLATE_VARIABLES
+from remediator.errors import ConditionError
 
-__all__ = ["Condition", "ConditionError", "compile_condition", "to_cel"]
+__all__ = ["Condition", "compile_condition", "to_cel"]
 
 MAX_EXPRESSION_LENGTH = 4096
 MAX_NESTING = 64
@@ -73,14 +74,6 @@ _METHODS = _MACROS | frozenset(
         "getSeconds",
     }
 )
-
-
-class ConditionError(ValueError):
-    """A condition that does not compile, names unknown variables, or fails / yields a non-bool."""
-
-    def __init__(self, message: str, line: int = 1) -> None:
-        self.line = line
-        super().__init__(message)
 
 
 class _OutOfBudget(BaseException):

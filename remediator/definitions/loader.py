@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from remediator.definitions.conditions import ConditionError, compile_condition
+from remediator.definitions.conditions import compile_condition
 from remediator.definitions.datafiles import (
     ALERT_KINDS_FILE,
     XID_CATALOG_FILE,
@@ -28,9 +28,9 @@ from remediator.definitions.models import Playbook, Rule, Step
 from remediator.definitions.params import check_params, deprecated_params
 from remediator.definitions.source import Document, Problems, format_path, parse_yaml
 from remediator.definitions.source import Path as DocPath
-from remediator.definitions.templates import TemplateProblem, check_template
+from remediator.definitions.templates import check_template
 from remediator.definitions.xid import XidCatalog
-from remediator.errors import DefinitionError, DefinitionSetError
+from remediator.errors import ConditionError, DefinitionError, DefinitionSetError, TemplateProblem
 
 __all__ = ["BUNDLED_PLAYBOOKS", "BUNDLED_RULES", "DefinitionSet", "check_paths", "load_definitions"]
 

@@ -23,9 +23,9 @@ from jinja2.environment import TemplateExpression
 
 from remediator.definitions.template_budget import MAX_OUTPUT, BudgetedSandbox, budget
 from remediator.definitions.variables import CONTEXT_ALWAYS, TEMPLATE_VARIABLES
+from remediator.errors import TemplateProblem
 
 __all__ = [
-    "TemplateProblem",
     "check_template",
     "is_template",
     "referenced_variables",
@@ -38,14 +38,6 @@ _MARKERS = ("{{", "{%", "{#")
 _MAX_TEMPLATE = 16 * 1024
 _MAX_OUTPUT = MAX_OUTPUT
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
-
-
-class TemplateProblem(ValueError):
-    """A template that cannot be parsed or names something templates cannot see."""
-
-    def __init__(self, message: str, line: int = 1) -> None:
-        self.line = line
-        super().__init__(message)
 
 
 def is_template(value: Any) -> bool:

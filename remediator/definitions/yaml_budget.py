@@ -13,12 +13,14 @@ from typing import Any, cast
 
 import yaml
 
+from remediator.errors import RemediatorError
+
 __all__ = ["MAX_NODES", "NodeBudget", "NodeBudgetExceeded"]
 
 MAX_NODES = 100_000
 
 
-class NodeBudgetExceeded(yaml.MarkedYAMLError):
+class NodeBudgetExceeded(RemediatorError, yaml.MarkedYAMLError):
     """The document expands (through aliases) to more nodes than the budget allows."""
 
 

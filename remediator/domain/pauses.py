@@ -15,14 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["ActivePause", "SelectorError", "Term", "held_by", "parse_selector", "scope_text"]
+from remediator.errors import SelectorError
+
+__all__ = ["ActivePause", "Term", "held_by", "parse_selector", "scope_text"]
 
 _KEY = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,251}[A-Za-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-
-
-class SelectorError(ValueError):
-    """A label selector this controller does not accept, with the reason."""
 
 
 @dataclass(frozen=True)

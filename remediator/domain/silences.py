@@ -26,9 +26,12 @@ from typing import Any, Final
 
 import re2  # type: ignore[import-untyped]
 
+from remediator.domain.json_values import JsonObject
+from remediator.errors import MatcherError
+
 __all__ = [
     "MAX_COMMENT", "MAX_MATCHERS", "MAX_NAME", "MAX_VALUE", "SILENCED_NOTE", "ActiveSilence", "Matcher",
-    "MatcherError", "SilenceSet", "compiled", "matcher_text", "parse_matchers", "silence_id_of", "state_of",
+    "SilenceSet", "compiled", "matcher_text", "parse_matchers", "silence_id_of", "state_of",
     "validate_matchers",
 ]
 
@@ -48,15 +51,6 @@ _MATCHER = re.compile(r"^\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(=~|!~|!=|=)\s*(.*?)\s*
 _OPERATORS: Final = {"=": (True, False), "!=": (False, False), "=~": (True, True), "!~": (False, True)}
 
 
-class MatcherError(ValueError):
-    """A matcher that is not valid; `field` names it (`matchers[1].value`) for the API's 422."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
 @dataclass(frozen=True)
 class Matcher:
     """One label matcher: `isEqual` false negates it, `isRegex` makes `value` an anchored RE2 pattern."""
@@ -66,17 +60,17 @@ class Matcher:
     is_regex: bool = False
     is_equal: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """As Alertmanager's v2 API writes a matcher."""
         return {"name": self.name, "value": self.value, "isRegex": self.is_regex, "isEqual": self.is_equal}
 
     @classmethod
-    def of(cls, data: Mapping[str, Any]) -> Matcher:
+    def of(cls, data: Mapping[str, object]) -> Matcher:
         """From a stored or sent matcher (`isEqual` defaults to true, as in Alertmanager)."""
         return cls(str(data["name"]), str(data["value"]), bool(data.get("isRegex", False)),
                    bool(data.get("isEqual", True)))
 
-    def matches(self, labels: Mapping[str, Any]) -> bool:
+    def matches(self, labels: Mapping[str, object]) -> bool:
         """Does the label set match? A missing label reads as the empty string, as in Alertmanager."""
         value = labels.get(self.name)
         text = "" if value is None else str(value)
@@ -217,7 +211,7 @@ class ActiveSilence:
     comment: str
     ends_at: datetime
 
-    def matches(self, labels: Mapping[str, Any]) -> bool:
+    def matches(self, labels: Mapping[str, object]) -> bool:
         return all(m.matches(labels) for m in self.matchers)
 
 
@@ -241,7 +235,7 @@ class SilenceSet:
     def __bool__(self) -> bool:
         return bool(self.silences)
 
-    def match(self, labels: Mapping[str, Any]) -> ActiveSilence | None:
+    def match(self, labels: Mapping[str, object]) -> ActiveSilence | None:
         """The first silence (oldest first, as read) holding an alert with these labels, or None."""
         for s in self.silences:
             if s.matches(labels):

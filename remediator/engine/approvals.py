@@ -18,7 +18,6 @@ import logging
 import re
 import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from remediator.adapters.notifier import PodLine
@@ -26,15 +25,15 @@ from remediator.definitions import Step
 from remediator.domain.plan_snapshot import plan_of, playbook_of
 from remediator.engine.approval_decisions import ApprovalStatus, approval_status, on_expiry
 from remediator.engine.notifications import pods_of
-from remediator.engine.planning import build_variables, plan_steps, target_of
+from remediator.engine.planning import plan_steps, stored_variables, target_of
 from remediator.engine.runtime import Runtime
 from remediator.errors import ApprovalError
 from remediator.store.models import Approval, Remediation, StepRow
 
 __all__ = [
+    "ApprovalDecision",
     "ApprovalView",
     "Approvals",
-    "Decision",
     "Outcome",
     "StepPreview",
     "approval_link",
@@ -47,7 +46,7 @@ log = logging.getLogger(__name__)
 TOKEN_BYTES = 32
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 
-Decision = Literal["approved", "rejected"]
+ApprovalDecision = Literal["approved", "rejected"]
 Status = ApprovalStatus  # one vocabulary with the API and the CLI (approval_decisions.approval_status)
 
 
@@ -66,10 +65,6 @@ def approval_link(public_url: str, token: str) -> str:
 
 def _not_decided(status: Status) -> Literal["already", "expired", "closed"]:
     return "already" if status in ("approved", "rejected") else "expired" if status == "expired" else "closed"
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -127,7 +122,7 @@ class Approvals:
     async def request(self, rem: Remediation, step: Step, idx: int) -> str:
         """Stop `rem` before step `idx`, notify with the link; returns the token (only ever in the link)."""
         token = new_token()
-        expires = self.rt.repo._clock() + self.rt.settings.approval_ttl
+        expires = self.rt.clock() + self.rt.settings.approval_ttl
         requested_to = self.requested_to()
         await self.rt.repo.open_approval(
             rem.id,
@@ -185,8 +180,8 @@ class Approvals:
         return await self._view(approvals[-1], rem)
 
     async def _view(self, approval: Approval, rem: Remediation) -> ApprovalView:
-        now = self.rt.repo._clock()
-        left = int((_aware(approval.expires_at) - now).total_seconds())
+        now = self.rt.clock()
+        left = int((approval.expires_at - now).total_seconds())
         status: Status = approval_status(approval, rem, now)
         rows = await self.rt.repo.steps(rem.id)
         return ApprovalView(
@@ -205,16 +200,9 @@ class Approvals:
         try:
             playbook = playbook_of(rem)
             plan = plan_of(rem)
-            outputs = {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
-            variables = build_variables(
-                alert=plan.alert,
-                target=target_of(rem),
-                params=rem.params,
-                context=rem.context,
-                steps=outputs,
-                xid=plan.xid_json,
-            )
-            planned = plan_steps(playbook, variables, require_approval=plan.require_approval)
+            planned = plan_steps(playbook, stored_variables(rem, rows), require_approval=plan.require_approval)
+        # broad: only a preview; a playbook that no longer renders or plans (template, parse or lookup errors of any
+        # kind) shows no steps instead of failing the approval page
         except Exception as exc:
             log.warning("cannot preview the steps of %s: %s", rem.id, exc)
             return []
@@ -254,6 +242,8 @@ class Approvals:
             return action_name
         try:
             return action.describe(target_of(rem), action.parse(params))
+        # broad: describe() and parse() run the action's own code on stored parameters; any failure falls back to
+        # name(params)
         except Exception:
             return f"{action_name}({', '.join(f'{k}={v}' for k, v in params.items())})"
 
@@ -266,14 +256,15 @@ class Approvals:
             return True
         return any(i.strip().lower() in allow for i in identities if i)
 
-    async def decide(
-        self, token: str, decision: Decision, *, actor: str, source: str, comment: str | None = None
+    async def record_decision(
+        self, token: str, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
     ) -> Outcome:
+        """Record a person's decision on the request this link token names (a Slack button)."""
         view = await self.view(token)
         return await self.decide_request(view, decision, actor=actor, source=source, comment=comment)
 
     async def decide_for(
-        self, rem_id: str, decision: Decision, *, actor: str, source: str, comment: str | None = None
+        self, rem_id: str, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
     ) -> Outcome:
         """Decide the newest request of a remediation (API, UI, Slack without a token)."""
         view = await self.view_for(rem_id)
@@ -285,7 +276,7 @@ class Approvals:
         return await self.decide_request(view, decision, actor=actor, source=source, comment=comment)
 
     async def decide_request(
-        self, view: ApprovalView, decision: Decision, *, actor: str, source: str, comment: str | None = None
+        self, view: ApprovalView, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
     ) -> Outcome:
         """Record the decision if the request is still open; otherwise say why it cannot be."""
         if view.status != "pending":
@@ -319,7 +310,7 @@ class Approvals:
     async def expire_due(self) -> int:
         """Close every overdue request the way its playbook says; returns how many were closed."""
         closed = 0
-        for rem_id in await self.rt.repo.due_approvals(self.rt.repo._clock()):
+        for rem_id in await self.rt.repo.due_approvals(self.rt.clock()):
             rem = await self.rt.repo.get(rem_id)
             if rem is None:
                 continue

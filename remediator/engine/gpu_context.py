@@ -56,6 +56,8 @@ class ContextPrefetch:
             if not read.cancelled():
                 raise  # the drive itself was cancelled
             return None
+        # broad: only a read-ahead; any failure (cluster, node agent, a bug) is read again by the drive, transient ones
+        # re-raised so it waits
         except Exception as exc:
             if is_transient(exc):
                 raise

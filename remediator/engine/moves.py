@@ -52,6 +52,7 @@ async def notify(rt: Runtime, rem_id: str, event: str, detail: str) -> None:
         return
     try:
         await rt.notifier.remediation_event(rem_id, event, detail)
+    # broad: a failed notification (the channel's error or a bug formatting it) never blocks or fails a remediation
     except Exception:
         log.exception("notification for %s (%s) failed", rem_id, event)
 
@@ -86,7 +87,7 @@ async def move(
     elif event is Event.RELEASE:  # back to pending, due at once (a held one waits for its recheck)
         rem = await rt.repo.transition(
             rem_id, event, reason=reason, actor=actor, owner=owner, data=data,
-            changes={"next_run_at": rt.repo._clock(), **(changes or {})},
+            changes={"next_run_at": rt.clock(), **(changes or {})},
         )
     else:
         rem = await rt.repo.transition(

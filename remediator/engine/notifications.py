@@ -204,6 +204,7 @@ class NotificationService:
                     interactive_value=interactive_value,
                 )
             )
+        # broad: preparing a message is best effort; whatever it raises is logged and the remediation goes on
         except Exception:
             log.exception("could not prepare the %s notification for %s", event, rem_id)
 
@@ -288,6 +289,7 @@ class NotificationService:
             if self._storms is None:
                 self._storms = StormNotices(self.channels, self.repo, self.settings, self.metrics)
             self._storms.changed(storm_id)
+        # broad: this never raises (its docstring): any failure queuing the storm message is logged
         except Exception:
             log.exception("could not queue the message of storm %s", storm_id)
 
@@ -323,6 +325,7 @@ class NotificationService:
                     budget_seconds=self.settings.notify_budget.total_seconds(),
                 )
             self._enqueue(message, [self._responder])
+        # broad: a best-effort follow-up; any failure preparing it is logged, the interaction was already answered
         except Exception:
             log.exception("could not prepare the Slack follow-up for %s", rem_id)
 
@@ -352,6 +355,8 @@ class NotificationService:
             await channel.send(message)
         except asyncio.CancelledError:
             raise
+        # broad: one channel's failure (NotificationFailed, or a bug in its wire format) is counted and audited; the
+        # others still get the message
         except Exception as exc:
             self.metrics.notifications.labels(channel=channel.name, outcome="failed").inc()
             log.warning("notification %s to %s failed: %s", message.event, channel.name, exc)

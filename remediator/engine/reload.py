@@ -26,7 +26,7 @@ from remediator.definitions import DefinitionSet
 from remediator.engine.bootstrap import load_defs
 from remediator.engine.runtime import ReloadOutcome, Runtime
 from remediator.engine.versions import persist_version
-from remediator.errors import DefinitionError, DefinitionSetError, StoreUnavailable
+from remediator.errors import DefinitionError, DefinitionSetError, RemediatorError, StoreUnavailable
 
 __all__ = ["DefinitionsReloader", "directory_digest", "directory_signature"]
 
@@ -75,7 +75,7 @@ def directory_digest(directories: list[Path]) -> str:
     return digest.hexdigest()
 
 
-class _LoadTooSlow(Exception):
+class _LoadTooSlow(RemediatorError):
     """A load that ran past the time limit."""
 
 
@@ -145,6 +145,8 @@ class DefinitionsReloader:
             await asyncio.sleep(interval)
             try:
                 await self.check()
+            # broad: the watcher must outlive any one tick's failure (file system, parsing, a bug); logged with its
+            # traceback
             except Exception:
                 log.exception("definitions watcher iteration failed")
 

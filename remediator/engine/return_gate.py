@@ -76,6 +76,8 @@ def _parsed(action: AnyAction, raw: Mapping[str, Any], variables: Mapping[str, A
     """The step's parameters rendered and parsed, or None when they cannot be yet."""
     try:
         return action.parse(render_params(raw, variables))
+    # broad: rendering and parsing run templates and the action's model on stored data; any failure means the parameters
+    # are not known yet
     except Exception as exc:
         log.debug("return gate parameters not known yet: %s", exc)
         return None

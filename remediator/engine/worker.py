@@ -24,7 +24,7 @@ from remediator.engine.decision import (
     DecisionPolicy,
     NoTarget,
     Unmatched,
-    decide,
+    decide_alert,
     escalation_subject,
     history_since,
     utc,
@@ -266,6 +266,8 @@ class Worker:
                 with contextlib.suppress(TimeoutError):  # a wake (a webhook stored) ends the wait
                     await asyncio.wait_for(self._wake.wait(), timeout=store_backoff.next(exc))
                 continue
+            # broad: the worker loop must outlive any one iteration's failure (a bug, an unexpected peer error); logged
+            # with its traceback
             except Exception:
                 log.exception("worker iteration failed")
                 busy = False
@@ -395,6 +397,8 @@ class Worker:
             await work(row)
         except StoreUnavailable:
             raise
+        # broad: one alert's failure of any kind closes that alert as `error` (audited) instead of stopping the worker;
+        # the store's own is raised above
         except Exception as exc:
             log.exception("alert %s could not be processed", row.id)
             error = _error(row, exc)
@@ -409,7 +413,7 @@ class Worker:
         policy = DecisionPolicy.of(self.rt.settings)
         alerts: dict[int, GpuAlert] = {}
         decided: dict[int, Finished | Started] = {}
-        silences = SilenceSet(await self.rt.repo.active_silences(self.rt.repo._clock()))  # once for the batch
+        silences = SilenceSet(await self.rt.repo.active_silences(self.rt.clock()))  # once for the batch
         for i, row in enumerate(rows):
             if i and not i % _YIELD_EVERY:
                 await asyncio.sleep(0)  # a batch is ~0.6 ms of CPU an alert: let admissions and steps go on
@@ -418,6 +422,7 @@ class Worker:
                 continue
             try:
                 alerts[row.id] = normalize_row(self.rt, row)
+            # broad: normalising reads outside data; any failure closes this alert as `error` and the batch goes on
             except Exception as exc:
                 log.exception("alert %s could not be processed", row.id)
                 decided[row.id] = _error(row, exc)
@@ -429,7 +434,9 @@ class Worker:
             if i and not i % _YIELD_EVERY:
                 await asyncio.sleep(0)
             try:
-                decided[row.id] = self._verdict(row, alert, decide(alert, defs, policy, facts.of(alert)), defs)
+                decided[row.id] = self._verdict(row, alert, decide_alert(alert, defs, policy, facts.of(alert)), defs)
+            # broad: deciding runs definitions (CEL, templates) on outside data; any failure closes this alert as
+            # `error`, the batch goes on
             except Exception as exc:
                 log.exception("alert %s could not be processed", row.id)
                 decided[row.id] = _error(row, exc)
@@ -446,6 +453,8 @@ class Worker:
         except StoreUnavailable:
             self.executor.contexts.keep(())
             raise
+        # broad: any failure of the batch write (a constraint, a bug in one row) falls back to one alert at a time,
+        # which isolates it
         except Exception:
             self.executor.contexts.keep(())
             log.exception("a batch of %d decided alerts could not be recorded together: one at a time", len(batch))
@@ -471,9 +480,9 @@ class Worker:
         await self.rt.repo.record_decisions([(row, verdict)])
 
     async def _facts(self, alerts: Sequence[GpuAlert], defs: DefinitionSet, policy: DecisionPolicy) -> BatchFacts:
-        """What `decide` needs about these alerts' GPUs and nodes, read for all of them at once."""
+        """What `decide_alert` needs about these alerts' GPUs and nodes, read for all of them at once."""
         repo = self.rt.repo
-        now = utc(repo._clock())
+        now = utc(repo.clock())
         counted = [a for a in alerts if escalation_subject(a, defs, policy) is not None]
         labels = tuple(self.rt.settings.node_label_precedence)
         recent = await repo.firing_alerts_on_nodes(
@@ -549,6 +558,8 @@ class Worker:
             await self.executor.drive(rem_id, claimed)
         except StoreUnavailable as exc:
             log.warning("remediation %s paused by store error: %s", rem_id, exc)
+        # broad: the last guard of a drive task: whatever escapes (a crash whose record failed) is logged, never lost
+        # with the task
         except Exception:
             log.exception("remediation %s crashed and its crash could not be recorded", rem_id)
         finally:
@@ -576,7 +587,7 @@ class Worker:
         for dependency in DEPENDENCIES:
             self.rt.metrics.remediations_waiting.labels(dependency=dependency).set(waiting.get(dependency, 0))
         oldest = await self.rt.repo.oldest_active()
-        now = self.rt.repo._clock()
+        now = self.rt.clock()
         for state in ACTIVE_STATES:
             at = oldest.get(state)
             self.rt.metrics.oldest_active.labels(state=state).set((now - at).total_seconds() if at else 0)

@@ -23,12 +23,13 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from remediator.errors import GpuNotFound
 from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
 from remediator.sidecar.detector_service import DetectorService
 from remediator.sidecar.gate import Gate
 from remediator.sidecar.identity import read_identity
-from remediator.sidecar.inventory import GpuNotFound, find_handle, identities, snapshot, snapshot_all
+from remediator.sidecar.inventory import find_handle, identities, snapshot, snapshot_all
 from remediator.sidecar.metrics import SidecarMetrics
 from remediator.sidecar.nvml import Nvml, NvmlError
 from remediator.sidecar.podresources import PodResourcesClient

@@ -10,20 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from remediator.errors import GpuNotFound
 from remediator.sidecar import nvml as nv
-from remediator.sidecar.devices import GpuIdentity
+from remediator.sidecar.devices import GpuIds
 from remediator.sidecar.nvml import DeviceHandle, Nvml, NvmlError
 
-__all__ = ["GpuNotFound", "find_handle", "identities", "snapshot", "snapshot_all", "watts"]
+__all__ = ["find_handle", "identities", "snapshot", "snapshot_all", "watts"]
 
 T = TypeVar("T")
 
 # Errors that mean "this GPU cannot tell", not "something is wrong".
 _ABSENT = {nv.NOT_SUPPORTED, nv.FUNCTION_NOT_FOUND, nv.NO_DATA}
-
-
-class GpuNotFound(Exception):
-    """No GPU on this node has the UUID asked for."""
 
 
 def watts(milliwatts: int | None) -> float | None:
@@ -135,7 +132,7 @@ def snapshot_all(nvml: Nvml) -> list[dict[str, Any]]:
     return gpus
 
 
-def identities(nvml: Nvml) -> list[GpuIdentity]:
+def identities(nvml: Nvml) -> list[GpuIds]:
     """Index, UUID and MIG device UUIDs of every GPU, for matching kubelet device ids."""
     result = []
     for index in range(nvml.device_count()):
@@ -147,5 +144,5 @@ def identities(nvml: Nvml) -> list[GpuIdentity]:
                 raise
             mig_on = False
         migs = nvml.mig_device_uuids(handle) if mig_on else []
-        result.append(GpuIdentity(index=index, uuid=nvml.uuid(handle), mig_uuids=tuple(migs)))
+        result.append(GpuIds(index=index, uuid=nvml.uuid(handle), mig_uuids=tuple(migs)))
     return result

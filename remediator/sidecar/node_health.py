@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from remediator.errors import RemediatorError
 from remediator.sidecar import nvml as nv
 from remediator.sidecar.nvml import DeviceHandle, Nvml, NvmlError
 
@@ -62,7 +63,7 @@ class NodeHealth:
     lost: list[LostGpu]
 
 
-class _GpuLost(Exception):
+class _GpuLost(RemediatorError):
     pass
 
 

@@ -19,6 +19,8 @@ from typing import Any, Literal, NewType, TypeVar
 
 import pynvml
 
+from remediator.errors import RemediatorError
+
 __all__ = [
     "NVLINK_ERROR_COUNTERS",
     "DeviceHandle",
@@ -120,7 +122,7 @@ def error_name(code: int) -> str:
     return _ERROR_NAMES.get(code, f"ERROR_{code}")
 
 
-class NvmlError(Exception):
+class NvmlError(RemediatorError):
     """An NVML call failed; `code` is the NVML return code, `function` the entry point."""
 
     def __init__(self, code: int, function: str) -> None:

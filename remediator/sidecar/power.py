@@ -71,6 +71,8 @@ def set_power_limit(nvml: Nvml, store: PowerStateStore, uuid: str, request: Powe
     store.remember_change(uuid, current, target)
     try:
         nvml.set_power_limit_mw(handle, target)
+    # broad: BaseException so the remembered limit is put back whatever interrupted the NVML call (NvmlError, a cancel);
+    # re-raised
     except BaseException:
         if first_change:
             store.forget(uuid)

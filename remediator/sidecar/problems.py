@@ -6,8 +6,8 @@ NVML failures arrive as `NvmlError` codes; `from_nvml` turns each into the statu
 
 from __future__ import annotations
 
-from typing import Any
-
+from remediator.domain.json_values import JsonObject
+from remediator.errors import RemediatorError
 from remediator.sidecar.nvml import NvmlError
 from remediator.sidecar.schemas import ProblemAnswer
 
@@ -33,11 +33,11 @@ _STATUS_BY_NVML_NAME = {
 }
 
 
-class Problem(Exception):
+class Problem(RemediatorError):
     """An answer other than 2xx, with a JSON body that says why."""
 
     def __init__(
-        self, status: int, error: str, *, nvml_error: str | None = None, details: dict[str, Any] | None = None
+        self, status: int, error: str, *, nvml_error: str | None = None, details: JsonObject | None = None
     ) -> None:
         self.status = status
         self.error = error

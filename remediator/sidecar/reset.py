@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from remediator.domain.json_values import JsonObject
+from remediator.errors import GpuNotFound
 from remediator.sidecar import nvml as nv
 from remediator.sidecar.holders import describe_holder, find_holders
-from remediator.sidecar.inventory import GpuNotFound, find_handle
+from remediator.sidecar.inventory import find_handle
 from remediator.sidecar.nvml import Nvml, NvmlError
 from remediator.sidecar.pods import process_owners
 from remediator.sidecar.problems import Problem
@@ -86,22 +88,22 @@ def _wait_for(nvml: Nvml, uuid: str, settle_seconds: float, sleep: Callable[[flo
         sleep(0.5)
 
 
-def _nvidia_smi_reset(nvml: Nvml, config: ResetConfig, uuid: str) -> dict[str, Any]:
+def _nvidia_smi_reset(nvml: Nvml, config: ResetConfig, uuid: str) -> JsonObject:
     argv = [str(config.nvidia_smi), "--gpu-reset", "-i", uuid]
     nvml.shutdown()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=config.timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise Problem(502, f"nvidia-smi reset of {uuid} failed: {exc}", details={"argv": argv}) from exc
+        raise Problem(502, f"nvidia-smi reset of {uuid} failed: {exc}", details={"argv": [*argv]}) from exc
     finally:
         nvml.init()
     if done.returncode != 0:
         raise Problem(
             502,
             f"nvidia-smi reset of {uuid} exited {done.returncode}",
-            details={"argv": argv, "output": (done.stdout + done.stderr)[-2000:]},
+            details={"argv": [*argv], "output": (done.stdout + done.stderr)[-2000:]},
         )
-    return {"argv": argv, "output": (done.stdout + done.stderr)[-2000:]}
+    return {"argv": [*argv], "output": (done.stdout + done.stderr)[-2000:]}
 
 
 def _persistence(nvml: Nvml, handle: nv.DeviceHandle) -> bool:
@@ -124,7 +126,7 @@ def _minor(nvml: Nvml, handle: nv.DeviceHandle) -> int:
 
 def holders_of(
     nvml: Nvml, config: ResetConfig, handle: nv.DeviceHandle, *, persistence_off: bool
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool, list[int]]:
+) -> tuple[list[JsonObject], list[JsonObject], bool, list[int]]:
     """(compute processes, other holders, persistence mode on, pids whose descriptors were unreadable).
 
     With `persistence_off`, persistence mode and nvidia-persistenced are left out of the holders (the reset
@@ -140,13 +142,13 @@ def holders_of(
     return processes, holders, persistent, unreadable
 
 
-def _refusal(uuid: str, processes: list[dict[str, Any]], holders: list[dict[str, Any]]) -> Problem:
+def _refusal(uuid: str, processes: list[JsonObject], holders: list[JsonObject]) -> Problem:
     named = [describe_holder({**p, "program": "(compute)", "kind": "process"}) for p in processes]
     named += [describe_holder(h) for h in holders]
     return Problem(
         409,
         f"{uuid} is in use by {len(named)} process(es) or setting(s): {'; '.join(named)}; refusing to reset",
-        details={"processes": processes, "holders": holders},
+        details={"processes": [*processes], "holders": [*holders]},
     )
 
 
@@ -167,7 +169,7 @@ def reset_gpu(
     if dry_run:
         return ResetAnswer(uuid=uuid, dry_run=dry_run, method=config.method, processes=[],
                            changed=False, message=f"would reset {uuid} with {config.method}")
-    persistence: dict[str, Any] | None = None
+    persistence: JsonObject | None = None
     if persistent and persistence_off:
         nvml.set_persistence_mode(handle, False)
         persistence = {"was": True, "turned_off": True, "restored": False}

@@ -16,8 +16,8 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
 
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.sidecar.problems import Problem
 
 __all__ = ["PowerStateStore", "read_state", "update_state"]
@@ -98,11 +98,12 @@ class PowerStateStore:
         """Rewrite the power-limit sections only; every other user's key stays as it is."""
         with _LOCK:
             doc = read_state(self.path)
-            doc.update(maps)
+            for section, values in maps.items():
+                doc[section] = {**values}
             _write_atomic(self.path, doc)
 
 
-def read_state(path: Path) -> dict[str, Any]:
+def read_state(path: Path) -> JsonObject:
     """The whole state file as a dict ({} when it does not exist)."""
     try:
         raw = json.loads(path.read_text())
@@ -115,7 +116,7 @@ def read_state(path: Path) -> dict[str, Any]:
     return raw
 
 
-def update_state(path: Path, key: str, value: Any) -> None:
+def update_state(path: Path, key: str, value: JsonValue) -> None:
     """Replace one top-level key of the state file atomically, keeping every other key as it is."""
     with _LOCK:
         doc = read_state(path)
@@ -123,7 +124,7 @@ def update_state(path: Path, key: str, value: Any) -> None:
         _write_atomic(path, doc)
 
 
-def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
+def _write_atomic(path: Path, doc: JsonObject) -> None:
     directory = path.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -134,6 +135,7 @@ def _write_atomic(path: Path, doc: dict[str, Any]) -> None:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+        # broad: BaseException so the temporary file is removed whatever interrupted the write; re-raised
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -33,7 +33,7 @@ from remediator.errors import RemediatorError
 from remediator.store.models import AlertRow, Remediation
 from remediator.store.redelivery import ended_without_running
 from remediator.store.remediation_store import RemediationStore, active_key_of, new_values_for
-from remediator.store.transactions import _ALERTS, NewRemediation, _aware
+from remediator.store.transactions import _ALERTS, NewRemediation
 
 __all__ = ["AlertOutcome", "DecisionStore", "Finished", "Lease", "Started", "active_by_key"]
 
@@ -339,9 +339,8 @@ class DecisionStore(RemediationStore):
                 )
             )
             for rule, target, rem_id, finished in rows.all():
-                at = _aware(finished)
-                if at is not None:
-                    found[(str(rule), str(target))].append((str(rem_id), at))
+                if finished is not None:
+                    found[(str(rule), str(target))].append((str(rem_id), finished))
         return found
 
 

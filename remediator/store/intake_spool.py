@@ -46,18 +46,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 from urllib.parse import quote
 
-from remediator.errors import StoreUnavailable
+from remediator.errors import RemediatorError, SpoolUnavailable
 from remediator.store.db import BUSY_TIMEOUT_S
 from remediator.store.sqlite_intake import begin_immediate, durable_connection, rows_for_keys, sqlite_time
 
-__all__ = ["DAMAGED", "DISPLACED", "IntakeSpool", "SpoolUnavailable", "Spooled", "prepare_spool", "spool_path"]
+__all__ = ["DAMAGED", "DISPLACED", "IntakeSpool", "Spooled", "prepare_spool", "spool_path"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+A = TypeVar("A")
+Ts = TypeVarTuple("Ts")
 
 # The problems `on_problem` is told of (the metric's `problem` label).
 DISPLACED = "displaced"  # the file held is no longer the file at the spool's path
@@ -65,13 +67,7 @@ DAMAGED = "damaged"  # truncated or malformed; set aside
 _SIDE_FILES = ("-wal", "-shm")
 
 
-class SpoolUnavailable(StoreUnavailable):
-    """The spool refuses webhooks: its file was removed, replaced or damaged (the webhook's 503 reason)."""
-
-    reason = "intake_spool"
-
-
-class _Damaged(Exception):
+class _Damaged(RemediatorError):
     """The spool file held is damaged (raised inside the spool's thread only)."""
 
 _SCHEMA = (
@@ -114,6 +110,7 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
     try:
         for statement in _SCHEMA:
             conn.execute(statement)
+    # broad: BaseException so the connection is closed whatever interrupted creating the schema; re-raised
     except BaseException:
         conn.close()
         raise
@@ -222,7 +219,7 @@ class IntakeSpool:
             await asyncio.get_running_loop().run_in_executor(self._thread, self._reset)
         self._thread.shutdown(wait=False)
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     # -- the file held (all below run on the spool's thread) --
@@ -244,6 +241,7 @@ class IntakeSpool:
             st = os.fstat(fd)
             if _identity(os.stat(self.path)) != _identity(st):
                 raise sqlite3.OperationalError(f"{self.path} changed while it was opened")
+        # broad: BaseException so the descriptor is closed whatever interrupted taking the lock; re-raised
         except BaseException:
             os.close(fd)
             raise
@@ -256,6 +254,7 @@ class IntakeSpool:
                     found = conn.execute("PRAGMA quick_check").fetchone()
                     if found is None or found[0] != "ok":
                         raise sqlite3.DatabaseError(f"quick_check: {found[0] if found else 'no answer'}")
+            # broad: BaseException so the connection is closed whatever interrupted the check; re-raised
             except BaseException:
                 conn.close()
                 raise
@@ -263,6 +262,7 @@ class IntakeSpool:
             if not _is_damage(exc):
                 self._reset()
             raise
+        # broad: BaseException so the spool is reset whatever interrupted opening it; re-raised
         except BaseException:
             self._reset()
             raise
@@ -401,7 +401,7 @@ class IntakeSpool:
                 os.rename(orphan, f"{aside}{orphan.name.removeprefix(self.path.name)}")
             log.error("intake spool %s: its -wal/-shm had no main file; set aside as %s-wal/-shm", self.path, aside)
 
-    def _read_held(self, fn: Callable[[sqlite3.Connection, Any], T], arg: Any, empty: T) -> T:
+    def _read_held(self, fn: Callable[[sqlite3.Connection, A], T], arg: A, empty: T) -> T:
         """A read (or move) through the file held; without one, through the file at the path if there is one
         (never created here, never one let go as damaged)."""
         if self._conn is None and not self._appender:
@@ -475,6 +475,7 @@ class IntakeSpool:
                     conn.executemany("INSERT INTO spooled_keys (dedup_key, seq) VALUES (?, ?)", first)
                     repeats.append(len(batch_keys) - len(first))
                 conn.execute("COMMIT")
+            # broad: BaseException so the transaction is rolled back whatever interrupted it (a cancel too); re-raised
             except BaseException:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
@@ -514,6 +515,7 @@ class IntakeSpool:
                 conn.execute("DELETE FROM spooled WHERE seq <= ?", (through,))
                 conn.execute("DELETE FROM spooled_keys WHERE seq <= ?", (through,))
                 conn.execute("COMMIT")
+            # broad: BaseException so the transaction is rolled back whatever interrupted it (a cancel too); re-raised
             except BaseException:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):

@@ -78,6 +78,8 @@ class IntakeWriter:
                 except StoreUnavailable as single:
                     settle(future, single)
             return
+        # broad: whatever storing the group raises (an error the classifier left alone, a bug), every waiting webhook is
+        # settled with StoreUnavailable (503), none left hanging
         except Exception as exc:
             for _, _, future in group:
                 settle(future, StoreUnavailable(f"{type(exc).__name__}: {exc}"))

@@ -152,6 +152,7 @@ class SqliteFileGuard(ReplicaGuard):
             self._database_fd = _lock_database_file(self.database)
             os.ftruncate(fd, 0)
             os.write(fd, f"{self.owner}, pid {os.getpid()}\n".encode())
+        # broad: BaseException so both descriptors are closed whatever interrupted taking the guard; re-raised
         except BaseException:
             self._close_database_fd()
             os.close(fd)

@@ -122,17 +122,10 @@ class BreakerMemo:
         if self.held is None:
             return
         reason = rem.state_reason or ""
-        created = _aware(rem.created_at)
-        if rem.state == State.HELD and rem.node and created is not None and reason.startswith(self.held_prefix):
-            self.held[rem.id] = (created, rem.node)
+        if rem.state == State.HELD and rem.node and reason.startswith(self.held_prefix):
+            self.held[rem.id] = (rem.created_at, rem.node)
         else:
             self.held.pop(rem.id, None)
-
-
-def _aware(ts: datetime | None) -> datetime | None:
-    if ts is None:
-        return None
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 class RepositoryBase:

@@ -23,8 +23,9 @@ import yaml
 
 from remediator.domain.durations import parse_duration
 from remediator.domain.storms import Fault, FleetCounts, StormPolicy, analyse, node_attributes
+from remediator.errors import ScenarioError
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "render_scenarios", "run_scenario"]
+__all__ = ["Scenario", "load_scenario", "render_scenarios", "run_scenario"]
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,6 @@ class Scenario:
     rollout: Rollout | None = None
     policy: StormPolicy = field(default_factory=StormPolicy)
     alerts: tuple[str, ...] = ("GPUXidError",)
-
-
-class ScenarioError(ValueError):
-    """A scenario file that cannot be run: the message names the field."""
 
 
 def _number(raw: Mapping[str, Any], key: str, default: float | None = None, *, low: float = 0.0) -> float:

@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from remediator.adapters.slack_signature import SignatureError, sign, verify
+from remediator.adapters.slack_signature import sign, verify
+from remediator.errors import SignatureError
 from tests.approvals.harness import TOKEN, Gated, gated_controller
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

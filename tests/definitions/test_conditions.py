@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from remediator.definitions.conditions import MAX_EXPRESSION_LENGTH, ConditionError, compile_condition
+from remediator.definitions.conditions import MAX_EXPRESSION_LENGTH, compile_condition
+from remediator.errors import ConditionError
 
 VARS: dict[str, Any] = {
     "alert": {"name": "GPUXidError", "labels": {"xid": "79", "Hostname": "n1"}, "annotations": {}},

@@ -19,8 +19,9 @@ import pytest
 
 from remediator.definitions import load_definitions
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
-from remediator.definitions.templates import TemplateProblem, check_template, render_params
+from remediator.definitions.templates import check_template, render_params
 from remediator.definitions.variables import CONTEXT_ALWAYS
+from remediator.errors import TemplateProblem
 from tests.approvals.harness import TOKEN, gated_controller
 from tests.definitions.test_bundled import KNOWN_ACTIONS, _variables
 from tests.helpers import am_alert, am_payload

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from remediator.definitions.conditions import ConditionError, compile_condition
+from remediator.definitions.conditions import compile_condition
 from remediator.definitions.loader import check_paths, load_definitions
 from remediator.definitions.templates import render_value
-from remediator.errors import DefinitionSetError
+from remediator.errors import ConditionError, DefinitionSetError
 from tests.definitions.fake_actions import KNOWN_ACTIONS as KNOWN
 
 # Nine levels of nine aliases: 9**9 (387 million) nodes for anything that walks the data.

@@ -8,13 +8,13 @@ import pytest
 from jinja2.exceptions import SecurityError, UndefinedError
 
 from remediator.definitions.templates import (
-    TemplateProblem,
     check_template,
     is_template,
     referenced_variables,
     render_params,
     render_value,
 )
+from remediator.errors import TemplateProblem
 
 VARS: dict[str, Any] = {
     "params": {"grace_period": 300, "skip": ["kube-system"], "reason": "", "flag": True},

@@ -23,8 +23,8 @@ import pytest
 
 from remediator.actions.base import ActionContext, ActionResult
 from remediator.actions.validation import ValidateGpu
-from remediator.actions.wait import GateUnknown
 from remediator.engine.executor import GATE_UNKNOWN
+from remediator.errors import GateUnknown
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.gpu_e2e.conftest import NODE, NODE_IP, GpuNode, MakeGpuCluster, gpu_alert_labels
 from tests.gpu_e2e.test_reset import TAINT, forward, trainers

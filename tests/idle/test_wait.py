@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediator.actions.wait import CancelRemediation, ResumeLater, Wait
+from remediator.actions.wait import Wait
+from remediator.errors import CancelRemediation, ResumeLater
 from tests.idle.conftest import Checkpoints, MakeCtx
 
 

@@ -11,7 +11,6 @@ import pytest
 from remediator.domain.silences import (
     ActiveSilence,
     Matcher,
-    MatcherError,
     SilenceSet,
     compiled,
     matcher_text,
@@ -19,6 +18,7 @@ from remediator.domain.silences import (
     state_of,
     validate_matchers,
 )
+from remediator.errors import MatcherError
 from tests.approvals.harness import gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels
 

@@ -11,15 +11,9 @@ import pytest
 
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.notify import Notify, NotifyParams
-from remediator.adapters.notifier import (
-    Button,
-    JsonWebhook,
-    Message,
-    NotificationFailed,
-    PodLine,
-    SlackWebhook,
-)
+from remediator.adapters.notifier import Button, JsonWebhook, Message, PodLine, SlackWebhook
 from remediator.engine.notifications import NotificationService
+from remediator.errors import NotificationFailed
 from remediator.settings import Settings
 from tests.approvals.harness import CaptureChannel, gated_controller
 from tests.notify.receiver import receiver

@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from remediator.adapters.notifier import Channel, Message, NotificationFailed, SlackApiError, open_channels
+from remediator.adapters.notifier import Channel, Message, open_channels
+from remediator.errors import NotificationFailed, SlackApiError
 from remediator.settings import Settings
 from tests.approvals.harness import TOKEN, gated_controller
 from tests.helpers import am_alert, am_payload, xid_labels

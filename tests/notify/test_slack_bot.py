@@ -12,9 +12,10 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from remediator.adapters.notifier import Message, NotificationFailed, SlackApiError, SlackBot
+from remediator.adapters.notifier import Message, SlackBot
 from remediator.adapters.slack_signature import sign
 from remediator.engine.notifications import NotificationService
+from remediator.errors import NotificationFailed, SlackApiError
 from tests.approvals.harness import TOKEN, gated_controller
 from tests.notify.slack_api import FakeSlack, fake_slack
 

@@ -22,9 +22,8 @@ import pytest
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.gpu import CollectDiagnostics
 from remediator.actions.validation import ValidateGpu
-from remediator.actions.wait import GateUnknown
 from remediator.adapters.sidecar import SidecarClient
-from remediator.errors import ActionError, Invalid, StepFailed
+from remediator.errors import ActionError, GateUnknown, Invalid, StepFailed
 from remediator.settings import Settings
 from remediator.sidecar.schemas import DiagnosticsReport, ValidationReport
 from tests.sidecar.conftest import AUTH, TOKEN, SidecarEnv, free_port, running_env

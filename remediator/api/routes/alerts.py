@@ -13,11 +13,11 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from remediator.api.body_limit import BodyTooLarge, read_body
+from remediator.api.body_limit import read_body
 from remediator.api.deps import check_bearer
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Wakes
-from remediator.errors import StoreUnavailable
+from remediator.errors import BodyTooLarge, StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 
 __all__ = ["WebhookFastPath", "answer", "router", "unavailable_reason"]

@@ -6,16 +6,16 @@ everything."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from remediator.api.deps import Auth, RuntimeDep, WorkerDep
 from remediator.api.routes.remediations import MoveIn, ReasonIn, person_of
 from remediator.domain.durations import parse_duration
-from remediator.domain.pauses import SelectorError, parse_selector
+from remediator.domain.pauses import parse_selector
 from remediator.engine import pause_control
+from remediator.errors import SelectorError
 
 __all__ = ["PauseIn", "router"]
 
@@ -81,7 +81,7 @@ class PauseIn(ReasonIn):
 
 
 @router.post("/pauses", status_code=201, responses={422: {}})
-async def create_pause(body: PauseIn, request: Request, rt: RuntimeDep) -> dict[str, Any]:
+async def create_pause(body: PauseIn, request: Request, rt: RuntimeDep) -> dict[str, JsonValue]:
     """Pause a scope: no new step starts for the remediations in it until it ends or is resumed."""
     actor = person_of(request, body.by)
     now = datetime.now(UTC)
@@ -93,7 +93,7 @@ async def create_pause(body: PauseIn, request: Request, rt: RuntimeDep) -> dict[
 
 
 @router.get("/pauses")
-async def list_pauses(rt: RuntimeDep, all: bool = False) -> list[dict[str, Any]]:
+async def list_pauses(rt: RuntimeDep, all: bool = False) -> list[dict[str, JsonValue]]:
     """The pauses holding now (`?all=true`: every one, ended ones too), newest first."""
     return await rt.repo.list_pauses(include_ended=all)
 
@@ -101,7 +101,7 @@ async def list_pauses(rt: RuntimeDep, all: bool = False) -> list[dict[str, Any]]
 @router.post("/pauses/{pause_id}/resume", responses={404: {}})
 @router.delete("/pauses/{pause_id}", responses={404: {}})
 async def end_pause(pause_id: str, request: Request, rt: RuntimeDep, worker: WorkerDep,
-                    body: MoveIn | None = None) -> dict[str, Any]:
+                    body: MoveIn | None = None) -> dict[str, JsonValue]:
     """Resume one pause now (audited with who and why)."""
     body = body or MoveIn()
     ended = await pause_control.end_pause(rt, pause_id, actor=person_of(request, body.by), reason=body.reason)

@@ -13,13 +13,14 @@ token, and the confirmation; they are audited with that person.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Final
+from datetime import datetime, timedelta
+from typing import Annotated, Final
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
+from starlette.datastructures import FormData
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.routes.approvals import csrf_of, message_page
@@ -32,13 +33,14 @@ from remediator.domain.silences import (
     MAX_NAME,
     MAX_VALUE,
     Matcher,
-    MatcherError,
     matcher_text,
     parse_matchers,
     state_of,
     validate_matchers,
 )
+from remediator.domain.timestamps import as_utc
 from remediator.engine.runtime import Runtime
+from remediator.errors import MatcherError
 from remediator.store.models import Silence
 from remediator.validation_errors import field_of
 
@@ -76,26 +78,22 @@ class SilenceIn(BaseModel):
     comment: str = Field(max_length=MAX_COMMENT)
 
 
-def _invalid(field: str, message: str, value: Any = None) -> RequestValidationError:
+def _invalid(field: str, message: str, value: object = None) -> RequestValidationError:
     loc: list[str | int] = ["body"]
     for part in field.replace("]", "").replace("[", ".").split("."):
         loc.append(int(part) if part.isdigit() else part)
     return RequestValidationError([{"loc": tuple(loc), "msg": message, "type": "value_error", "input": value}])
 
 
-def silence_out(silence: Silence, now: datetime) -> dict[str, Any]:
+def silence_out(silence: Silence, now: datetime) -> dict[str, JsonValue]:
     """Alertmanager's GettableSilence, with who created (`actor`) and expired it (`expiredBy`)."""
-    starts, ends = _utc(silence.starts_at), _utc(silence.ends_at)
+    starts, ends = as_utc(silence.starts_at), as_utc(silence.ends_at)
     return {
         "id": silence.id, "status": {"state": state_of(starts, ends, now)}, "matchers": list(silence.matchers),
         "startsAt": starts.isoformat(), "endsAt": ends.isoformat(), "createdBy": silence.created_by,
-        "comment": silence.comment, "updatedAt": _utc(silence.updated_at).isoformat(), "actor": silence.actor,
+        "comment": silence.comment, "updatedAt": as_utc(silence.updated_at).isoformat(), "actor": silence.actor,
         "expiredBy": silence.expired_by,
     }
-
-
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def checked(
@@ -123,7 +121,7 @@ async def _create(
     rt: Runtime, matchers: list[Matcher], starts_at: datetime | None, ends_at: datetime, created_by: str | None,
     comment: str, actor: str,
 ) -> Silence:
-    now = rt.repo._clock()
+    now = rt.clock()
     start, text = checked(matchers, starts_at, ends_at, comment, now)
     author = (created_by or "").strip() or actor
     return await rt.repo.create_silence(
@@ -144,37 +142,37 @@ async def list_silences(
     rt: RuntimeDep,
     state: Annotated[str | None, Query(pattern="^(active|pending|expired)$", description="only this state")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, JsonValue]]:
     """Silences, newest first, each with its state now."""
-    now = rt.repo._clock()
-    shown = [silence_out(s, now) for s in await rt.repo.list_silences(limit=limit)]
-    return [s for s in shown if state is None or s["status"]["state"] == state]
+    now = rt.clock()
+    return [silence_out(s, now) for s in await rt.repo.list_silences(limit=limit)
+            if state is None or state_of(as_utc(s.starts_at), as_utc(s.ends_at), now) == state]
 
 
 @router.get("/{silence_id}", responses={404: {}})
-async def get_silence(silence_id: str, rt: RuntimeDep) -> dict[str, Any]:
+async def get_silence(silence_id: str, rt: RuntimeDep) -> dict[str, JsonValue]:
     silence = await rt.repo.get_silence(silence_id)
     if silence is None:
         raise HTTPException(404, f"no silence {silence_id}")
-    return silence_out(silence, rt.repo._clock())
+    return silence_out(silence, rt.clock())
 
 
 @router.delete("/{silence_id}", responses={404: {}})
 async def expire_silence(
     silence_id: str, request: Request, rt: RuntimeDep,
     comment: Annotated[str | None, Query(max_length=MAX_COMMENT, description="why (audited)")] = None,
-) -> dict[str, Any]:
+) -> dict[str, JsonValue]:
     """Expire a silence now (kept, with who expired it); alerts from now on are decided as usual."""
     silence = await rt.repo.expire_silence(silence_id, actor=actor_of(request), comment=(comment or "").strip() or None)
     if silence is None:
         raise HTTPException(404, f"no silence {silence_id}")
-    return silence_out(silence, rt.repo._clock())
+    return silence_out(silence, rt.clock())
 
 
 # -- the page -----------------------------------------------------------------------------------------
 
 
-def _form_context(request: Request, who: str | None) -> tuple[dict[str, Any], str, bool]:
+def _form_context(request: Request, who: str | None) -> tuple[dict[str, object], str, bool]:
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
     return {"signed_in": who, "csrf": csrf.token(nonce, _PURPOSE)}, nonce, fresh
@@ -189,10 +187,12 @@ def _refused() -> Response:
 
 @ui_router.get("/silences", response_class=HTMLResponse)
 async def silences_page(request: Request, rt: RuntimeDep, who: SignedIn, done: str | None = None) -> Response:
-    now = rt.repo._clock()
-    rows = [silence_out(s, now) for s in await rt.repo.list_silences(limit=500)]
-    for row in rows:
-        row["matcher_text"] = [matcher_text(Matcher.of(m)) for m in row["matchers"]]
+    now = rt.clock()
+    rows = []
+    for silence in await rt.repo.list_silences(limit=500):
+        row = silence_out(silence, now)
+        row["matcher_text"] = [matcher_text(Matcher.of(m)) for m in silence.matchers]
+        rows.append(row)
     context, nonce, fresh = _form_context(request, who)
     response = page("silences.html", {
         **context, "nav_here": "/silences", "refresh": 0, "silences": rows,
@@ -203,7 +203,7 @@ async def silences_page(request: Request, rt: RuntimeDep, who: SignedIn, done: s
     return response
 
 
-def _form_silence(form: Any, now: datetime) -> tuple[list[Matcher], datetime, str, str]:
+def _form_silence(form: FormData, now: datetime) -> tuple[list[Matcher], datetime, str, str]:
     """(matchers, end, comment, duration as typed) from the page's form; ValueError says what is wrong."""
     text = str(form.get("matchers") or "")
     matchers = parse_matchers(line for line in text.splitlines() if line.strip())
@@ -238,8 +238,8 @@ async def silences_action(request: Request, rt: RuntimeDep, who: SignedIn) -> Re
     return message_page("Nothing to do", "Choose to create or to expire a silence.", 400, link="/silences")
 
 
-async def _ui_create(request: Request, rt: Runtime, who: str, form: Any, confirmed: bool) -> Response:
-    now = rt.repo._clock()
+async def _ui_create(request: Request, rt: Runtime, who: str, form: FormData, confirmed: bool) -> Response:
+    now = rt.clock()
     try:
         matchers, ends_at, comment, typed = _form_silence(form, now)
         checked(matchers, now, ends_at, comment, now)
@@ -267,15 +267,15 @@ async def _ui_expire(request: Request, rt: Runtime, who: str, silence_id: str, c
     silence = await rt.repo.get_silence(silence_id) if silence_id else None
     if silence is None:
         return message_page("Not found", f"There is no silence {silence_id}.", 404, link="/silences")
-    now = rt.repo._clock()
+    now = rt.clock()
     shown = silence_out(silence, now)
-    if shown["status"]["state"] == "expired":
+    if state_of(as_utc(silence.starts_at), as_utc(silence.ends_at), now) == "expired":
         return message_page("Already expired", f"Silence {silence_id} has already ended.", 409, link="/silences")
     if not confirmed:
         context, nonce, fresh = _form_context(request, who)
         response = page("silence_confirm.html", {
             **context, "nav_here": "/silences", "refresh": 0, "action": "expire", "silence": shown,
-            "matcher_text": [matcher_text(Matcher.of(m)) for m in shown["matchers"]],
+            "matcher_text": [matcher_text(Matcher.of(m)) for m in silence.matchers],
         })
         if fresh:
             csrf_of(request).set_cookie(response, nonce)

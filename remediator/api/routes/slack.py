@@ -20,11 +20,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from remediator.adapters.notifier import slack_escape
-from remediator.adapters.slack_signature import SignatureError, verify
-from remediator.api.body_limit import BodyTooLarge, read_body
+from remediator.adapters.slack_signature import verify
+from remediator.api.body_limit import read_body
 from remediator.api.deps import RuntimeDep, WorkerDep
-from remediator.engine.approvals import Approvals, Decision, Outcome
-from remediator.errors import ApprovalError
+from remediator.engine.approvals import ApprovalDecision, Approvals, Outcome
+from remediator.errors import ApprovalError, BodyTooLarge, SignatureError
 
 __all__ = ["router"]
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["slack"], include_in_schema=False)
 
 MAX_BODY = 256 * 1024
-_DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
+_DECISIONS: dict[str, ApprovalDecision] = {"approve": "approved", "reject": "rejected"}
 _SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,31}$")  # U012AB3CD, or W012A3CDE on Enterprise Grid
 
 
@@ -109,7 +109,7 @@ async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> J
         return _reply(f"{actor} ({label}) is not on the list of approvers; nothing was decided.")
     try:
         if len(value) == 43:
-            outcome = await approvals.decide(value, decision, actor=actor, source="slack")
+            outcome = await approvals.record_decision(value, decision, actor=actor, source="slack")
         else:
             outcome = await approvals.decide_for(value, decision, actor=actor, source="slack")
     except ApprovalError as exc:

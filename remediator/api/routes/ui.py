@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.datastructures import FormData
 
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, message_page, outcome_notice, outcome_status
@@ -29,7 +30,7 @@ from remediator.domain.returns import SKIPS
 from remediator.domain.states import ACTIVE_STATES, STATES, State
 from remediator.engine import overrides
 from remediator.engine.approval_decisions import approval_status
-from remediator.engine.approvals import Approvals, ApprovalView, Decision
+from remediator.engine.approvals import ApprovalDecision, Approvals, ApprovalView
 from remediator.engine.guardrail_status import guardrail_status
 from remediator.engine.move_preview import MOVES, REASON_REQUIRED, offered_moves, preview
 from remediator.engine.notifications import pods_of
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
-_DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
+_DECISIONS: dict[str, ApprovalDecision] = {"approve": "approved", "reject": "rejected"}
 # What the page says after a move (`?done=`).
 _DONE: dict[str, str] = {
     "approve": "Approved: the remediation goes on.",
@@ -65,6 +66,8 @@ def _definitions_status(rt: Runtime) -> dict[str, Any]:
 async def _banner(rt: Runtime) -> dict[str, Any]:
     try:
         return await guardrail_status(rt)
+    # broad: the banner is decoration; whatever reading the guardrail status raises (store, cluster, a bug) is shown on
+    # the page instead of failing it
     except Exception as exc:
         log.warning("guardrail status unavailable for the banner: %s", exc)
         return {"error": str(exc), "plan_only": rt.plan_only}
@@ -115,7 +118,7 @@ async def detail(
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
     alert = await rt.repo.get_alert(rem.alert_id) if rem.alert_id is not None else None
-    now = rt.repo._clock()
+    now = rt.clock()
     approval_open = _approval_open(rem, view)
     context = {
         "nav_here": None,
@@ -155,7 +158,7 @@ def _approval_open(rem: Remediation, view: ApprovalView | None) -> bool:
     return view is not None and view.status == "pending" and rem.state == State.AWAITING_APPROVAL
 
 
-def _form_text(form: Any, key: str) -> str:
+def _form_text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value.strip() if isinstance(value, str) else ""
 
