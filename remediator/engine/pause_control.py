@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
 from remediator.domain.durations import format_duration
+from remediator.domain.json_values import JsonObject
 from remediator.domain.pauses import ActivePause
 from remediator.domain.states import ACTIVE_STATES
 from remediator.engine.runtime import Runtime
@@ -40,13 +41,13 @@ class Said:
 async def start_pause(
     rt: Runtime, *, actor: str, reason: str, nodes: Sequence[str], selector: str | None, playbooks: Sequence[str],
     ends_at: datetime | None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Store a pause (its fields validated by the caller); audited as `pause.created` with `actor`."""
     return await rt.repo.create_pause(created_by=actor, reason=reason, nodes=nodes, selector=selector,
                                       playbooks=playbooks, ends_at=ends_at)
 
 
-async def end_pause(rt: Runtime, pause_id: str, *, actor: str, reason: str | None) -> dict[str, Any] | None:
+async def end_pause(rt: Runtime, pause_id: str, *, actor: str, reason: str | None) -> JsonObject | None:
     """End one pause now (audited as `pause.ended`) and look at the held remediations again; None: no such pause.
     The caller wakes the worker."""
     ended = await rt.repo.end_pause(pause_id, actor=actor, reason=reason)
@@ -105,8 +106,25 @@ def _end_words(ends_at: datetime | None, length: str | None, now: datetime) -> s
     return f"until {at} ({format_duration(ends_at - now)} from now)"
 
 
-def _line(rem: Any) -> str:
-    gpu = f" GPU {rem.gpu_index}" if getattr(rem, "gpu_index", None) else ""
+class _Listed(Protocol):
+    """A remediation as a confirmation lists it (a stored row or a list summary)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def playbook(self) -> str: ...
+    @property
+    def node(self) -> str | None: ...
+    @property
+    def target_key(self) -> str: ...
+    @property
+    def gpu_index(self) -> str | None: ...
+
+
+def _line(rem: _Listed) -> str:
+    gpu = f" GPU {rem.gpu_index}" if rem.gpu_index else ""
     return f"{rem.playbook} on {rem.node or rem.target_key}{gpu} ({rem.state}, {str(rem.id)[:8]})"
 
 
@@ -115,7 +133,7 @@ async def describe_new_pause(
     length: str | None, reason: str, actor: str,
 ) -> Said:
     """The confirmation of a new pause: `Hold new steps on nodes matching rack=r12 for 2h (until ...): ...`."""
-    now = rt.repo._clock()
+    now = rt.clock()
     probe = ActivePause("new", actor, reason, tuple(nodes), selector, tuple(playbooks), ends_at)
     caught: list[str] = []
     for state in sorted(ACTIVE_STATES):
@@ -148,7 +166,9 @@ async def describe_resume(rt: Runtime, pause_id: str, *, actor: str) -> Said | N
         alls = [p for p in await rt.repo.active_pauses() if p.everything]
         if not flag.get("paused") and not alls:
             return None
-        by = f" (set by {who(flag.get('by'))}: {flag.get('reason') or 'no reason given'})" if flag.get("paused") else ""
+        setter = flag.get("by")
+        by = (f" (set by {who(setter if isinstance(setter, str) else None)}: "
+              f"{flag.get('reason') or 'no reason given'})") if flag.get("paused") else ""
         caught = [_line(h) for h in held if (h.state_reason or "").startswith("controller is paused")
                   or any(f"(pause {p.id}," in (h.state_reason or "") for p in alls)]
         details = ["Steps start again everywhere no other pause holds; held remediations are looked at again."]

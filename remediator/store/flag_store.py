@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from remediator.domain.json_values import jsonable
+from remediator.domain.json_values import JsonObject, jsonable
 from remediator.store.definition_versions import DefinitionVersion
 from remediator.store.models import (
     ControllerState,
@@ -17,7 +17,6 @@ from remediator.store.models import (
 from remediator.store.read_store import flag_value
 from remediator.store.transactions import (
     RepositoryBase,
-    _aware,
 )
 
 __all__ = ["OVERRIDE_FLAG_PREFIX", "PAUSE_FLAG", "FlagStore"]
@@ -29,11 +28,11 @@ OVERRIDE_FLAG_PREFIX = "override:"  # + remediation id: a human let this one pas
 class FlagStore(RepositoryBase):
     """Small controller state (a mixin of `Repository`)."""
 
-    async def get_flag(self, key: str) -> dict[str, Any] | None:
+    async def get_flag(self, key: str) -> JsonObject | None:
         async with self.transaction() as session:
             return await flag_value(session, key)
 
-    async def set_flag(self, key: str, value: dict[str, Any], *, audit_kind: str, actor: str) -> None:
+    async def set_flag(self, key: str, value: Mapping[str, object], *, audit_kind: str, actor: str) -> None:
         async with self.transaction() as session:
             row = await session.get(ControllerState, key)
             if row is None:
@@ -83,4 +82,4 @@ class FlagStore(RepositoryBase):
                 .order_by(DefinitionVersion.created_at.desc())
                 .limit(limit)
             )
-            return [(str(v), _aware(ts) or ts) for v, ts in rows.all()]
+            return [(str(v), ts) for v, ts in rows.all()]

@@ -3,7 +3,7 @@ a reboot that makes the remediations waiting for it due at once (engine/hand_cha
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from sqlalchemy import select, true, update
 
@@ -44,7 +44,7 @@ class NodeHoldStore(RepositoryBase):
             return list(rows.all())
 
     async def release_by_hand(
-        self, rem_id: str, *, expected_state: str, reason: str, actor: str, data: dict[str, Any]
+        self, rem_id: str, *, expected_state: str, reason: str, actor: str, data: Mapping[str, object]
     ) -> Remediation | None:
         """Record the hand change (`node.changed_by_hand`) and move the remediation to `released`, its node no
         longer counted quarantined, in one transaction. None when it moved meanwhile (another replica released

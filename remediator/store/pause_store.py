@@ -10,27 +10,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import or_, select
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.pauses import ActivePause
+from remediator.domain.timestamps import as_utc
 from remediator.store.models import Pause
-from remediator.store.transactions import RepositoryBase, _aware
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["PauseStore", "pause_record"]
 
 
-def pause_record(pause: Pause, now: datetime | None = None) -> dict[str, Any]:
+def pause_record(pause: Pause, now: datetime | None = None) -> JsonObject:
     """A pause as the API, the audit log and `remediator get pauses` show it."""
-    ends, ended = _aware(pause.ends_at), _aware(pause.ended_at)
+    ends = as_utc(pause.ends_at) if pause.ends_at else None
+    ended = as_utc(pause.ended_at) if pause.ended_at else None
     active = ended is None and (ends is None or now is None or ends > now)
     everything = not pause.nodes and not pause.selector and not pause.playbooks
     return {
-        "id": pause.id, "created_at": (_aware(pause.created_at) or pause.created_at).isoformat(),
+        "id": pause.id, "created_at": as_utc(pause.created_at).isoformat(),
         "created_by": pause.created_by, "reason": pause.reason,
-        "scope": {"all": everything, "nodes": list(pause.nodes), "selector": pause.selector,
-                  "playbooks": list(pause.playbooks)},
+        "scope": {"all": everything, "nodes": [*pause.nodes], "selector": pause.selector,
+                  "playbooks": [*pause.playbooks]},
         "until": ends.isoformat() if ends else None, "active": active,
         "ended_at": ended.isoformat() if ended else None, "ended_by": pause.ended_by,
     }
@@ -38,7 +40,7 @@ def pause_record(pause: Pause, now: datetime | None = None) -> dict[str, Any]:
 
 def _active(pause: Pause) -> ActivePause:
     return ActivePause(pause.id, pause.created_by, pause.reason, tuple(pause.nodes), pause.selector,
-                       tuple(pause.playbooks), _aware(pause.ends_at))
+                       tuple(pause.playbooks), as_utc(pause.ends_at) if pause.ends_at else None)
 
 
 class PauseStore(RepositoryBase):
@@ -47,7 +49,7 @@ class PauseStore(RepositoryBase):
     async def create_pause(
         self, *, created_by: str, reason: str, nodes: Sequence[str], selector: str | None, playbooks: Sequence[str],
         ends_at: datetime | None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Store a new pause (validated by the caller); audited as `pause.created` with the author."""
         now = self._clock()
         pause = Pause(id=str(uuid.uuid4()), created_at=now, created_by=created_by, reason=reason, nodes=list(nodes),
@@ -58,7 +60,7 @@ class PauseStore(RepositoryBase):
             await self.audit(session, "pause.created", actor=created_by, data=record)
         return record
 
-    async def end_pause(self, pause_id: str, *, actor: str, reason: str | None) -> dict[str, Any] | None:
+    async def end_pause(self, pause_id: str, *, actor: str, reason: str | None) -> JsonObject | None:
         """Resume one pause now; audited as `pause.ended`. None: no such pause. One already over is returned
         unchanged and nothing is audited."""
         now = self._clock()
@@ -66,7 +68,7 @@ class PauseStore(RepositoryBase):
             pause = await session.get(Pause, pause_id, with_for_update=True)
             if pause is None:
                 return None
-            ends = _aware(pause.ends_at)
+            ends = pause.ends_at
             if pause.ended_at is None and (ends is None or ends > now):
                 pause.ended_at, pause.ended_by = now, actor
                 await self.audit(session, "pause.ended", actor=actor,
@@ -92,7 +94,7 @@ class PauseStore(RepositoryBase):
             )
             return [_active(p) for p in rows.all()]
 
-    async def list_pauses(self, *, include_ended: bool = False, limit: int = 200) -> list[dict[str, Any]]:
+    async def list_pauses(self, *, include_ended: bool = False, limit: int = 200) -> list[JsonObject]:
         """Pauses newest first: the active ones, or every one (with `include_ended`)."""
         now = self._clock()
         async with self.reading() as session:

@@ -11,6 +11,7 @@ from sqlalchemy import Select, exists, false, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.states import ACTIVE_STATES, State
 from remediator.store.models import (
     AlertRow,
@@ -23,7 +24,6 @@ from remediator.store.transactions import (
     BREAKER_MEMO,
     BreakerMemo,
     RepositoryBase,
-    _aware,
 )
 
 __all__ = ["ReadStore", "RemediationSummary", "SteadyCounts", "SteadyQuery", "flag_value", "steady_counts"]
@@ -112,7 +112,7 @@ async def steady_counts(session: AsyncSession, queries: Sequence[SteadyQuery]) -
     ]
 
 
-async def flag_value(session: AsyncSession, key: str) -> dict[str, Any] | None:
+async def flag_value(session: AsyncSession, key: str) -> JsonObject | None:
     """A flag's value read in SQL (never from the session's identity map): as committed, or as this
     transaction wrote it."""
     value = await session.scalar(select(ControllerState.value).where(ControllerState.key == key))
@@ -299,15 +299,15 @@ class ReadStore(RepositoryBase):
             )
             memo.held_prefix = reason_prefix
             memo.held = {
-                str(held_id): (at, str(held_node))
+                str(held_id): (held_at, str(held_node))
                 for held_id, held_at, held_node in queue.all()
-                if held_node and (at := _aware(held_at)) is not None
+                if held_node and held_at is not None
             }
         if memo is not None and memo.held is not None:
-            mine = _aware(created_at)
+            mine = created_at
             return {
                 held_node for held_id, (at, held_node) in memo.held.items()
-                if mine is not None and (at < mine or (at == mine and held_id < rem_id)) and held_node != node
+                if (at < mine or (at == mine and held_id < rem_id)) and held_node != node
             }
         rows = await session.scalars(
             select(Remediation.node).where(
@@ -330,6 +330,11 @@ class ReadStore(RepositoryBase):
         if memo is not None:
             memo.starts = count
         return count
+
+    async def quarantine_status(self, since: datetime) -> tuple[set[str], int]:
+        """The nodes under quarantine and the quarantines started since `since`, read in one transaction."""
+        async with self.transaction() as session:
+            return await self.quarantined_nodes(session), await self.recent_quarantine_starts(session, since)
 
     async def node_history(self, node: str, *, since: datetime | None = None, limit: int = 200) -> list[Remediation]:
         """Remediations on one node, newest first (the escalation ladder and RMA summaries read them)."""

@@ -138,8 +138,8 @@ class RemediationStore(ReadStore, StormStore):
 
     async def transition(
         self, rem_id: str, event: str, *, reason: str | None = None, actor: str = "controller",
-        owner: str | None = None, data: dict[str, Any] | None = None,
-        changes: dict[str, Any] | None = None,
+        owner: str | None = None, data: Mapping[str, object] | None = None,
+        changes: Mapping[str, object] | None = None,
     ) -> Remediation:
         """Move one remediation by `event` (checked against the table) and audit it, atomically."""
         async with self.transaction() as session:

@@ -10,30 +10,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.silences import ActiveSilence, Matcher
+from remediator.domain.timestamps import as_utc
 from remediator.store.models import Silence
-from remediator.store.transactions import RepositoryBase, _aware
+from remediator.store.transactions import RepositoryBase
 
 __all__ = ["SilenceStore", "active_silences_in"]
 
 
-def _record(silence: Silence) -> dict[str, Any]:
+def _record(silence: Silence) -> JsonObject:
     return {
-        "silence_id": silence.id, "matchers": list(silence.matchers),
+        "silence_id": silence.id, "matchers": [*silence.matchers],
         "startsAt": _iso(silence.starts_at), "endsAt": _iso(silence.ends_at),
         "createdBy": silence.created_by, "comment": silence.comment,
     }
 
 
 def _iso(value: datetime) -> str:
-    aware = _aware(value)
-    assert aware is not None
-    return aware.isoformat()
+    return as_utc(value).isoformat()
 
 
 async def active_silences_in(session: AsyncSession, now: datetime) -> list[ActiveSilence]:
@@ -44,7 +43,7 @@ async def active_silences_in(session: AsyncSession, now: datetime) -> list[Activ
         select(Silence).where(Silence.ends_at > now, Silence.starts_at <= now).order_by(Silence.created_at)
     )
     return [
-        ActiveSilence(s.id, tuple(Matcher.of(m) for m in s.matchers), s.created_by, s.comment, _aware(s.ends_at) or now)
+        ActiveSilence(s.id, tuple(Matcher.of(m) for m in s.matchers), s.created_by, s.comment, s.ends_at)
         for s in rows.all()
     ]
 
@@ -75,9 +74,9 @@ class SilenceStore(RepositoryBase):
             if silence is None:
                 return None
             now = self._clock()
-            if (_aware(silence.ends_at) or now) <= now:
+            if silence.ends_at <= now:
                 return silence
-            if (_aware(silence.starts_at) or now) > now:
+            if silence.starts_at > now:
                 silence.starts_at = now  # a pending silence ends before it begins: both are now
             silence.ends_at = now
             silence.updated_at = now

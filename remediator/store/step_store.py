@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.domain.json_values import jsonable
+from remediator.domain.json_values import JsonObject, jsonable
 from remediator.domain.states import State, phase_of
 from remediator.errors import StateMoved
 from remediator.store.models import (
@@ -34,7 +34,7 @@ class BeginStep:
     idx: int
     name: str
     action: str
-    params: dict[str, Any]
+    params: JsonObject
     progress: dict[str, Any] | None = None
 
 
@@ -103,7 +103,7 @@ class StepStore(RepositoryBase):
     """Step executions (a mixin of `Repository`)."""
 
     async def begin_step(
-        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: dict[str, Any],
+        self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, params: JsonObject,
         progress: dict[str, Any] | None = None,
     ) -> StepRow:
         """Create or resume the step row; a resumed step keeps its saved progress and counts the attempt.
@@ -140,7 +140,7 @@ class StepStore(RepositoryBase):
             )
 
     async def note_gate_unknown(
-        self, rem_id: str, owner: str, *, phase: str, idx: int, spell: Mapping[str, Any], reason: str, changed: bool
+        self, rem_id: str, owner: str, *, phase: str, idx: int, spell: Mapping[str, object], reason: str, changed: bool
     ) -> None:
         """A gate step reached no verdict: keep the spell (since, looks, agent) in the step's progress and, when
         `changed`, make `reason` the state reason with a `gate.unknown` audit event (once per spell or symptom,
@@ -160,8 +160,8 @@ class StepStore(RepositoryBase):
 
     async def finish_step(
         self, rem_id: str, owner: str, *, phase: str, idx: int, name: str, action: str, status: str,
-        output: dict[str, Any] | None = None, error: str | None = None, advance: bool = True,
-        extra: dict[str, Any] | None = None,
+        output: Mapping[str, object] | None = None, error: str | None = None, advance: bool = True,
+        extra: Mapping[str, object] | None = None,
     ) -> None:
         """Record a step's result and move the cursor, with its audit event, in one transaction."""
         async with self.transaction() as session:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import TypedDict, cast
 
 from sqlalchemy import Table, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from remediator.domain.json_values import jsonable
+from remediator.domain.json_values import JsonObject, jsonable
 from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, State, next_state
 from remediator.domain.timestamps import Clock
 from remediator.errors import LeaseLost, StoreUnavailable
@@ -67,6 +67,21 @@ def utcnow() -> datetime:
 # Events after which a remediation no longer waits for any approval request (store: `_supersede_approvals`).
 SUPERSEDING_EVENTS = frozenset({"cancel", "return"})
 
+# An audit event waiting for its transaction's commit: (kind, remediation id, actor, data).
+QueuedEvent = tuple[str, str | None, str, Mapping[str, object] | None]
+
+
+class AuditValues(TypedDict):
+    """One `audit_events` row as appended to the chain."""
+
+    ts: datetime
+    remediation_id: str | None
+    kind: str
+    actor: str
+    data: JsonObject
+    prev_hash: str
+    hash: str
+
 
 @dataclass(frozen=True)
 class StoredBatch:
@@ -89,8 +104,8 @@ class NewRemediation:
     gpu_index: str | None
     namespace: str | None
     pod: str | None
-    params: dict[str, Any]
-    plan: dict[str, Any]
+    params: JsonObject
+    plan: JsonObject
     cooldown: timedelta | None
 
 
@@ -279,26 +294,26 @@ class RepositoryBase:
         *,
         remediation_id: str | None = None,
         actor: str = "controller",
-        data: dict[str, Any] | None = None,
+        data: Mapping[str, object] | None = None,
     ) -> None:
         """Add one hash-chained event to the caller's transaction (appended when it commits, see below)."""
         self._audit_queue(session).append((kind, remediation_id, actor, data))
 
     async def audit_many(
-        self, session: AsyncSession, events: Sequence[tuple[str, str | None, dict[str, Any] | None]],
+        self, session: AsyncSession, events: Sequence[tuple[str, str | None, Mapping[str, object] | None]],
         *, actor: str = "controller",
     ) -> None:
         """Add several events to the caller's transaction, in order."""
         self._audit_queue(session).extend((kind, remediation_id, actor, data) for kind, remediation_id, data in events)
 
     @staticmethod
-    def _audit_queue(session: AsyncSession) -> list[tuple[str, str | None, str, dict[str, Any] | None]]:
+    def _audit_queue(session: AsyncSession) -> list[QueuedEvent]:
         queue = session.info.get(_AUDIT_QUEUE)
         if queue is None:
             if not session.in_transaction():
                 raise RuntimeError("audit events are added inside Repository.transaction()")
             queue = session.info[_AUDIT_QUEUE] = []
-        return cast(list[tuple[str, str | None, str, dict[str, Any] | None]], queue)
+        return cast(list[QueuedEvent], queue)
 
     async def _append_audit(self, session: AsyncSession) -> None:
         """Append the transaction's events to the chain in one insert, as its last statement.
@@ -313,7 +328,7 @@ class RepositoryBase:
             return
         await session.flush()  # the rows the events name (a new remediation) go first
         prev_hash = await self._chain_head(session)
-        rows = []
+        rows: list[AuditValues] = []
         for kind, remediation_id, actor, data in queue:
             row = self._chained(kind, remediation_id, actor, data, prev_hash)
             rows.append(row)
@@ -327,10 +342,10 @@ class RepositoryBase:
         return prev or await chain_start(session)
 
     def _chained(
-        self, kind: str, remediation_id: str | None, actor: str, data: dict[str, Any] | None, prev_hash: str
-    ) -> dict[str, Any]:
+        self, kind: str, remediation_id: str | None, actor: str, data: Mapping[str, object] | None, prev_hash: str
+    ) -> AuditValues:
         ts = self._clock()
-        payload = jsonable(data or {})
+        payload: JsonObject = jsonable(data or {})
         digest = event_hash(
             ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
             key=self.audit_key,
@@ -365,7 +380,7 @@ class RepositoryBase:
 
     async def _transition(
         self, session: AsyncSession, rem: Remediation, event: str, *, reason: str | None = None,
-        actor: str = "controller", data: dict[str, Any] | None = None,
+        actor: str = "controller", data: Mapping[str, object] | None = None,
     ) -> str:
         old = rem.state
         new = next_state(old, event)
@@ -435,7 +450,7 @@ class RepositoryBase:
 
     async def record_audit(
         self, kind: str, *, remediation_id: str | None = None, actor: str = "controller",
-        data: dict[str, Any] | None = None,
+        data: Mapping[str, object] | None = None,
     ) -> None:
         """Append one audit event on its own (for facts that change no row, e.g. a failed notification)."""
         async with self.transaction() as session:

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from remediator.api.deps import RuntimeDep, WorkerDep
+from remediator.domain.json_values import JsonObject
 from remediator.engine.worker_process import WorkerProcess
 from remediator.errors import StoreUnavailable
 from remediator.process.metrics import merge_expositions
@@ -28,7 +29,7 @@ PAUSES_TIMEOUT_S = 0.5  # /healthz reads the pauses at most this long
 async def healthz(rt: RuntimeDep) -> dict[str, object]:
     """Liveness, with the pauses holding now (who, why, scope, until). Liveness never depends on the database:
     when the pauses cannot be read within PAUSES_TIMEOUT_S, `pauses` is null and `pauses_error` says why."""
-    pauses: list[dict[str, object]] | None = None
+    pauses: list[JsonObject] | None = None
     error: str | None = None
     try:
         async with asyncio.timeout(PAUSES_TIMEOUT_S):
