@@ -23,8 +23,9 @@ from remediator.actions.base import Action, ActionContext, ActionResult, StrictP
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import FIELD_MANAGER, KubeAdapter
 from remediator.errors import Conflict, Invalid
+from remediator.kube.views import Body
 
-__all__ = ["Event", "EventParams", "event_body"]
+__all__ = ["EventParams", "RecordKubeEvent", "event_body"]
 
 MAX_MESSAGE = 1024
 NODE_EVENT_NAMESPACE = "default"
@@ -111,8 +112,9 @@ def _pod_targets(ctx: ActionContext, pods: list[Any] | None = None) -> list[tupl
     return targets
 
 
-class Event(Action[EventParams]):
-    """Record a Kubernetes Event (reason, message) on the node or on the pods in the context."""
+class RecordKubeEvent(Action[EventParams]):
+    """Record a Kubernetes Event (reason, message) on the node or on the pods in the context. Not the
+    state machine's `Event` (domain/states.py): this is the `event` action a playbook step names."""
 
     name = "event"
     Params = EventParams
@@ -148,7 +150,7 @@ class Event(Action[EventParams]):
             return _pod_targets(ctx, _instance_pods(ctx))
         name = target_node(ctx)
         node = await kube.get_node(name)
-        uid = (node.get("metadata") or {}).get("uid")
+        uid = Body(node).uid
         if not uid:
             raise Invalid(f"node {name} has no uid")
         return [(NODE_EVENT_NAMESPACE, {"apiVersion": "v1", "kind": "Node", "name": name, "uid": uid})]

@@ -6,7 +6,7 @@ from remediator.actions.base import AnyAction
 from remediator.actions.conditions import ClearNodeCondition, SetNodeCondition
 from remediator.actions.drain import Drain
 from remediator.actions.gpu import CollectDiagnostics, GpuReset, PowerLimit, RestorePowerLimit
-from remediator.actions.kube_event import Event
+from remediator.actions.kube_event import RecordKubeEvent
 from remediator.actions.node import Annotate, Cordon, Label, Taint, Unannotate, Uncordon, Unlabel, Untaint
 from remediator.actions.notify import Notify
 from remediator.actions.owner import AnnotatePods, NotifyOwner, UnannotatePods
@@ -31,7 +31,7 @@ def default_registry() -> dict[str, AnyAction]:
         Annotate(),
         Unannotate(),
         Drain(),
-        Event(),
+        RecordKubeEvent(),
         PowerLimit(),
         RestorePowerLimit(),
         GpuReset(),

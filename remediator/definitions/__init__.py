@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from remediator.definitions.loader import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.matchers import Matcher, parse_matcher
-from remediator.definitions.models import ALERT_KINDS, AlertKind, Playbook, RevertSpec, Rule, Step
+from remediator.definitions.models import Playbook, RevertSpec, Rule, Step
 from remediator.definitions.variables import TEMPLATE_VARIABLES
 from remediator.definitions.xid import XidCatalog, XidInfo, recovery_action_from_message
 
 __all__ = [
-    "ALERT_KINDS",
     "TEMPLATE_VARIABLES",
-    "AlertKind",
     "DefinitionSet",
     "Matcher",
     "Playbook",

@@ -8,11 +8,9 @@ as `project`). alert-kinds.yaml maps alertname -> kind (`GPUXidError: xid`).
 
 from __future__ import annotations
 
-from typing import Any
-
-from remediator.definitions.models import ALERT_KINDS
 from remediator.definitions.source import Document, Problems
 from remediator.definitions.xid import RESOLUTIONS, UNKNOWN_RESOLUTION, XidCatalog, XidInfo
+from remediator.intake.normalize import ALERT_KINDS
 
 __all__ = ["ALERT_KINDS_FILE", "XID_CATALOG_FILE", "parse_alert_kinds", "parse_xid_catalog"]
 
@@ -22,7 +20,7 @@ _BUCKET_KEYS = ("nvidia", "project", "resolution")
 _ENTRY_KEYS = frozenset({*_BUCKET_KEYS, "nvidia_note", "cause", "description", "mnemonic"})
 
 
-def _code(key: Any) -> int | None:
+def _code(key: object) -> int | None:
     if isinstance(key, bool):
         return None
     if isinstance(key, int):

@@ -14,7 +14,7 @@ from datetime import datetime, time
 
 from remediator.kube.vocabulary import EXCLUDE_LABEL
 
-__all__ = ["BREAKER_REASON", "GuardrailFacts", "MaintenanceWindow", "Verdict", "decide"]
+__all__ = ["BREAKER_REASON", "GuardrailFacts", "MaintenanceWindow", "Verdict", "guardrail_verdict"]
 
 BREAKER_REASON = "circuit breaker:"  # how a hold by the breaker reads: the queue for room is found by it
 
@@ -78,7 +78,7 @@ def _window_verdict(facts: GuardrailFacts) -> Verdict | None:
     return None
 
 
-def decide(facts: GuardrailFacts) -> Verdict:
+def guardrail_verdict(facts: GuardrailFacts) -> Verdict:
     """May this remediation start now? The first guardrail that says no gives the reason."""
     if facts.paused:
         return Verdict(False, "paused", facts.pause_reason or "controller is paused (POST /api/v1/resume to continue)")

@@ -1,7 +1,7 @@
 """One decision for one firing alert, from the alert, the definitions and the facts read about its GPU.
 
 Pure: the worker reads the facts from the store (for a whole claimed batch at once, engine/worker.py) and
-`remediator replay` reads them from history (remediator/tools/replay.py); both call `decide`, so a backtest
+`remediator replay` reads them from history (remediator/tools/replay.py); both call `decide_alert`, so a backtest
 cannot disagree with production about which playbook an alert starts, or why it starts none. What a start
 becomes once it meets the rows of the moment (linked to an active remediation of the same target and
 playbook, or held back by the rule's cooldown) is the store's part, decided inside its transaction.
@@ -16,18 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from remediator.definitions import DefinitionSet
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
 from remediator.domain.states import RETURNED_STATES, State
+from remediator.domain.timestamps import as_utc as utc  # the one conversion; `utc` is the name callers import
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.intake.normalize import GpuAlert, parse_xid
 
 __all__ = [
     "APP_XID_RULE", "RECURRENCE_RULE", "Decision", "DecisionFacts", "DecisionPolicy", "LadderRemediation",
-    "NoTarget", "Recurrence", "Start", "Unmatched", "decide", "escalation_subject", "fault_history", "gpu_of",
+    "NoTarget", "Recurrence", "Start", "Unmatched", "decide_alert", "escalation_subject", "fault_history", "gpu_of",
     "history_since", "ladder_proposal", "recurrence", "returned_at", "rung", "same_subject", "utc",
 ]
 
@@ -138,26 +139,21 @@ def same_subject(rem: LadderRemediation, node: str | None, gpu_uuid: str | None)
     return rem.node == node
 
 
-def utc(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes; the store writes UTC, so say so."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
 def returned_at(rem: LadderRemediation) -> datetime | None:
     """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
     returned = rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined)
     if rem.finished_at is not None and returned:
-        return utc(rem.finished_at)
+        return rem.finished_at
     return None
 
 
 def fault_history(rems: Iterable[LadderRemediation]) -> list[dict[str, Any]]:
     """Oldest first: when each fault came, its alert and Xid, what ran and how it ended."""
     rows = []
-    for rem in sorted(rems, key=lambda r: utc(r.created_at)):
+    for rem in sorted(rems, key=lambda r: r.created_at):
         xid = stored_xid_code(rem.plan)
         rows.append({
-            "at": utc(rem.created_at).isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
+            "at": rem.created_at.isoformat(), "alertname": rem.alertname, "xid": xid, "gpu": gpu_of(rem),
             "playbook": rem.playbook, "outcome": rem.state, "remediation": rem.id,
         })
     return rows[-HISTORY_ROWS:]
@@ -166,7 +162,7 @@ def fault_history(rems: Iterable[LadderRemediation]) -> list[dict[str, Any]]:
 
 
 def history_since(now: datetime, policy: DecisionPolicy) -> datetime:
-    """How far back the node history must reach for `decide` (the longest recurrence window, and a day)."""
+    """How far back the node history must reach for `decide_alert` (the longest recurrence window, and a day)."""
     longest = max(policy.recurrence_window, *(w for _, w in RECURRENCE_WINDOWS))
     return now - longest - timedelta(days=1)
 
@@ -181,7 +177,7 @@ def escalation_subject(alert: GpuAlert, defs: DefinitionSet, policy: DecisionPol
     return alert.node, gpu
 
 
-def decide(alert: GpuAlert, defs: DefinitionSet, policy: DecisionPolicy, facts: DecisionFacts) -> Decision:
+def decide_alert(alert: GpuAlert, defs: DefinitionSet, policy: DecisionPolicy, facts: DecisionFacts) -> Decision:
     """The decision for one firing alert (see the module docstring for the order)."""
     proposal = _app_xid_escalation(alert, defs, policy, facts) or propose(alert, defs)
     if proposal is None:
@@ -230,7 +226,7 @@ def recurrence(
     asked = rung(ladder, proposal.playbook.name)
     if asked is None or not alert.node:
         return None
-    now = utc(facts.now)
+    now = utc(facts.now)  # the decision's time may come from outside (replay, simulate)
     history = list(facts.node_history)
     back = [
         (at, r) for r in history

@@ -1,4 +1,4 @@
-"""The facts read for a batch of alerts, handed out per alert as `decide` wants them (engine/decision.py).
+"""The facts read for a batch of alerts, handed out per alert as `decide_alert` wants them (engine/decision.py).
 
 The worker reads them for a whole claimed batch in two queries (store/decision_store.py): the recent firing
 alerts on the batch's nodes, and the nodes' remediation history. This picks each alert's share: the alerts

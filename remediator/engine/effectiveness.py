@@ -27,12 +27,14 @@ import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
 
 from remediator.domain.durations import format_duration
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
 from remediator.domain.states import RETURNED_STATES, State
+from remediator.domain.timestamps import as_utc
 
 __all__ = [
     "ACTED_STATES",
@@ -44,9 +46,9 @@ __all__ = [
     "LadderRow",
     "Outcome",
     "OutcomeCounts",
-    "Recurrence",
     "RemediationFacts",
     "RemediationLike",
+    "ReportedRecurrence",
     "SubjectRung",
     "assess",
     "compute_effectiveness",
@@ -104,10 +106,10 @@ class RemediationLike(Protocol):
     def quarantined(self) -> bool: ...
 
     @property
-    def alert_labels(self) -> Mapping[str, Any]: ...
+    def alert_labels(self) -> Mapping[str, str]: ...
 
     @property
-    def plan(self) -> Mapping[str, Any]: ...
+    def plan(self) -> Mapping[str, JsonValue]: ...
 
 
 @dataclass(frozen=True)
@@ -125,23 +127,23 @@ class RemediationFacts:
     node: str | None
     gpu_uuid: str | None
     quarantined: bool
-    alert_labels: Mapping[str, Any]
-    plan: Mapping[str, Any]
+    alert_labels: Mapping[str, str]
+    plan: Mapping[str, JsonValue]
 
 
 def facts_of(rem: RemediationLike) -> RemediationFacts:
     """The facts of `rem` (plan keys `alert.starts_at`, `alert.model`, `xid.code` and `escalation`)."""
     plan = rem.plan or {}
-    trimmed: dict[str, Any] = {
+    trimmed: JsonObject = {
         "alert": {"starts_at": stored_alert_field(plan, "starts_at"), "model": stored_alert_field(plan, "model")},
         "xid": {"code": stored_xid_code(plan)},
     }
-    if isinstance(plan.get("escalation"), Mapping):
-        trimmed["escalation"] = dict(plan["escalation"])
+    escalation = plan.get("escalation")
+    if isinstance(escalation, Mapping):
+        trimmed["escalation"] = dict(escalation)
     labels = rem.alert_labels or {}
     return RemediationFacts(
-        id=rem.id, created_at=_aware(rem.created_at),
-        finished_at=_aware(rem.finished_at) if rem.finished_at else None, state=rem.state,
+        id=rem.id, created_at=rem.created_at, finished_at=rem.finished_at, state=rem.state,
         playbook=rem.playbook, node=rem.node, gpu_uuid=rem.gpu_uuid, quarantined=bool(rem.quarantined),
         alert_labels={"modelName": labels["modelName"]} if labels.get("modelName") else {}, plan=trimmed,
     )
@@ -150,16 +152,12 @@ def facts_of(rem: RemediationLike) -> RemediationFacts:
 # -- small facts of one remediation -----------------------------------------------------------------------
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 def returned_at(rem: RemediationLike) -> datetime | None:
     """When the remediation gave its target back to service, or None when it has not."""
     if rem.finished_at is None:
         return None
     if rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined):
-        return _aware(rem.finished_at)
+        return rem.finished_at
     return None
 
 
@@ -168,12 +166,12 @@ def subject_of(rem: RemediationLike) -> str:
     return rem.gpu_uuid or f"node:{rem.node or '-'}"
 
 
-def _section(rem: RemediationLike, key: str) -> Mapping[str, Any]:
+def _section(rem: RemediationLike, key: str) -> Mapping[str, JsonValue]:
     value = (rem.plan or {}).get(key)
     return value if isinstance(value, Mapping) else {}
 
 
-def _escalation(rem: RemediationLike) -> Mapping[str, Any]:
+def _escalation(rem: RemediationLike) -> Mapping[str, JsonValue]:
     return _section(rem, "escalation")
 
 
@@ -197,17 +195,17 @@ def _model(rem: RemediationLike) -> str:
 def _alert_start(rem: RemediationLike) -> datetime:
     raw = _section(rem, "alert").get("starts_at")
     if isinstance(raw, datetime):
-        return _aware(raw)
+        return as_utc(raw)
     if isinstance(raw, str) and raw:
         try:
-            return _aware(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
+            return as_utc(datetime.fromisoformat(raw.strip().replace("Z", "+00:00")))
         except ValueError:
             pass
-    return _aware(rem.created_at)
+    return rem.created_at
 
 
 def _order(rem: RemediationLike) -> tuple[datetime, str]:
-    return _aware(rem.created_at), rem.id
+    return rem.created_at, rem.id
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -234,8 +232,9 @@ def window_label(window: timedelta) -> str:
 
 
 @dataclass(frozen=True)
-class Recurrence:
-    """A remediation whose subject faulted again within the window after it returned."""
+class ReportedRecurrence:
+    """A remediation whose subject faulted again within the window after it returned, as the report lists it
+    (the decision's own fact is engine/decision.py: Recurrence)."""
 
     remediation_id: str
     subject: str
@@ -244,7 +243,7 @@ class Recurrence:
     seconds: float
     recurred_by: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "remediation_id": self.remediation_id, "subject": self.subject, "playbook": self.playbook,
             "xid": self.xid, "time_to_recurrence_seconds": round(self.seconds, 3), "recurred_by": self.recurred_by,
@@ -264,7 +263,7 @@ class Assessment:
     outcome: Outcome
     returned_at: datetime | None
     time_to_return_seconds: float | None
-    recurrence: Recurrence | None = None
+    recurrence: ReportedRecurrence | None = None
 
 
 class _Faults:
@@ -308,7 +307,7 @@ def _escalations(rems: Iterable[RemediationLike]) -> dict[tuple[str, str], Remed
 
 def assess(rems: Sequence[RemediationLike], *, window: timedelta, now: datetime) -> list[Assessment]:
     """The outcome of every run among `rems` (oldest first); the others only serve as faults and escalations."""
-    now = _aware(now)
+    now = as_utc(now)
     faults = _Faults(rems)
     escalations = _escalations(rems)
     out: list[Assessment] = []
@@ -317,7 +316,7 @@ def assess(rems: Sequence[RemediationLike], *, window: timedelta, now: datetime)
         subject, xid = subject_of(rem), _xid(rem)
         ttr = max(0.0, (back - _alert_start(rem)).total_seconds()) if back is not None else None
         outcome: Outcome = "open"
-        recurrence: Recurrence | None = None
+        recurrence: ReportedRecurrence | None = None
         if (rem.id, "gate_failed") in escalations:
             outcome = "escalated"
         elif (by := escalations.get((rem.id, "recurrence"))) is not None:
@@ -325,14 +324,15 @@ def assess(rems: Sequence[RemediationLike], *, window: timedelta, now: datetime)
             if isinstance(given, int | float) and not isinstance(given, bool) and math.isfinite(given):
                 seconds = float(given)
             else:
-                seconds = max(0.0, (_aware(by.created_at) - (back or _aware(rem.created_at))).total_seconds())
+                seconds = max(0.0, (by.created_at - (back or rem.created_at)).total_seconds())
             outcome = "recurred"
-            recurrence = Recurrence(rem.id, subject, rem.playbook, xid, seconds, by.id)
+            recurrence = ReportedRecurrence(rem.id, subject, rem.playbook, xid, seconds, by.id)
         elif back is not None:
             nxt = faults.first_after(rem, back)
             if nxt is not None and nxt[0] <= back + window:
                 outcome = "recurred"
-                recurrence = Recurrence(rem.id, subject, rem.playbook, xid, (nxt[0] - back).total_seconds(), nxt[1])
+                after = (nxt[0] - back).total_seconds()
+                recurrence = ReportedRecurrence(rem.id, subject, rem.playbook, xid, after, nxt[1])
             elif now >= back + window:
                 outcome = "healed"
         elif rem.state == State.FAILED:
@@ -396,7 +396,7 @@ class OutcomeCounts:
     def mttr_p90_seconds(self) -> float | None:
         return percentile(self.time_to_return, 90)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 3)
 
@@ -420,7 +420,7 @@ class SubjectRung:
     state: str
     created_at: datetime
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"subject": self.subject, "rung": self.rung, "remediation_id": self.remediation_id,
                 "playbook": self.playbook, "state": self.state, "created_at": self.created_at.isoformat()}
 
@@ -434,12 +434,12 @@ class EffectivenessReport:
     by_playbook: list[OutcomeCounts]
     by_xid: list[OutcomeCounts]
     by_model: list[OutcomeCounts]
-    recurrences: list[Recurrence]
+    recurrences: list[ReportedRecurrence]
     rung_2: list[SubjectRung]
     rung_3_plus: list[SubjectRung]
     assessments: list[Assessment] = field(default_factory=list, repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "generated_at": self.generated_at.isoformat(),
             "since": self.since.isoformat() if self.since else None,
@@ -476,7 +476,7 @@ def _latest_rungs(rems: Iterable[RemediationLike]) -> dict[str, SubjectRung]:
         if subject not in latest or _order(rem) > _order(latest[subject]):
             latest[subject] = rem
     return {
-        s: SubjectRung(s, _rung(r), r.id, r.playbook, r.state, _aware(r.created_at)) for s, r in latest.items()
+        s: SubjectRung(s, _rung(r), r.id, r.playbook, r.state, r.created_at) for s, r in latest.items()
     }
 
 
@@ -501,7 +501,7 @@ def compute_effectiveness(
     rungs = sorted(_latest_rungs(rems).values(), key=lambda s: (-s.rung, s.subject))
     recurrences = sorted((a.recurrence for a in assessments if a.recurrence), key=lambda r: r.seconds)
     return EffectivenessReport(
-        generated_at=_aware(now), since=_aware(since) if since else None, window=window, totals=totals,
+        generated_at=as_utc(now), since=as_utc(since) if since else None, window=window, totals=totals,
         by_playbook=_grouped(assessments, "playbook"), by_xid=_grouped(assessments, "xid"),
         by_model=_grouped(assessments, "model"), recurrences=recurrences,
         rung_2=[s for s in rungs if s.rung == 2], rung_3_plus=[s for s in rungs if s.rung >= 3],
@@ -529,7 +529,7 @@ class LadderRow:
     as_run: int
     edited: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"playbook": self.playbook, "as_run": self.as_run, "edited": self.edited,
                 "change": self.edited - self.as_run}
 
@@ -547,7 +547,7 @@ class LadderComparison:
     last_rung_as_run: int
     last_rung_edited: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "ladder": list(self.ladder), "window": window_label(self.window), "runs": self.runs,
             "moved": self.moved, "subjects": self.subjects, "last_rung": self.ladder[-1],
@@ -599,7 +599,7 @@ def replay_ladder(
             if (prev := previous.get(subject)) is not None:
                 prev_rem, prev_rung = prev
                 back = returned_at(prev_rem)
-                created = _aware(rem.created_at)
+                created = rem.created_at
                 if prev_rem.id in gate_failed or (back is not None and back < created <= back + window):
                     rung = min(prev_rung + 1, len(ladder))
             previous[subject] = (rem, rung)

@@ -7,25 +7,29 @@ an SRE is computed by exactly the code that will run it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from remediator.actions.base import Target
-from remediator.definitions import DefinitionSet, Playbook, Step
-from remediator.definitions.conditions import compile_condition
+from remediator.actions.base import AnyAction, Target
+from remediator.definitions import DefinitionSet, Playbook
 from remediator.definitions.derived import derived
 from remediator.definitions.matching import RuleIndex
-from remediator.definitions.templates import render_params
 from remediator.definitions.xid import recovery_action_from_message
-from remediator.definitions.xid_decode import decoded_action
+from remediator.domain.plan_snapshot import plan_of
+from remediator.domain.xid_decode import decoded_action
 from remediator.engine.gpu_instance import instance_of
+from remediator.engine.step_stages import applies, approval_required, render
 from remediator.intake.normalize import GpuAlert
 
+if TYPE_CHECKING:
+    from remediator.store.models import Remediation, StepRow
+
 __all__ = [
-    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "match_labels",
-    "pending_step", "plan_steps", "propose", "target_for", "target_of", "waiting_note", "xid_action", "xid_message",
+    "EMPTY_ESCALATION", "PlannedStep", "Proposal", "approval_required", "build_variables", "forward_outputs",
+    "match_labels", "pending_step", "plan_steps", "propose", "quarantines", "stored_variables", "target_for",
+    "target_of", "waiting_note", "xid_action", "xid_message",
 ]
 
 
@@ -244,29 +248,39 @@ def build_variables(
     }
 
 
-def step_applies(step: Step, variables: Mapping[str, Any]) -> bool:
-    if not step.when:
-        return True
-    return compile_condition(step.when).evaluate(variables)
+def forward_outputs(rows: Iterable[StepRow]) -> dict[str, Any]:
+    """What the forward steps that succeeded found, by step name (the `steps` variable)."""
+    return {r.name: r.output for r in rows if r.phase == "forward" and r.status == "succeeded"}
 
 
-def approval_required(step: Step, index: int, require_approval: bool) -> bool:
-    """Does step `index` wait for a human: its own `approval: required`, or the rule's `require_approval`
-    (which gates the first step)? The live executor and every plan-only tool ask this."""
-    return step.approval == "required" or (require_approval and index == 0)
+def stored_variables(rem: Remediation, rows: Iterable[StepRow]) -> dict[str, Any]:
+    """The variables of a stored remediation's templates: its plan's alert, Xid facts and escalation, its target,
+    parameters and context, and its steps' outputs. The executor renders its steps from these, the approval
+    page previews them and `replay` shows them: one builder, so the three never disagree."""
+    plan = plan_of(rem)
+    return build_variables(
+        alert=plan.alert, target=target_of(rem), params=rem.params, context=rem.context,
+        steps=forward_outputs(rows), xid=plan.xid_json, escalation=plan.escalation_json,
+    )
+
+
+def quarantines(playbook: Playbook, actions: Mapping[str, AnyAction]) -> bool:
+    """Does the playbook put its node under quarantine (and so count toward the circuit breaker)?"""
+    return any(getattr(actions.get(step.action), "quarantines", False) for step in playbook.steps)
 
 
 def plan_steps(
     playbook: Playbook, variables: Mapping[str, Any], *, require_approval: bool = False
 ) -> list[PlannedStep]:
-    """Render every step the way the executor would (conditions evaluated, params rendered)."""
+    """Render every step the way the executor would: the lifecycle's pure stages (engine/step_stages.py: applies,
+    render) over each step in order, with what a preview says where a stage cannot be known yet."""
     planned: list[PlannedStep] = []
     done = variables.get("steps") or {}
     for index, step in enumerate(playbook.steps):
         approval = approval_required(step, index, require_approval)
         try:
-            runs = step_applies(step, variables)
-        except Exception as exc:
+            runs = applies(step, variables)
+        except Exception as exc:  # the applies stage failed: the preview says why (or what it waits for)
             waits = pending_step(step.when, playbook, done)
             note = waiting_note(waits) if waits else f"condition error: {exc}"
             planned.append(PlannedStep(index, step.name, step.action, runs=False, note=note, approval=approval,
@@ -276,8 +290,8 @@ def plan_steps(
             planned.append(PlannedStep(index, step.name, step.action, runs=False, note=f"skipped: when {step.when}"))
             continue
         try:
-            params = render_params(step.params, variables)
-        except Exception as exc:
+            params = render(step.params, variables)
+        except Exception as exc:  # the render stage failed: the preview says why (or what it waits for)
             waits = pending_step(step.params, playbook, done)
             note = waiting_note(waits) if waits else f"template error: {exc}"
             planned.append(PlannedStep(index, step.name, step.action, runs=False, note=note, approval=approval,

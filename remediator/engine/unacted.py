@@ -1,7 +1,7 @@
 """Why did nothing happen? The alerts the controller received that started no remediation, and why.
 
 An SRE who sees a hot GPU alert fire and no drain follow asks this first. Every processed alert row records
-its outcome (engine/decision.py `decide`, store/decision_store.py `record_decisions`): no rule matched, no node
+its outcome (engine/decision.py `decide_alert`, store/decision_store.py `record_decisions`): no rule matched, no node
 to act on, a cooldown after an earlier remediation, linked to one already running. An alert that did start a
 remediation can still have changed nothing: a guardrail holds it (paused, node opted out, circuit breaker,
 maintenance window), or it ended before acting (resolved, cancelled, rejected, approval expired). Both kinds are
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from remediator.domain.plan_snapshot import plan_of
@@ -94,15 +94,8 @@ def silence_summary(silence: Silence) -> dict[str, Any]:
             "endsAt": _iso(silence.ends_at)}
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _iso(value: datetime | None) -> str | None:
-    aware = _aware(value)
-    return aware.isoformat() if aware is not None else None
+    return value.isoformat() if value is not None else None
 
 
 def _cooldown(rt: Runtime, rem: Remediation) -> timedelta | None:
@@ -144,7 +137,7 @@ def _classify(rt: Runtime, row: AlertRow, rem: Remediation | None) -> tuple[str,
         detail = row.note or "cooldown"
         if rem is not None:
             cooldown = _cooldown(rt, rem)
-            finished = _aware(rem.finished_at)
+            finished = rem.finished_at
             if cooldown is not None and finished is not None:
                 until = finished + cooldown
             detail = f"cooldown of rule {rem.rule} after an earlier remediation of this target"
@@ -188,8 +181,8 @@ async def unacted_alerts(
             log.debug("alert %s could not be normalised: %s", row.id, exc)
             node, gpu = None, None
         out.append(Unacted(
-            alert_id=row.id, alertname=row.alertname, received_at=_aware(row.received_at) or row.received_at,
-            starts_at=_aware(row.starts_at), node=node, gpu=gpu, reason=why, detail=detail,
+            alert_id=row.id, alertname=row.alertname, received_at=row.received_at,
+            starts_at=row.starts_at, node=node, gpu=gpu, reason=why, detail=detail,
             remediation_id=row.remediation_id,
             remediation_state=shown_state(rem.state, rem.state_reason) if rem is not None else None,
             until=until, generator_url=row.generator_url or "", labels=dict(row.labels),

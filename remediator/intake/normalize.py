@@ -14,14 +14,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from remediator.kube.object_names import object_name_problem
 
-__all__ = ["ALERT_FIELDS", "EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid", "workload_pod"]
+__all__ = [
+    "ALERT_FIELDS", "ALERT_KINDS", "EXPORTER_POD_PREFIXES", "AlertKind", "GpuAlert", "normalize", "parse_xid",
+    "workload_pod",
+]
 
+# What an alert is about, by its alertname (the rules' alert-kinds.yaml maps names to kinds); rules match on it.
 AlertKind = Literal["xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other"]
-KINDS: tuple[str, ...] = ("xid", "ecc_dbe", "ecc_sbe", "thermal", "power", "idle", "other")
+ALERT_KINDS: tuple[AlertKind, ...] = get_args(AlertKind)
 
 # dcgm-exporter's pod names (GPU operator: nvidia-dcgm-exporter-<hash>; its Helm chart: dcgm-exporter-<hash>).
 EXPORTER_POD_PREFIXES: tuple[str, ...] = ("nvidia-dcgm-exporter-", "dcgm-exporter-")
@@ -119,7 +123,7 @@ def normalize(
     """Build the GpuAlert. `kinds` maps alertname -> kind (from the rules); `nodes_by_ip` resolves IPs."""
     alertname = labels.get("alertname", "")
     kind = kinds.get(alertname, "other")
-    if kind not in KINDS:
+    if kind not in ALERT_KINDS:
         kind = "other"
     node: str | None = None
     node_source: str | None = None

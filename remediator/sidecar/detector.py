@@ -48,10 +48,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.xid_decode import DECODED_CODES, decoded_action
-from remediator.sidecar.devices import GpuIdentity, parse_device_id
+from remediator.sidecar.devices import GpuIds, parse_device_id
 from remediator.sidecar.kmsg import (
     GpuKernelEvent,
     KernelRecord,
@@ -83,6 +84,13 @@ MAX_INIT_FAILURES = 64
 MAX_DEDUPE_SERIES = 4096
 MAX_PENDING_PER_SOURCE = 64
 _REFUSAL_LOG_SECONDS = 60.0
+
+
+def _as_int(value: object) -> int:
+    """A remembered number (an int, or a number written as text); TypeError for anything else."""
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"not a number: {value!r}")
 
 
 def nvml_bus_id(key: tuple[int, int, int]) -> str:
@@ -141,7 +149,7 @@ class Detector:
         self._sequence: int | None = None
         self._saved_sequence: int | None = None
         # NVML bus id -> {"text", "sequence"} of the GPUs whose init failed in this boot, oldest first.
-        self._init_failures: dict[str, dict[str, Any]] = {}
+        self._init_failures: dict[str, JsonObject] = {}
         self._load()
 
     # -- persisted state ----------------------------------------------------------------------------
@@ -160,10 +168,13 @@ class Detector:
             doc = None
         if not isinstance(doc, dict):
             return
-        for uuid, gpu in (doc.get("inventory") or {}).items():
+        inventory = doc.get("inventory")
+        for uuid, gpu in inventory.items() if isinstance(inventory, dict) else ():
             try:
+                if not isinstance(gpu, dict):
+                    raise TypeError(f"not a GPU record: {gpu!r}")
                 self._inventory[str(uuid)] = GpuRecord(
-                    int(gpu["index"]), str(uuid), str(gpu["pci_bus_id"]), str(gpu.get("name", ""))
+                    _as_int(gpu["index"]), str(uuid), str(gpu["pci_bus_id"]), str(gpu.get("name", ""))
                 )
             except (KeyError, TypeError, ValueError):
                 continue
@@ -177,10 +188,10 @@ class Detector:
                     self._init_failures[str(bus)] = {"text": failure["text"], "sequence": failure.get("sequence")}
 
     def _save(self) -> None:
-        doc: dict[str, Any] = {
+        doc: JsonObject = {
             "boot_id": self._boot_id,
             "kmsg_sequence": self._sequence,
-            "init_failures": self._init_failures,
+            "init_failures": {**self._init_failures},
             "inventory": {
                 g.uuid: {"index": g.index, "pci_bus_id": g.pci_bus_id, "name": g.name}
                 for g in sorted(self._inventory.values(), key=lambda g: g.index)
@@ -519,7 +530,7 @@ class Detector:
             self.metrics.nvlink_errors.replace(nvlink)
 
     def _held(self, gpu: GpuRecord, mig_uuids: Sequence[str], allocations: Sequence[PodAllocation]) -> bool:
-        identity = GpuIdentity(index=gpu.index, uuid=gpu.uuid, mig_uuids=mig_uuids)
+        identity = GpuIds(index=gpu.index, uuid=gpu.uuid, mig_uuids=mig_uuids)
         strategy: Literal["uuid", "index"] = "index" if self.config.device_id_strategy == "index" else "uuid"
         for pod in allocations:
             for dev in pod.devices:

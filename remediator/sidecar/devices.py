@@ -12,14 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DeviceRef", "GpuIdentity", "parse_device_id"]
+__all__ = ["DeviceRef", "GpuIds", "parse_device_id"]
 
 _INDEX = re.compile(r"^(\d+)(?::(\d+))?$")
 
 
 @dataclass(frozen=True)
-class GpuIdentity:
-    """What identifies one physical GPU: its index, UUID and the UUIDs of its MIG devices."""
+class GpuIds:
+    """The IDs a device ID may name one physical GPU by: its index, UUID and the UUIDs of its MIG devices. Not the
+    identity a replacement (RMA) request names (sidecar/schemas.py: GpuIdentity, serial and board facts)."""
 
     index: int
     uuid: str
@@ -36,7 +37,7 @@ class DeviceRef:
     parent_uuid: str | None = None
     replica: int | None = None
 
-    def matches(self, gpu: GpuIdentity, wanted: str) -> bool:
+    def matches(self, gpu: GpuIds, wanted: str) -> bool:
         """Whether this device is `wanted` (a GPU UUID, or a MIG UUID) on `gpu`."""
         if wanted.startswith("MIG-"):
             return self.kind == "mig" and self.value == wanted

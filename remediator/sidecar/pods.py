@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.sidecar.cgroups import pod_of_pid
-from remediator.sidecar.devices import GpuIdentity, parse_device_id
+from remediator.sidecar.devices import GpuIds, parse_device_id
 from remediator.sidecar.nvml import Process
 from remediator.sidecar.podresources import PodAllocation
 
@@ -29,9 +30,9 @@ class PodQuery:
     proc_root: Path
 
 
-def process_owners(proc_root: Path, processes: Sequence[Process]) -> list[dict[str, Any]]:
+def process_owners(proc_root: Path, processes: Sequence[Process]) -> list[JsonObject]:
     """Each process with the pod UID and container id its cgroup names (None for host processes)."""
-    result = []
+    result: list[JsonObject] = []
     for proc in processes:
         owner = pod_of_pid(proc_root, proc.pid)
         result.append(
@@ -47,18 +48,18 @@ def process_owners(proc_root: Path, processes: Sequence[Process]) -> list[dict[s
 
 def gpu_pods(
     query: PodQuery,
-    gpu: GpuIdentity,
+    gpu: GpuIds,
     wanted: str,
     allocations: Sequence[PodAllocation],
     owners: dict[tuple[str, str], str] | None,
     processes: Sequence[Process],
-) -> dict[str, Any]:
+) -> JsonObject:
     """The pods allocated `wanted` (a GPU or MIG UUID on `gpu`), marked active when they run on it."""
     procs = process_owners(query.proc_root, processes)
     active_uids = {p["pod_uid"] for p in procs if p["pod_uid"]}
-    pods: list[dict[str, Any]] = []
+    pods: list[JsonValue] = []
     for alloc in allocations:
-        containers = []
+        containers: list[JsonValue] = []
         uid: str | None = None
         for dev in alloc.devices:
             if not dev.resource.startswith(query.resource_prefix):
@@ -66,7 +67,7 @@ def gpu_pods(
             mine = [d for d in dev.device_ids if parse_device_id(d, query.strategy).matches(gpu, wanted)]
             if not mine:
                 continue
-            containers.append({"name": dev.container, "resource": dev.resource, "device_ids": mine})
+            containers.append({"name": dev.container, "resource": dev.resource, "device_ids": [*mine]})
             if owners is not None:
                 uid = uid or next(
                     (owners[(dev.resource, d)] for d in mine if (dev.resource, d) in owners), None
@@ -87,7 +88,7 @@ def gpu_pods(
                 ],
             }
         )
-    notes = []
+    notes: list[JsonValue] = []
     if owners is None:
         notes.append("kubelet device checkpoint unreadable: pod UIDs unknown, `active` is null")
     return {
@@ -95,6 +96,6 @@ def gpu_pods(
         "gpu_uuid": gpu.uuid,
         "index": gpu.index,
         "pods": pods,
-        "processes": procs,
+        "processes": [*procs],
         "notes": notes,
     }

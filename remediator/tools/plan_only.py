@@ -1,7 +1,7 @@
 """One alert through the definitions, plan-only: the shared core of playbook tests and replay.
 
 It strings together the functions the worker and `remediator simulate` use (remediator.engine.planning:
-`propose`, `build_variables`, `plan_steps`; remediator.domain.guardrails: `decide`), so a test or a replay
+`propose`, `build_variables`, `plan_steps`; remediator.domain.guardrails: `guardrail_verdict`), so a test or a replay
 shows what the controller itself would plan. Nothing here reads a cluster or writes a database.
 """
 
@@ -11,10 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediator.actions.base import AnyAction
-from remediator.definitions import DefinitionSet, Playbook
+from remediator.definitions import DefinitionSet
 from remediator.domain.json_values import jsonable
-from remediator.engine.planning import PlannedStep, Proposal, build_variables, plan_steps, xid_variables
+from remediator.engine.planning import (
+    PlannedStep,
+    Proposal,
+    build_variables,
+    plan_steps,
+    quarantines,
+    xid_variables,
+)
 from remediator.intake.normalize import GpuAlert
 
 __all__ = ["AlertPlan", "jsonable", "plan_proposal", "quarantines", "step_view"]
@@ -27,11 +33,6 @@ class AlertPlan:
     proposal: Proposal
     variables: dict[str, Any]
     steps: list[PlannedStep] = field(default_factory=list)
-
-
-def quarantines(playbook: Playbook, actions: Mapping[str, AnyAction]) -> bool:
-    """Does the playbook put its node under quarantine (and so count toward the circuit breaker)?"""
-    return any(getattr(actions.get(step.action), "quarantines", False) for step in playbook.steps)
 
 
 def plan_proposal(

@@ -25,12 +25,13 @@ import os
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from remediator.actions.context import gather_context
 from remediator.definitions import DefinitionSet
 from remediator.domain.plan_snapshot import plan_of, playbook_of
+from remediator.domain.timestamps import as_utc
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide_alert, history_since
 from remediator.engine.decision_facts import BatchFacts
 from remediator.engine.planning import forward_outputs, plan_steps, stored_variables
@@ -163,14 +164,14 @@ class _History:
         # at its own name's within the window (found by bisection, not by scanning the whole history).
         self._firing: dict[str, tuple[list[datetime], list[AlertRow]]] = {}
         rows = sorted((r for r in self.alerts if r.status == "firing" and r.state != "repeat"),
-                      key=lambda r: _aware(r.received_at))
+                      key=lambda r: r.received_at)
         for r in rows:
             times, kept = self._firing.setdefault(r.alertname, ([], []))
-            times.append(_aware(r.received_at))
+            times.append(r.received_at)
             kept.append(r)
 
     def facts(self, row: AlertRow, alert: GpuAlert) -> DecisionFacts:
-        at = _aware(row.received_at)
+        at = row.received_at
         times, kept = self._firing.get(alert.alertname, ([], []))
         window = kept[bisect_left(times, at - self.window) : bisect_right(times, at)]
         recent = [(r.alertname, r.labels, r.annotations) for r in window]
@@ -232,10 +233,6 @@ def _normalized(defs: DefinitionSet, settings: Settings, row: AlertRow, rem: Rem
     if alert.node is None and rem is not None and rem.node:
         alert = replace(alert, node=rem.node)  # resolved from an instance IP at the time
     return alert
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 # -- comparing ---------------------------------------------------------------------------------------
@@ -312,7 +309,7 @@ async def replay(
     """Replay every firing alert stored since `since` (received time) through `defs`."""
     policy = DecisionPolicy.of(settings)
     stored = await repo.list_alerts(since=since - policy.escalation_window)
-    rows = [r for r in stored if _aware(r.received_at) >= _aware(since)]
+    rows = [r for r in stored if r.received_at >= as_utc(since)]
     skipped = {"resolved": 0, "repeats": 0, "unprocessed": 0, "errors": 0}
     firing: list[AlertRow] = []
     for row in rows:
@@ -331,7 +328,7 @@ async def replay(
     steps = await repo.steps_for([i for i in rem_ids if i in rems])
     nodes = sorted({str(rem.node) for rem in rems.values() if rem.node} | {
         str(n) for row in firing if (n := _normalized(defs, settings, row, None).node)})
-    earliest = min((_aware(r.received_at) for r in firing), default=_aware(since))
+    earliest = min((r.received_at for r in firing), default=as_utc(since))
     histories = await repo.node_histories(nodes, history_since(earliest, policy)) if nodes else {}
     replayer = _Replayer(
         defs, settings, _History(stored, histories, tuple(settings.node_label_precedence), policy.escalation_window)
@@ -351,7 +348,7 @@ async def replay(
                 changes=changes,
             )
         )
-    end = until or repo._clock()
+    end = until or repo.clock()
     return ReplayReport(
         since=since.isoformat(), until=end.isoformat(), definitions_version=defs.version,
         rules_dir=str(settings.rules_dir), playbooks_dir=str(settings.playbooks_dir), entries=entries,

@@ -13,16 +13,16 @@ from typing import Any
 from remediator.actions.context import gather_context
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet
-from remediator.domain.guardrails import GuardrailFacts, decide
+from remediator.domain.guardrails import GuardrailFacts, guardrail_verdict
 from remediator.engine.bootstrap import load_defs
-from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched
-from remediator.engine.decision import decide as decide_alert
-from remediator.engine.planning import build_variables, plan_steps, xid_variables
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide_alert
+from remediator.engine.planning import quarantines
 from remediator.engine.return_gate import return_gate
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import normalize
 from remediator.settings import Settings
 from remediator.store.repository import utcnow
+from remediator.tools.plan_only import plan_proposal
 
 __all__ = ["render_text", "simulate_alerts", "simulate_payload"]
 
@@ -58,15 +58,12 @@ def simulate_alerts(
             continue
         proposal = decision.proposal
         context = asyncio.run(gather_context(None, proposal.target, raw.labels, settings))
-        variables = build_variables(
-            alert=alert, target=proposal.target, params=proposal.params, context=context, steps={},
-            xid=xid_variables(alert, defs, None),
-        )
-        steps = plan_steps(proposal.playbook, variables, require_approval=proposal.require_approval)
-        quarantines = any(getattr(actions.get(s.action), "quarantines", False) for s in proposal.playbook.steps)
-        verdict = decide(
+        plan = plan_proposal(proposal, alert, defs, context)
+        variables, steps = plan.variables, plan.steps
+        quarantining = quarantines(proposal.playbook, actions)
+        verdict = guardrail_verdict(
             GuardrailFacts(
-                now=utcnow(), paused=False, node=alert.node, node_excluded=False, quarantines=quarantines,
+                now=utcnow(), paused=False, node=alert.node, node_excluded=False, quarantines=quarantining,
                 quarantined_nodes=frozenset(), limit_nodes=settings.quarantine_limit.resolve(0), gpu_nodes=0,
                 recent_quarantine_starts=0, rate_limit=settings.quarantine_rate,
             )

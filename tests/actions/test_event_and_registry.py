@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from remediator.actions.kube_event import Event
+from remediator.actions.kube_event import RecordKubeEvent
 from remediator.actions.registry import default_registry
 from tests.actions.conftest import NODE, MakeCtx
 from tests.fakekube import FakeKube
@@ -11,8 +11,8 @@ from tests.fakekube import FakeKube
 async def test_node_event_lands_in_default_with_the_node_uid(
     fake_kube: FakeKube, node: dict, make_ctx: MakeCtx
 ) -> None:
-    params = Event().parse({"reason": "GPUXidError", "message": "Xid 79 on GPU-1"})
-    result = await Event().run(make_ctx(), params)
+    params = RecordKubeEvent().parse({"reason": "GPUXidError", "message": "Xid 79 on GPU-1"})
+    result = await RecordKubeEvent().run(make_ctx(), params)
     events = fake_kube.items("events")
     assert result.changed
     (event,) = events
@@ -31,10 +31,10 @@ async def test_node_event_lands_in_default_with_the_node_uid(
 
 
 async def test_event_rerun_posts_no_second_event(fake_kube: FakeKube, node: dict, make_ctx: MakeCtx) -> None:
-    params = Event().parse({"reason": "Quarantined", "message": "m", "type": "Normal"})
+    params = RecordKubeEvent().parse({"reason": "Quarantined", "message": "m", "type": "Normal"})
     ctx = make_ctx()
-    first = await Event().run(ctx, params)
-    second = await Event().run(ctx, params)
+    first = await RecordKubeEvent().run(ctx, params)
+    second = await RecordKubeEvent().run(ctx, params)
     assert (first.changed, second.changed) == (True, False)
     assert len(fake_kube.items("events")) == 1
 
@@ -49,8 +49,8 @@ async def test_pod_events_go_to_each_pods_namespace(
         {"namespace": p["metadata"]["namespace"], "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]}
         for p in (a, b)
     ]
-    params = Event().parse({"reason": "GPUFailing", "message": "your GPU is failing", "object": "pods"})
-    result = await Event().run(make_ctx(context={"pods": pods}), params)
+    params = RecordKubeEvent().parse({"reason": "GPUFailing", "message": "your GPU is failing", "object": "pods"})
+    result = await RecordKubeEvent().run(make_ctx(context={"pods": pods}), params)
     events = fake_kube.items("events")
     assert sorted((e["metadata"]["namespace"], e["involvedObject"]["name"]) for e in events) == [
         ("default", "b"),
@@ -60,13 +60,14 @@ async def test_pod_events_go_to_each_pods_namespace(
 
 
 async def test_dry_run_event_posts_nothing(fake_kube: FakeKube, node: dict, make_ctx: MakeCtx) -> None:
-    result = await Event().run(make_ctx(dry_run=True), Event().parse({"reason": "R", "message": "m"}))
+    action = RecordKubeEvent()
+    result = await action.run(make_ctx(dry_run=True), action.parse({"reason": "R", "message": "m"}))
     assert not result.changed
     assert fake_kube.writes() == []
 
 
 def test_event_is_not_mutating() -> None:
-    assert Event.mutating is False
+    assert RecordKubeEvent.mutating is False
 
 
 def test_registry_holds_the_kubernetes_actions_by_name() -> None:

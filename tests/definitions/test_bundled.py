@@ -15,7 +15,7 @@ from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
 from remediator.definitions.matching import match_rules
 from remediator.definitions.templates import render_params
 from remediator.definitions.xid import RESOLUTIONS
-from remediator.definitions.xid_decode import DECODED_ACTIONS
+from remediator.domain.xid_decode import DECODED_ACTIONS
 from remediator.engine.planning import EMPTY_ESCALATION, match_labels
 from remediator.intake.normalize import GpuAlert
 

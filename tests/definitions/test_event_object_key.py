@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remediator.actions.kube_event import Event
+from remediator.actions.kube_event import RecordKubeEvent
 from remediator.actions.registry import default_registry
 from remediator.definitions import load_definitions
 from remediator.engine.bootstrap import action_params
@@ -54,11 +54,11 @@ def test_nothing_shipped_has_a_key_yaml_1_1_reads_as_a_boolean() -> None:
 
 
 def test_the_old_key_still_parses_and_a_conflict_is_refused() -> None:
-    assert Event().parse({"reason": "R", "message": "m", "on": "pods"}).object == "pods"
-    assert Event().parse({"reason": "R", "message": "m", "object": "pods"}).object == "pods"
-    assert Event().parse({"reason": "R", "message": "m"}).object == "node"
+    assert RecordKubeEvent().parse({"reason": "R", "message": "m", "on": "pods"}).object == "pods"
+    assert RecordKubeEvent().parse({"reason": "R", "message": "m", "object": "pods"}).object == "pods"
+    assert RecordKubeEvent().parse({"reason": "R", "message": "m"}).object == "node"
     with pytest.raises(ValueError, match="deprecated"):
-        Event().parse({"reason": "R", "message": "m", "on": "pods", "object": "node"})
+        RecordKubeEvent().parse({"reason": "R", "message": "m", "on": "pods", "object": "node"})
 
 
 def _old_spelling(tmp_path: Path) -> tuple[Path, Path, Path, int]:
@@ -94,4 +94,4 @@ def test_loading_the_old_key_logs_a_warning_and_keeps_the_meaning(
     [record] = [r for r in caplog.records if "deprecated" in r.getMessage()]
     assert f"{book}:{line}: warning: parameter 'on'" in record.getMessage()
     [step] = [s for s in defs.playbooks["notify-pods"].steps if s.action == "event"]
-    assert Event().parse({**step.params, "reason": "R", "message": "m"}).object == "pods"
+    assert RecordKubeEvent().parse({**step.params, "reason": "R", "message": "m"}).object == "pods"

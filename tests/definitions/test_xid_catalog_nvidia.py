@@ -12,7 +12,7 @@ from remediator.definitions.datafiles import parse_xid_catalog
 from remediator.definitions.loader import BUNDLED_RULES
 from remediator.definitions.source import Problems, parse_yaml
 from remediator.definitions.xid import XidCatalog
-from remediator.definitions.xid_decode import (
+from remediator.domain.xid_decode import (
     ANY_STATUS,
     NVLINK5_DECODE,
     decode_nvlink5,

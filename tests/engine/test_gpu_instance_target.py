@@ -21,7 +21,7 @@ from remediator.actions.drain import _gpu_selection
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet, check_paths, load_definitions
 from remediator.definitions.loader import BUNDLED_PLAYBOOKS, BUNDLED_RULES
-from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Start, decide
+from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Start, decide_alert
 from remediator.engine.ladder import new_remediation
 from remediator.engine.planning import build_variables, target_for, target_of
 from remediator.errors import DefinitionError
@@ -45,7 +45,7 @@ def xid_alert(xid: int, *, node: str | None = "gpu-a", **extra: str) -> GpuAlert
 
 
 def started(alert: GpuAlert, defs: DefinitionSet) -> Start:
-    decision = decide(alert, defs, DecisionPolicy(), DecisionFacts(now=NOW))
+    decision = decide_alert(alert, defs, DecisionPolicy(), DecisionFacts(now=NOW))
     assert isinstance(decision, Start), decision
     return decision
 
@@ -123,7 +123,7 @@ def test_templates_see_the_targets_instance(defs: DefinitionSet) -> None:
 
 
 def test_a_gpu_instance_target_needs_a_node(defs: DefinitionSet) -> None:
-    decision = decide(xid_alert(94, node=None, gpu_instance="3"), defs, DecisionPolicy(), DecisionFacts(now=NOW))
+    decision = decide_alert(xid_alert(94, node=None, gpu_instance="3"), defs, DecisionPolicy(), DecisionFacts(now=NOW))
     assert isinstance(decision, NoTarget) and decision.proposal.target.kind == "gpu_instance"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, time
 
-from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, decide
+from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, guardrail_verdict
 from remediator.settings import QuarantineLimit
 
 BASE = GuardrailFacts(
@@ -15,50 +15,50 @@ BASE = GuardrailFacts(
 
 
 def test_allows_by_default_and_marks_quarantine() -> None:
-    v = decide(BASE)
+    v = guardrail_verdict(BASE)
     assert v.allow and v.quarantines
 
 
 def test_pause_wins() -> None:
-    v = decide(replace(BASE, paused=True))
+    v = guardrail_verdict(replace(BASE, paused=True))
     assert not v.allow and v.name == "paused"
 
 
 def test_opt_out_label() -> None:
-    v = decide(replace(BASE, node_excluded=True))
+    v = guardrail_verdict(replace(BASE, node_excluded=True))
     assert not v.allow and v.name == "opt_out" and "remediator.io/exclude" in v.reason
 
 
 def test_breaker_counts_other_nodes_but_not_the_same_node() -> None:
     full = replace(BASE, quarantined_nodes=frozenset({"a", "b"}))
-    v = decide(full)
+    v = guardrail_verdict(full)
     assert not v.allow and v.name == "circuit_breaker" and "2 of at most 2" in v.reason
-    assert decide(replace(full, node="a")).allow
+    assert guardrail_verdict(replace(full, node="a")).allow
 
 
 def test_room_under_the_breaker_goes_to_those_held_before() -> None:
     one_free = replace(BASE, quarantined_nodes=frozenset({"a"}))
-    v = decide(replace(one_free, queued_ahead=1))
+    v = guardrail_verdict(replace(one_free, queued_ahead=1))
     assert not v.allow and v.name == "circuit_breaker" and "1 held before this one" in v.reason
-    assert decide(replace(one_free, queued_ahead=0)).allow
-    assert decide(replace(one_free, queued_ahead=1, node="a")).allow  # its node is quarantined already
+    assert guardrail_verdict(replace(one_free, queued_ahead=0)).allow
+    assert guardrail_verdict(replace(one_free, queued_ahead=1, node="a")).allow  # its node is quarantined already
 
 
 def test_non_quarantining_playbooks_ignore_the_breaker() -> None:
-    assert decide(replace(BASE, quarantines=False, quarantined_nodes=frozenset({"a", "b", "c"}))).allow
+    assert guardrail_verdict(replace(BASE, quarantines=False, quarantined_nodes=frozenset({"a", "b", "c"}))).allow
 
 
 def test_rate_limit() -> None:
-    v = decide(replace(BASE, recent_quarantine_starts=5))
+    v = guardrail_verdict(replace(BASE, recent_quarantine_starts=5))
     assert not v.allow and v.name == "rate_limit"
 
 
 def test_maintenance_windows() -> None:
     hold = MaintenanceWindow(time(11, 0), time(13, 0), "hold")
-    assert decide(replace(BASE, windows=(hold,))).name == "maintenance"
+    assert guardrail_verdict(replace(BASE, windows=(hold,))).name == "maintenance"
     allow_night = MaintenanceWindow(time(22, 0), time(4, 0), "allow")
-    assert not decide(replace(BASE, windows=(allow_night,))).allow
-    assert decide(replace(BASE, windows=(allow_night,), now=datetime(2026, 12, 2, 23, 0, tzinfo=UTC))).allow
+    assert not guardrail_verdict(replace(BASE, windows=(allow_night,))).allow
+    assert guardrail_verdict(replace(BASE, windows=(allow_night,), now=datetime(2026, 12, 2, 23, 0, tzinfo=UTC))).allow
 
 
 def test_percent_limit_resolves_against_fleet_size() -> None:

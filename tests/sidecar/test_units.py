@@ -9,7 +9,7 @@ import pytest
 
 from remediator.sidecar.cgroups import parse_cgroup, pod_of_pid
 from remediator.sidecar.checkpoint import read_device_owners
-from remediator.sidecar.devices import GpuIdentity, parse_device_id
+from remediator.sidecar.devices import GpuIds, parse_device_id
 from remediator.sidecar.nvml import NvmlError
 from remediator.sidecar.problems import Problem, status_for_nvml
 from remediator.sidecar.state import PowerStateStore
@@ -55,7 +55,7 @@ def test_pod_of_pid_reads_proc_tree(tmp_path: Path) -> None:
     assert pod_of_pid(tmp_path, 43) is None
 
 
-GPU = GpuIdentity(index=1, uuid="GPU-12345678-aaaa-bbbb-cccc-1234567890ab", mig_uuids=("MIG-11112222-3333",))
+GPU = GpuIds(index=1, uuid="GPU-12345678-aaaa-bbbb-cccc-1234567890ab", mig_uuids=("MIG-11112222-3333",))
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from remediator.api.schemas import RemediationOut, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.api.templating import page
 from remediator.api.ui_facts import remediation_facts
-from remediator.engine.approvals import Approvals, ApprovalView, Decision, Outcome, hash_token
+from remediator.engine.approvals import ApprovalDecision, Approvals, ApprovalView, Outcome, hash_token
 from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Wakes
@@ -40,7 +40,7 @@ __all__ = [
 router = APIRouter(tags=["approvals"], include_in_schema=False)
 api_router = APIRouter(prefix="/api/v1/remediations", dependencies=[Auth], tags=["remediations"])
 
-_DECISIONS: dict[str, Decision] = {"approve": "approved", "reject": "rejected"}
+_DECISIONS: dict[str, ApprovalDecision] = {"approve": "approved", "reject": "rejected"}
 _OUTCOME_STATUS = {"decided": 200, "already": 409, "expired": 410, "closed": 409}
 
 
@@ -201,7 +201,7 @@ class DecisionIn(BaseModel):
 
 async def _api_decide(
     rem_id: str,
-    decision: Decision,
+    decision: ApprovalDecision,
     request: Request,
     rt: Runtime,
     worker: Wakes | None,
