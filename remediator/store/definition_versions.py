@@ -7,7 +7,6 @@ Written when a set is loaded and before the first remediation that uses it is re
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import JSON, String
 from sqlalchemy.orm import Mapped, mapped_column
@@ -24,4 +23,4 @@ class DefinitionVersion(Base):
 
     version: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime]
-    sources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sources: Mapped[dict[str, str]] = mapped_column(JSON)  # file name -> its text

@@ -35,11 +35,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import ColumnElement, and_, exists, func, or_, select, update
 from sqlalchemy.orm import aliased
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.silences import SilenceSet, silence_id_of
 from remediator.domain.states import State
 from remediator.retrying import CONTEXT_READ_FAILED
@@ -96,7 +96,7 @@ async def decide_again(repo: RepositoryBase, originals: Collection[int]) -> list
         return []
     found: list[_Ended] = []
     async with repo.reading() as session:
-        silenced: list[tuple[int, str | None, dict[str, Any]]] = []
+        silenced: list[tuple[int, str | None, dict[str, str]]] = []
         for i in range(0, len(wanted), _CHUNK):
             rows = await session.execute(
                 select(AlertRow.id, AlertRow.outcome, AlertRow.note, AlertRow.labels, Remediation.id,
@@ -131,7 +131,7 @@ async def decide_again(repo: RepositoryBase, originals: Collection[int]) -> list
                 why = f"silence {silence_id} ended: deciding again"
                 still = (AlertRow.outcome == "silenced", AlertRow.remediation_id.is_(None),
                          AlertRow.note == ended.note if ended.note is not None else AlertRow.note.is_(None))
-                data: dict[str, Any] = {"alert_id": ended.alert_id, "reason": why, "silence_id": silence_id}
+                data: JsonObject = {"alert_id": ended.alert_id, "reason": why, "silence_id": silence_id}
             else:
                 why = f"re-delivered after {ended.reason or 'its remediation crashed'}: deciding again"
                 still = (AlertRow.remediation_id == ended.rem_id,)
