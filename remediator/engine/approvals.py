@@ -32,9 +32,9 @@ from remediator.store.models import Approval, Remediation, StepRow
 
 __all__ = [
     "ApprovalDecision",
+    "ApprovalOutcome",
     "ApprovalView",
     "Approvals",
-    "Outcome",
     "StepPreview",
     "approval_link",
     "hash_token",
@@ -104,7 +104,7 @@ class ApprovalView:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ApprovalOutcome:
     """The result of one decision attempt: `decided` by this call, or why not."""
 
     result: Literal["decided", "already", "expired", "closed"]
@@ -258,14 +258,14 @@ class Approvals:
 
     async def record_decision(
         self, token: str, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
-    ) -> Outcome:
+    ) -> ApprovalOutcome:
         """Record a person's decision on the request this link token names (a Slack button)."""
         view = await self.view(token)
         return await self.decide_request(view, decision, actor=actor, source=source, comment=comment)
 
     async def decide_for(
         self, rem_id: str, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
-    ) -> Outcome:
+    ) -> ApprovalOutcome:
         """Decide the newest request of a remediation (API, UI, Slack without a token)."""
         view = await self.view_for(rem_id)
         if view is None:
@@ -277,10 +277,10 @@ class Approvals:
 
     async def decide_request(
         self, view: ApprovalView, decision: ApprovalDecision, *, actor: str, source: str, comment: str | None = None
-    ) -> Outcome:
+    ) -> ApprovalOutcome:
         """Record the decision if the request is still open; otherwise say why it cannot be."""
         if view.status != "pending":
-            return Outcome(_not_decided(view.status), view)
+            return ApprovalOutcome(_not_decided(view.status), view)
         won = await self.rt.repo.decide_approval(
             view.approval.id,
             decision=decision,
@@ -290,13 +290,13 @@ class Approvals:
         )
         fresh = await self._reload(view)
         if not won:
-            return Outcome(_not_decided(fresh.status), fresh)
+            return ApprovalOutcome(_not_decided(fresh.status), fresh)
         if self.rt.notifier is not None:
             why = f": {comment}" if comment else "."
             await self.rt.notifier.remediation_event(
                 view.remediation.id, decision, f"Step *{view.approval.step_name}* {decision} by {actor}{why}"
             )
-        return Outcome("decided", fresh)
+        return ApprovalOutcome("decided", fresh)
 
     async def _reload(self, view: ApprovalView) -> ApprovalView:
         approval = await self.rt.repo.get_approval(view.approval.id)

@@ -220,7 +220,7 @@ async def test_observe_takes_the_node_the_context_read_instead_of_reading_it_aga
     fake_kube: FakeKube, make_ctx: MakeCtx
 ) -> None:
     """A first step prepared with its admission hands observe the node object its context read a moment
-    before (`ctx.node_read`, engine/first_step.py): no request; taint then patches from it, guarded."""
+    before (`ctx.node_read`, engine/step_lifecycle.py): no request; taint then patches from it, guarded."""
     earlier = {"key": "remediator.io/gpu-unhealthy", "value": "xid-31", "effect": "NoSchedule"}
     fake_kube.add_node(NODE, taints=[earlier])
     ctx = make_ctx()

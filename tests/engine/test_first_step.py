@@ -1,5 +1,5 @@
 """The first step of a new remediation: prepared before its admission and begun in the admitting transaction
-(engine/first_step.py), its prior state observed from the node object the context read a moment before, so
+(engine/step_lifecycle.py), its prior state observed from the node object the context read a moment before, so
 between the admission and the taint patch there is no transaction and no Kubernetes read; a remediation the
 breaker holds begins nothing, and a crash after the admission resumes the begun row with what it observed."""
 
