@@ -19,10 +19,9 @@ from datetime import timedelta
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.domain.durations import Duration, format_duration, parse_duration
-from remediator.errors import CancelRemediation, GateUnknown, ResumeLater
+from remediator.errors import CancelRemediation, ResumeLater
 
-# The step signals live in remediator.errors; named here too until every caller imports them from there.
-__all__ = ["CancelRemediation", "GateUnknown", "ResumeLater", "Wait", "WaitParams"]
+__all__ = ["Wait", "WaitParams"]
 
 
 class WaitParams(StrictParams):

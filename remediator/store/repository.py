@@ -8,7 +8,6 @@ over one unit of work (`transactions.py`); `Repository` puts them together.
 
 from __future__ import annotations
 
-from remediator.errors import LeaseLost, StateMoved
 from remediator.store.approval_store import ApprovalStore
 from remediator.store.decision_store import DecisionStore
 from remediator.store.flag_store import FlagStore
@@ -22,7 +21,7 @@ from remediator.store.step_store import StepStore
 from remediator.store.storm_store import StormStore
 from remediator.store.transactions import LARGE_COLUMNS, NewRemediation, StoredBatch, utcnow
 
-__all__ = ["LARGE_COLUMNS", "LeaseLost", "NewRemediation", "Repository", "StateMoved", "StoredBatch", "utcnow"]
+__all__ = ["LARGE_COLUMNS", "NewRemediation", "Repository", "StoredBatch", "utcnow"]
 
 
 class Repository(
