@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
 from remediator.cli.terminal import UNSAFE
-from remediator.domain.silences import Matcher, matcher_text
+from remediator.domain.silences import SilenceMatcher, matcher_text
 from remediator.domain.states import ACTIVE_STATES
+from remediator.domain.timestamps import as_utc
 
 __all__ = [
     "NODE_LABELS",
@@ -38,7 +39,7 @@ Row = dict[str, Any]
 Column = tuple[str, Callable[[Row, datetime], str]]
 
 
-def parse_ts(value: Any) -> datetime | None:
+def parse_ts(value: object) -> datetime | None:
     """An ISO timestamp of the API (naive ones are UTC), or None."""
     if not isinstance(value, str) or not value:
         return None
@@ -46,10 +47,10 @@ def parse_ts(value: Any) -> datetime | None:
         ts = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+    return as_utc(ts)
 
 
-def age(value: Any, now: datetime) -> str:
+def age(value: object, now: datetime) -> str:
     """How long ago, the way kubectl prints an AGE column: 45s, 3m20s, 12m, 5h3m, 20h, 3d4h, 40d, 2y10d."""
     ts = parse_ts(value)
     if ts is None:
@@ -81,17 +82,17 @@ def age(value: Any, now: datetime) -> str:
     return f"{years}y"
 
 
-def utc(value: Any) -> str:
+def utc(value: object) -> str:
     """A timestamp as `YYYY-MM-DD HH:MM:SS` UTC, or '-'."""
     ts = parse_ts(value)
     return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
-def short_id(value: Any) -> str:
+def short_id(value: object) -> str:
     return str(value or "")[:SHORT_ID] or "-"
 
 
-def truncate(value: Any, width: int = REASON_WIDTH) -> str:
+def truncate(value: object, width: int = REASON_WIDTH) -> str:
     text = " ".join(str(value or "").split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -104,7 +105,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _node_of_labels(labels: Any) -> str:
+def _node_of_labels(labels: object) -> str:
     if isinstance(labels, dict):
         for key in NODE_LABELS:
             if labels.get(key):
@@ -127,7 +128,7 @@ _GPU_UUID = re.compile(r"\b(GPU-[0-9a-fA-F]{8})[0-9a-fA-F-]{28}\b")
 NARROW_WIDTH = 120  # the plain `get remediations` fits this many columns; `-o wide` shows everything whole
 
 
-def short_target(value: Any) -> str:
+def short_target(value: object) -> str:
     """A target with its GPU UUID cut to the first 8 hex digits (`gpu-node-1/GPU-8e6a1c2d`)."""
     return _GPU_UUID.sub(r"\1", str(value or ""))
 
@@ -218,10 +219,12 @@ def _silence_note(row: Row) -> str:
     return f"silence {silence['id']} by {silence.get('createdBy')}: {silence.get('comment')}"
 
 
-def _matcher(m: Any) -> str:
+def _matcher(m: object) -> str:
     """A matcher as amtool writes it: name, operator, quoted value."""
+    if not isinstance(m, Mapping):
+        return str(m)
     try:
-        return matcher_text(Matcher.of(m))
+        return matcher_text(SilenceMatcher.of(m))
     except (KeyError, TypeError, AttributeError):
         return str(m)
 
@@ -234,7 +237,7 @@ RESOURCES: dict[str, tuple[list[Column], list[Column]]] = {
 }
 
 
-def dump(data: Any, output: str) -> str:
+def dump(data: object, output: str) -> str:
     """`data` as exact JSON or YAML. Non-ASCII text is written as it is unless some string holds a character a
     terminal would act on (C1 controls, bidi overrides...): then every non-ASCII character is an escape, which
     reads back to the same data."""
@@ -271,13 +274,13 @@ def _fit_last(columns: Sequence[Column], cells: list[list[str]], width: int) -> 
     return [[*r[:-1], truncate(r[-1], room) if len(r[-1]) > room else r[-1]] for r in cells]
 
 
-def _pairs(pairs: Sequence[tuple[str, Any]], indent: str = "") -> list[str]:
+def _pairs(pairs: Sequence[tuple[str, object]], indent: str = "") -> list[str]:
     shown = [(k, v) for k, v in pairs if v not in (None, "", [], {})]
     width = max((len(k) for k, _ in shown), default=0) + 2
     return [f"{indent}{(k + ':').ljust(width)}{v}" for k, v in shown]
 
 
-def _mapping(title: str, values: Any) -> list[str]:
+def _mapping(title: str, values: object) -> list[str]:
     if not isinstance(values, dict) or not values:
         return [f"{title}:  <none>"]
     return [f"{title}:", *(f"  {k}={v}" for k, v in sorted(values.items()))]
@@ -338,7 +341,7 @@ def _approvals(rem: Row, approvals: list[Row], now: datetime) -> list[str]:
     return lines
 
 
-def _event_details(data: Any) -> str:
+def _event_details(data: object) -> str:
     if not isinstance(data, dict) or not data:
         return ""
     return truncate(", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in data.items()), 100)

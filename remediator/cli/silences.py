@@ -23,7 +23,7 @@ from remediator.cli.output import dump, render
 from remediator.cli.terminal import printable
 from remediator.domain.durations import parse_duration
 from remediator.domain.json_values import JsonObject
-from remediator.domain.silences import Matcher, parse_matchers
+from remediator.domain.silences import SilenceMatcher, parse_matchers
 from remediator.errors import ControllerApiError
 
 __all__ = ["silence_app"]
@@ -83,7 +83,7 @@ def _time(value: str, option: str) -> datetime:
     return when.astimezone(UTC)
 
 
-def _matchers(args: list[str]) -> list[Matcher]:
+def _matchers(args: list[str]) -> list[SilenceMatcher]:
     try:
         found = parse_matchers(args)
     except ValueError as exc:

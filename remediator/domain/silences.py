@@ -30,7 +30,7 @@ from remediator.domain.json_values import JsonObject
 from remediator.errors import MatcherError
 
 __all__ = [
-    "MAX_COMMENT", "MAX_MATCHERS", "MAX_NAME", "MAX_VALUE", "SILENCED_NOTE", "ActiveSilence", "Matcher",
+    "MAX_COMMENT", "MAX_MATCHERS", "MAX_NAME", "MAX_VALUE", "SILENCED_NOTE", "ActiveSilence", "SilenceMatcher",
     "SilenceSet", "compiled", "matcher_text", "parse_matchers", "silence_id_of", "state_of",
     "validate_matchers",
 ]
@@ -52,7 +52,7 @@ _OPERATORS: Final = {"=": (True, False), "!=": (False, False), "=~": (True, True
 
 
 @dataclass(frozen=True)
-class Matcher:
+class SilenceMatcher:
     """One label matcher: `isEqual` false negates it, `isRegex` makes `value` an anchored RE2 pattern."""
 
     name: str
@@ -65,7 +65,7 @@ class Matcher:
         return {"name": self.name, "value": self.value, "isRegex": self.is_regex, "isEqual": self.is_equal}
 
     @classmethod
-    def of(cls, data: Mapping[str, object]) -> Matcher:
+    def of(cls, data: Mapping[str, object]) -> SilenceMatcher:
         """From a stored or sent matcher (`isEqual` defaults to true, as in Alertmanager)."""
         return cls(str(data["name"]), str(data["value"]), bool(data.get("isRegex", False)),
                    bool(data.get("isEqual", True)))
@@ -84,14 +84,14 @@ def compiled(pattern: str) -> Any:
     return re2.compile(f"^(?:{pattern})$", _OPTIONS)
 
 
-def matcher_text(m: Matcher) -> str:
+def matcher_text(m: SilenceMatcher) -> str:
     """`name=~"value"`: the matcher as amtool writes it (the value quoted and escaped)."""
     op = {(True, False): "=", (False, False): "!=", (True, True): "=~", (False, True): "!~"}[(m.is_equal, m.is_regex)]
     value = m.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'{m.name}{op}"{value}"'
 
 
-def validate_matchers(matchers: Sequence[Matcher], field: str = "matchers") -> None:
+def validate_matchers(matchers: Sequence[SilenceMatcher], field: str = "matchers") -> None:
     """Alertmanager's rules: at least one matcher, names not empty, regexes that compile, and at least one
     matcher that does not match the empty string (no silence may hold every alert)."""
     if not matchers:
@@ -164,11 +164,11 @@ def _split(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def parse_matchers(args: Iterable[str]) -> list[Matcher]:
+def parse_matchers(args: Iterable[str]) -> list[SilenceMatcher]:
     """Matchers as amtool takes them: `alertname=GPUXidError`, `Hostname=~"gpu-node-1[0-9]"`, `xid!=13`,
     `name!~re`, one per argument or several in `{a="b", c!="d"}`; a first argument without an operator is the
     alert name, as in `amtool silence add GPUXidError`. Raises ValueError naming the matcher."""
-    out: list[Matcher] = []
+    out: list[SilenceMatcher] = []
     for n, arg in enumerate(args):
         text = arg.strip()
         if text.startswith("{") and text.endswith("}"):
@@ -181,7 +181,7 @@ def parse_matchers(args: Iterable[str]) -> list[Matcher]:
                 raise ValueError(f"{part.strip()!r}: not a matcher (name=value, name!=value, name=~regex, name!~regex)")
             name, op, raw = found.groups()
             is_equal, is_regex = _OPERATORS[op]
-            out.append(Matcher(name, _unquote(raw, part.strip()), is_regex, is_equal))
+            out.append(SilenceMatcher(name, _unquote(raw, part.strip()), is_regex, is_equal))
     return out
 
 
@@ -206,7 +206,7 @@ class ActiveSilence:
     """A silence in force, as the decision path reads it."""
 
     id: str
-    matchers: tuple[Matcher, ...]
+    matchers: tuple[SilenceMatcher, ...]
     created_by: str
     comment: str
     ends_at: datetime

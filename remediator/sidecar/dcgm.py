@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
+from remediator.domain.json_values import JsonObject
 from remediator.sidecar.bounded import run_bounded
-from remediator.sidecar.schemas import DcgmRun, DcgmTest, DcgmWarning, Verdict
+from remediator.sidecar.schemas import DcgmRun, DcgmTest, DcgmWarning, GateVerdict
 
 __all__ = ["diag_argv", "find_dcgmi", "parse_diag", "run_diag"]
 
 _ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
-_VERDICTS: dict[str, Verdict] = {
+_VERDICTS: dict[str, GateVerdict] = {
     "pass": "pass",
     "skip": "not_applicable",
     "not run": "not_applicable",
@@ -37,7 +37,7 @@ _VERDICTS: dict[str, Verdict] = {
     "warn": "fail",
 }
 # Worst first: the verdict of a test with several results for the GPU.
-_ORDER: tuple[Verdict, ...] = ("error", "fail", "pass", "not_applicable")
+_ORDER: tuple[GateVerdict, ...] = ("error", "fail", "pass", "not_applicable")
 
 
 def find_dcgmi(configured: Path | None) -> Path | None:
@@ -52,7 +52,7 @@ def diag_argv(dcgmi: Path, level: int, gpu_index: int) -> list[str]:
     return [str(dcgmi), "diag", "-r", str(level), "-i", str(gpu_index), "-j"]
 
 
-def _json_document(text: str) -> dict[str, Any] | None:
+def _json_document(text: str) -> JsonObject | None:
     """The JSON object in dcgmi's output (from the first `{` to the last `}`), or None."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
@@ -64,7 +64,7 @@ def _json_document(text: str) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
-def _for_gpu(result: Mapping[str, Any], gpu_index: int) -> bool | None:
+def _for_gpu(result: Mapping[str, object], gpu_index: int) -> bool | None:
     """Does a result entry concern this GPU? None when it names no entity (a test-wide result)."""
     if "entity_id" in result:
         group = str(result.get("entity_group", "GPU"))
@@ -76,13 +76,13 @@ def _for_gpu(result: Mapping[str, Any], gpu_index: int) -> bool | None:
     return None
 
 
-def _verdict(status: str) -> Verdict:
+def _verdict(status: str) -> GateVerdict:
     return _VERDICTS.get(status.strip().lower(), "error")
 
 
-def _warnings(entry: Mapping[str, Any]) -> list[DcgmWarning]:
+def _warnings(entry: Mapping[str, object]) -> list[DcgmWarning]:
     found = []
-    for w in entry.get("warnings") or []:
+    for w in _items(entry.get("warnings")):
         if isinstance(w, Mapping):
             text = w.get("warning", w.get("warnings", ""))
             found.append(
@@ -98,22 +98,29 @@ def _warnings(entry: Mapping[str, Any]) -> list[DcgmWarning]:
     return found
 
 
-def _int(value: Any) -> int | None:
+def _items(value: object) -> Iterable[object]:
+    """What a JSON field holds to iterate over (nothing for null, a number or false)."""
+    return value if isinstance(value, Iterable) else ()
+
+
+def _int(value: object) -> int | None:
+    if not isinstance(value, int | float | str | bytes):
+        return None
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
-def _info(entry: Mapping[str, Any]) -> list[str]:
+def _info(entry: Mapping[str, object]) -> list[str]:
     info = entry.get("info")
     if info is None:
         return []
     return [str(i) for i in info] if isinstance(info, list) else [str(info)]
 
 
-def _test(category: str, test: Mapping[str, Any], gpu_index: int) -> DcgmTest | None:
-    results = [r for r in test.get("results") or [] if isinstance(r, Mapping)]
+def _test(category: str, test: Mapping[str, object], gpu_index: int) -> DcgmTest | None:
+    results = [r for r in _items(test.get("results")) if isinstance(r, Mapping)]
     mine = [r for r in results if _for_gpu(r, gpu_index)]
     if not mine:
         mine = [r for r in results if _for_gpu(r, gpu_index) is None]
@@ -124,7 +131,7 @@ def _test(category: str, test: Mapping[str, Any], gpu_index: int) -> DcgmTest | 
         mine = [summary]
     statuses = [str(r.get("status", "")) for r in mine]
     verdicts = [_verdict(s) for s in statuses]
-    worst: Verdict = next((v for v in _ORDER if v in verdicts), "error")
+    worst: GateVerdict = next((v for v in _ORDER if v in verdicts), "error")
     status = statuses[verdicts.index(worst)] if worst in verdicts else ""
     return DcgmTest(
         category=category,
@@ -141,7 +148,8 @@ def parse_diag(text: str, gpu_index: int) -> tuple[list[DcgmTest], str | None, s
     document = _json_document(text)
     if document is None:
         return [], "dcgmi printed no JSON document", None
-    root = next((document[k] for k in _ROOTS if isinstance(document.get(k), Mapping)), None)
+    roots = [r for r in (document.get(k) for k in _ROOTS) if isinstance(r, Mapping)]
+    root = roots[0] if roots else None
     if root is None:
         return [], f"dcgmi JSON has none of {', '.join(_ROOTS)}", None
     metadata = document.get("metadata")
@@ -150,10 +158,10 @@ def parse_diag(text: str, gpu_index: int) -> tuple[list[DcgmTest], str | None, s
     if root.get("runtime_error"):
         return [], f"DCGM runtime error: {root['runtime_error']}", version
     tests: list[DcgmTest] = []
-    for category in root.get("test_categories") or []:
+    for category in _items(root.get("test_categories")):
         if not isinstance(category, Mapping):
             continue
-        for test in category.get("tests") or []:
+        for test in _items(category.get("tests")):
             if isinstance(test, Mapping):
                 parsed = _test(str(category.get("category", "?")), test, gpu_index)
                 if parsed is not None:

@@ -22,9 +22,9 @@ A check's `verdict` is one of:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 __all__ = [
     "BLOCKING_VERDICTS",
@@ -37,6 +37,7 @@ __all__ = [
     "DryRunRequest",
     "EccCounts",
     "EccState",
+    "GateVerdict",
     "GpuIdentity",
     "GpuInventory",
     "GpuPod",
@@ -57,10 +58,9 @@ __all__ = [
     "ResetAnswer",
     "ValidateRequest",
     "ValidationReport",
-    "Verdict",
 ]
 
-Verdict = Literal["pass", "fail", "not_applicable", "error"]
+GateVerdict = Literal["pass", "fail", "not_applicable", "error"]
 # Verdicts that make the gate fail.
 BLOCKING_VERDICTS: frozenset[str] = frozenset({"fail", "error"})
 
@@ -89,11 +89,11 @@ class Check(BaseModel):
     """One check of the gate: what was read, what it was compared with, and the outcome."""
 
     name: str
-    verdict: Verdict
-    value: Any = None
+    verdict: GateVerdict
+    value: object = None
     # The limit (`threshold`) or the value wanted (`expected`); one of them or neither.
-    threshold: Any = None
-    expected: Any = None
+    threshold: object = None
+    expected: object = None
     detail: str = ""
     # Set on a pass that deserves a look (e.g. a PCIe generation lowered while the GPU idles).
     warning: str | None = None
@@ -115,7 +115,7 @@ class DcgmTest(BaseModel):
     name: str
     # DCGM's own word: Pass, Fail, Skip, Warn, Not Run.
     status: str
-    verdict: Verdict
+    verdict: GateVerdict
     warnings: list[DcgmWarning] = Field(default_factory=list)
     info: list[str] = Field(default_factory=list)
 
@@ -480,6 +480,6 @@ class ResetAnswer(BaseModel):
     post_check: PostCheck | None = None
     healthy: bool | None = None
     # argv and output tail of `nvidia-smi --gpu-reset` (reset_method nvidia-smi).
-    nvidia_smi: dict[str, Any] | None = None
+    nvidia_smi: dict[str, JsonValue] | None = None
     # Persistence mode turned off for the reset (persistence_off) and whether it was turned back on.
-    persistence_mode: dict[str, Any] | None = None
+    persistence_mode: dict[str, JsonValue] | None = None

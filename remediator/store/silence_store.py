@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.domain.json_values import JsonObject
-from remediator.domain.silences import ActiveSilence, Matcher
+from remediator.domain.silences import ActiveSilence, SilenceMatcher
 from remediator.domain.timestamps import as_utc
 from remediator.store.models import Silence
 from remediator.store.transactions import RepositoryBase
@@ -43,7 +43,7 @@ async def active_silences_in(session: AsyncSession, now: datetime) -> list[Activ
         select(Silence).where(Silence.ends_at > now, Silence.starts_at <= now).order_by(Silence.created_at)
     )
     return [
-        ActiveSilence(s.id, tuple(Matcher.of(m) for m in s.matchers), s.created_by, s.comment, s.ends_at)
+        ActiveSilence(s.id, tuple(SilenceMatcher.of(m) for m in s.matchers), s.created_by, s.comment, s.ends_at)
         for s in rows.all()
     ]
 
@@ -52,7 +52,7 @@ class SilenceStore(RepositoryBase):
     """Silences (a mixin of `Repository`)."""
 
     async def create_silence(
-        self, matchers: Sequence[Matcher], *, starts_at: datetime, ends_at: datetime, created_by: str,
+        self, matchers: Sequence[SilenceMatcher], *, starts_at: datetime, ends_at: datetime, created_by: str,
         comment: str, actor: str,
     ) -> Silence:
         """Store a new silence (validated by the caller); audited as `silence.created` with the actor."""

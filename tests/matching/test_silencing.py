@@ -10,7 +10,7 @@ import pytest
 
 from remediator.domain.silences import (
     ActiveSilence,
-    Matcher,
+    SilenceMatcher,
     SilenceSet,
     compiled,
     matcher_text,
@@ -25,41 +25,45 @@ from tests.helpers import am_alert, am_payload, xid_labels
 
 def test_amtool_matchers() -> None:
     assert parse_matchers(["GPUXidError", 'Hostname=~"gpu-node-1[0-9]"', "xid!=13", "name!~re"]) == [
-        Matcher("alertname", "GPUXidError"), Matcher("Hostname", "gpu-node-1[0-9]", is_regex=True),
-        Matcher("xid", "13", is_equal=False), Matcher("name", "re", is_regex=True, is_equal=False),
+        SilenceMatcher("alertname", "GPUXidError"), SilenceMatcher("Hostname", "gpu-node-1[0-9]", is_regex=True),
+        SilenceMatcher("xid", "13", is_equal=False), SilenceMatcher("name", "re", is_regex=True, is_equal=False),
     ]
-    assert parse_matchers(['{a="x, y", b!="q\\"z"}']) == [Matcher("a", "x, y"), Matcher("b", 'q"z', is_equal=False)]
-    assert parse_matchers(['a="\\d+\\n"']) == [Matcher("a", "\\d+\n")]  # a spurious escape is kept, as amtool does
+    assert parse_matchers(['{a="x, y", b!="q\\"z"}']) == [
+        SilenceMatcher("a", "x, y"), SilenceMatcher("b", 'q"z', is_equal=False)
+    ]
+    # a spurious escape is kept, as amtool does
+    assert parse_matchers(['a="\\d+\\n"']) == [SilenceMatcher("a", "\\d+\n")]
     for bad, problem in (('a="x', "closing quote"), ("=x", "not a matcher"), ('a=x"', "quote")):
         with pytest.raises(ValueError, match=problem):
             parse_matchers(["alertname=X", bad])
-    m = Matcher("a", 'q"z\\', is_regex=True, is_equal=False)
+    m = SilenceMatcher("a", 'q"z\\', is_regex=True, is_equal=False)
     assert parse_matchers([matcher_text(m)]) == [m]
 
 
 def test_matching_is_anchored_and_a_missing_label_is_empty() -> None:
-    regex = Matcher("Hostname", "gpu-node-1[0-9]", is_regex=True)
+    regex = SilenceMatcher("Hostname", "gpu-node-1[0-9]", is_regex=True)
     assert regex.matches({"Hostname": "gpu-node-12"})
     for other in ("gpu-node-1", "gpu-node-100", "xgpu-node-12", "gpu-node-12\n"):
         assert not regex.matches({"Hostname": other}), other
-    assert Matcher("pool", "", is_equal=True).matches({})
-    assert Matcher("pool", "a.*", is_regex=True, is_equal=False).matches({})
-    assert not Matcher("xid", "13", is_equal=False).matches({"xid": "13"})
-    assert Matcher("xid", "13", is_equal=False).matches({"xid": "79"})
+    assert SilenceMatcher("pool", "", is_equal=True).matches({})
+    assert SilenceMatcher("pool", "a.*", is_regex=True, is_equal=False).matches({})
+    assert not SilenceMatcher("xid", "13", is_equal=False).matches({"xid": "13"})
+    assert SilenceMatcher("xid", "13", is_equal=False).matches({"xid": "79"})
 
 
 def test_validation_follows_alertmanager() -> None:
-    def field(*matchers: Matcher) -> str:
+    def field(*matchers: SilenceMatcher) -> str:
         with pytest.raises(MatcherError) as caught:
             validate_matchers(list(matchers))
         return caught.value.field
 
     assert field() == "matchers"
-    assert field(Matcher("a", "(", is_regex=True)) == "matchers[0].value"
-    assert field(Matcher("a", "x"), Matcher("b", "(?=x)", is_regex=True)) == "matchers[1].value"  # no lookaround
-    assert field(Matcher("a", "(x)\\1", is_regex=True)) == "matchers[0].value"  # no backreferences
-    assert field(Matcher("a", ".*", is_regex=True), Matcher("b", "x", is_equal=False)) == "matchers"
-    validate_matchers([Matcher("a", ".*", is_regex=True), Matcher("b", "x")])
+    assert field(SilenceMatcher("a", "(", is_regex=True)) == "matchers[0].value"
+    no_lookaround = SilenceMatcher("b", "(?=x)", is_regex=True)
+    assert field(SilenceMatcher("a", "x"), no_lookaround) == "matchers[1].value"
+    assert field(SilenceMatcher("a", "(x)\\1", is_regex=True)) == "matchers[0].value"  # no backreferences
+    assert field(SilenceMatcher("a", ".*", is_regex=True), SilenceMatcher("b", "x", is_equal=False)) == "matchers"
+    validate_matchers([SilenceMatcher("a", ".*", is_regex=True), SilenceMatcher("b", "x")])
 
 
 def test_state_of() -> None:
@@ -73,7 +77,7 @@ def test_state_of() -> None:
 def test_a_flood_is_matched_in_linear_time_with_patterns_compiled_once() -> None:
     # (a+)+$ backtracks exponentially in Python's re; RE2 answers in linear time.
     silences = [
-        ActiveSilence(f"s{i}", (Matcher("Hostname", f"rack-{i}-(a+)+", is_regex=True),), "x", "y",
+        ActiveSilence(f"s{i}", (SilenceMatcher("Hostname", f"rack-{i}-(a+)+", is_regex=True),), "x", "y",
                       datetime(2030, 1, 1, tzinfo=UTC))
         for i in range(50)
     ]

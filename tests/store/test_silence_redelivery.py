@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import pytest
 
-from remediator.domain.silences import SILENCED_NOTE, Matcher
+from remediator.domain.silences import SILENCED_NOTE, SilenceMatcher
 from remediator.store.repository import Repository
 from tests.store.test_approval_decisions import store, store_url  # noqa: F401  (fixtures)
 from tests.store.test_intake_store import payload
@@ -24,8 +24,9 @@ async def silenced(repo: Repository, *, expire: bool = True) -> tuple[int, str]:
     """A first delivery held by a silence on its node (expired now unless `expire` is false): (alert id,
     silence id)."""
     now = repo._clock()
-    silence = await repo.create_silence([Matcher("Hostname", "n1")], starts_at=now, ends_at=now + timedelta(hours=2),
-                                        created_by="alice", comment="rack 4", actor="api")
+    silence = await repo.create_silence([SilenceMatcher("Hostname", "n1")], starts_at=now,
+                                        ends_at=now + timedelta(hours=2), created_by="alice", comment="rack 4",
+                                        actor="api")
     await repo.store_batch(payload())
     (alert,) = await repo.claim_alerts("worker-a", 10, timedelta(seconds=30))
     await repo.finish_alert(alert.id, "silenced", note=f"{SILENCED_NOTE}{silence.id}")
@@ -50,7 +51,7 @@ async def test_a_silence_in_force_keeps_the_alert_and_its_end_lets_it_go(store: 
 async def test_a_silence_of_other_alerts_does_not_keep_it(store: Repository) -> None:  # noqa: F811
     await silenced(store)
     now = store._clock()
-    await store.create_silence([Matcher("Hostname", "n2")], starts_at=now, ends_at=now + timedelta(hours=1),
+    await store.create_silence([SilenceMatcher("Hostname", "n2")], starts_at=now, ends_at=now + timedelta(hours=1),
                                created_by="bob", comment="other rack", actor="api")
     await store.store_batch(payload())
     assert (await alert_states(store))[0] == ("new", None)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 
-from remediator.domain.silences import Matcher
+from remediator.domain.silences import SilenceMatcher
 from remediator.store.db import MIGRATIONS_DIR, make_engine, make_sessionmaker, upgrade
 from remediator.store.repository import Repository
 
@@ -39,7 +39,9 @@ async def repo(db_url: str) -> AsyncIterator[Repository]:
 
 async def test_in_force_between_start_and_end_and_expired_once(repo: Repository) -> None:
     hour = timedelta(hours=1)
-    matchers = [Matcher("Hostname", "gpu-node-1[0-9]", is_regex=True), Matcher("xid", "13", is_equal=False)]
+    matchers = [
+        SilenceMatcher("Hostname", "gpu-node-1[0-9]", is_regex=True), SilenceMatcher("xid", "13", is_equal=False)
+    ]
     now_on = await repo.create_silence(matchers, starts_at=T0, ends_at=T0 + 2 * hour, created_by="Alice",
                                        comment="rack 4", actor="api")
     later = await repo.create_silence(matchers[:1], starts_at=T0 + hour, ends_at=T0 + 3 * hour, created_by="Bob",

@@ -8,8 +8,6 @@ trusted proxy header or the form, checked against the optional allowlist, record
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, Field
@@ -21,7 +19,7 @@ from remediator.api.schemas import RemediationOut, summary_out
 from remediator.api.signin import sign_in_of
 from remediator.api.templating import page
 from remediator.api.ui_facts import remediation_facts
-from remediator.engine.approvals import ApprovalDecision, Approvals, ApprovalView, Outcome, hash_token
+from remediator.engine.approvals import ApprovalDecision, ApprovalOutcome, Approvals, ApprovalView, hash_token
 from remediator.engine.return_gate import stored_gate
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Wakes
@@ -49,7 +47,7 @@ def csrf_of(request: Request) -> Csrf:
     return csrf
 
 
-def outcome_status(outcome: Outcome) -> int:
+def outcome_status(outcome: ApprovalOutcome) -> int:
     return _OUTCOME_STATUS[outcome.result]
 
 
@@ -100,7 +98,7 @@ async def _approval_page(
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
     identity = await header_identity(request, rt)
-    context: dict[str, Any] = {
+    context: dict[str, object] = {
         "view": view,
         "rem": view.remediation,
         "approval": view.approval,
@@ -122,7 +120,7 @@ async def _approval_page(
     return response
 
 
-def outcome_notice(outcome: Outcome) -> str:
+def outcome_notice(outcome: ApprovalOutcome) -> str:
     approval = outcome.view.approval
     if outcome.result == "decided" or outcome.result == "already":
         prefix = "Recorded: " if outcome.result == "decided" else "This request was already decided: "

@@ -32,7 +32,7 @@ from remediator.domain.silences import (
     MAX_COMMENT,
     MAX_NAME,
     MAX_VALUE,
-    Matcher,
+    SilenceMatcher,
     matcher_text,
     parse_matchers,
     state_of,
@@ -97,7 +97,7 @@ def silence_out(silence: Silence, now: datetime) -> dict[str, JsonValue]:
 
 
 def checked(
-    matchers: list[Matcher], starts_at: datetime | None, ends_at: datetime, comment: str, now: datetime,
+    matchers: list[SilenceMatcher], starts_at: datetime | None, ends_at: datetime, comment: str, now: datetime,
 ) -> tuple[datetime, str]:
     """(start, comment) of a valid silence; RequestValidationError naming the field otherwise."""
     try:
@@ -118,7 +118,7 @@ def checked(
 
 
 async def _create(
-    rt: Runtime, matchers: list[Matcher], starts_at: datetime | None, ends_at: datetime, created_by: str | None,
+    rt: Runtime, matchers: list[SilenceMatcher], starts_at: datetime | None, ends_at: datetime, created_by: str | None,
     comment: str, actor: str,
 ) -> Silence:
     now = rt.clock()
@@ -132,7 +132,7 @@ async def _create(
 @router.post("", responses={422: {}})
 async def create_silence(body: SilenceIn, request: Request, rt: RuntimeDep) -> dict[str, str]:
     """Create a silence; firing alerts it matches are recorded as silenced and start nothing until it ends."""
-    matchers = [Matcher(m.name, m.value, m.isRegex, m.isEqual) for m in body.matchers]
+    matchers = [SilenceMatcher(m.name, m.value, m.isRegex, m.isEqual) for m in body.matchers]
     silence = await _create(rt, matchers, body.startsAt, body.endsAt, body.createdBy, body.comment, actor_of(request))
     return {"silenceID": silence.id}
 
@@ -191,7 +191,7 @@ async def silences_page(request: Request, rt: RuntimeDep, who: SignedIn, done: s
     rows = []
     for silence in await rt.repo.list_silences(limit=500):
         row = silence_out(silence, now)
-        row["matcher_text"] = [matcher_text(Matcher.of(m)) for m in silence.matchers]
+        row["matcher_text"] = [matcher_text(SilenceMatcher.of(m)) for m in silence.matchers]
         rows.append(row)
     context, nonce, fresh = _form_context(request, who)
     response = page("silences.html", {
@@ -203,7 +203,7 @@ async def silences_page(request: Request, rt: RuntimeDep, who: SignedIn, done: s
     return response
 
 
-def _form_silence(form: FormData, now: datetime) -> tuple[list[Matcher], datetime, str, str]:
+def _form_silence(form: FormData, now: datetime) -> tuple[list[SilenceMatcher], datetime, str, str]:
     """(matchers, end, comment, duration as typed) from the page's form; ValueError says what is wrong."""
     text = str(form.get("matchers") or "")
     matchers = parse_matchers(line for line in text.splitlines() if line.strip())
@@ -275,7 +275,7 @@ async def _ui_expire(request: Request, rt: Runtime, who: str, silence_id: str, c
         context, nonce, fresh = _form_context(request, who)
         response = page("silence_confirm.html", {
             **context, "nav_here": "/silences", "refresh": 0, "action": "expire", "silence": shown,
-            "matcher_text": [matcher_text(Matcher.of(m)) for m in silence.matchers],
+            "matcher_text": [matcher_text(SilenceMatcher.of(m)) for m in silence.matchers],
         })
         if fresh:
             csrf_of(request).set_cookie(response, nonce)

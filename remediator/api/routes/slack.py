@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Request
@@ -23,7 +23,7 @@ from remediator.adapters.notifier import slack_escape
 from remediator.adapters.slack_signature import verify
 from remediator.api.body_limit import read_body
 from remediator.api.deps import RuntimeDep, WorkerDep
-from remediator.engine.approvals import ApprovalDecision, Approvals, Outcome
+from remediator.engine.approvals import ApprovalDecision, ApprovalOutcome, Approvals
 from remediator.errors import ApprovalError, BodyTooLarge, SignatureError
 
 __all__ = ["router"]
@@ -45,7 +45,7 @@ def _reply(text: str, status_code: int = 200) -> JSONResponse:
     )
 
 
-def _user(payload: dict[str, Any]) -> tuple[str | None, str]:
+def _user(payload: Mapping[str, object]) -> tuple[str | None, str]:
     """(Slack's immutable user id or None, the display name for replies only).
 
     Usernames, display names and e-mail addresses can be changed by the user; only the id decides.
@@ -57,7 +57,7 @@ def _user(payload: dict[str, Any]) -> tuple[str | None, str]:
     return (user_id if _SLACK_ID.match(user_id) else None), label
 
 
-def _summary(outcome: Outcome) -> str:
+def _summary(outcome: ApprovalOutcome) -> str:
     approval = outcome.view.approval
     if outcome.result in ("decided", "already"):
         verb = "Recorded" if outcome.result == "decided" else "Already decided"
@@ -124,7 +124,7 @@ async def interactions(request: Request, rt: RuntimeDep, worker: WorkerDep) -> J
     return _reply(_summary(outcome))
 
 
-def _follow_up(outcome: Outcome, label: str) -> str:
+def _follow_up(outcome: ApprovalOutcome, label: str) -> str:
     """Who decided in Slack, and what the remediation does now."""
     approval, rem = outcome.view.approval, outcome.view.remediation
     who = f"{approval.decided_by} ({label})" if label else str(approval.decided_by)
