@@ -17,14 +17,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from remediator.definitions import DefinitionSet
+from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
-from remediator.domain.states import RETURNED_STATES, State
+from remediator.domain.states import returned_at
 from remediator.domain.timestamps import as_utc as utc  # the one conversion; `utc` is the name callers import
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.intake.normalize import GpuAlert, parse_xid
+
+if TYPE_CHECKING:
+    from remediator.settings import Settings
 
 __all__ = [
     "APP_XID_RULE", "RECURRENCE_RULE", "Decision", "DecisionFacts", "DecisionPolicy", "LadderRemediation",
@@ -52,7 +56,7 @@ class LadderRemediation(Protocol):
     created_at: datetime
     finished_at: datetime | None
     alertname: str
-    plan: Any
+    plan: JsonObject
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ class DecisionPolicy:
     recurrence_window: timedelta = timedelta(hours=24)
 
     @classmethod
-    def of(cls, settings: Any) -> DecisionPolicy:
+    def of(cls, settings: Settings) -> DecisionPolicy:
         return cls(
             escalation_playbook=settings.escalation_playbook, escalation_count=settings.escalation_count,
             escalation_pods=settings.escalation_pods, escalation_window=settings.escalation_window,
@@ -85,7 +89,7 @@ class DecisionFacts:
     """
 
     now: datetime
-    gpu_alerts: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]] = ()
+    gpu_alerts: Sequence[tuple[Mapping[str, str], Mapping[str, str]]] = ()
     node_history: Sequence[LadderRemediation] = ()
 
 
@@ -113,7 +117,7 @@ class Recurrence:
 @dataclass(frozen=True)
 class Start:
     proposal: Proposal
-    escalation: dict[str, Any] | None = None
+    escalation: JsonObject | None = None
     recurrence: Recurrence | None = None
     outcome: str = field(default="start")
 
@@ -139,17 +143,9 @@ def same_subject(rem: LadderRemediation, node: str | None, gpu_uuid: str | None)
     return rem.node == node
 
 
-def returned_at(rem: LadderRemediation) -> datetime | None:
-    """When the remediation gave its target back to service: reverted, or succeeded without a quarantine."""
-    returned = rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined)
-    if rem.finished_at is not None and returned:
-        return rem.finished_at
-    return None
-
-
-def fault_history(rems: Iterable[LadderRemediation]) -> list[dict[str, Any]]:
+def fault_history(rems: Iterable[LadderRemediation]) -> list[JsonObject]:
     """Oldest first: when each fault came, its alert and Xid, what ran and how it ended."""
-    rows = []
+    rows: list[JsonObject] = []
     for rem in sorted(rems, key=lambda r: r.created_at):
         xid = stored_xid_code(rem.plan)
         rows.append({
@@ -218,7 +214,7 @@ def _app_xid_escalation(
 
 def recurrence(
     alert: GpuAlert, proposal: Proposal, policy: DecisionPolicy, facts: DecisionFacts
-) -> tuple[Recurrence, tuple[str, dict[str, Any]] | None] | None:
+) -> tuple[Recurrence, tuple[str, JsonObject] | None] | None:
     """When the alert's GPU (node when no UUID) was returned to service by a ladder remediation before: the
     recurrence, and the rung to climb to (playbook name, `escalation` record) when it came back within the
     window and the rule's own playbook is not above the rung that "healed" it."""
@@ -241,10 +237,10 @@ def recurrence(
     if not within or was is None or was < asked:
         return again, None
     target_rung = min(was + 1, len(ladder))
-    escalation = {
-        "from": previous.id, "reason": "recurrence", "rung": target_rung, "ladder": ladder,
+    escalation: JsonObject = {
+        "from": previous.id, "reason": "recurrence", "rung": target_rung, "ladder": [*ladder],
         "recurrence_seconds": (now - at).total_seconds(),
-        "history": fault_history(r for r in history if same_subject(r, alert.node, alert.gpu_uuid)),
+        "history": [*fault_history(r for r in history if same_subject(r, alert.node, alert.gpu_uuid))],
         "gate": None,
     }
     return again, (ladder[target_rung - 1], escalation)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from remediator.engine.decision import DecisionFacts, LadderRemediation
 from remediator.intake.normalize import GpuAlert
@@ -24,12 +23,12 @@ class BatchFacts:
     """Recent alerts by (alert name, node) and remediation history by node, for one batch."""
 
     def __init__(
-        self, now: datetime, recent: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]],
+        self, now: datetime, recent: Sequence[tuple[str, Mapping[str, str], Mapping[str, str]]],
         histories: Mapping[str, Sequence[LadderRemediation]], node_labels: Sequence[str],
     ) -> None:
         self.now = now
         self.histories = histories
-        self._recent: dict[tuple[str, str], list[tuple[Mapping[str, Any], Mapping[str, Any]]]] = defaultdict(list)
+        self._recent: dict[tuple[str, str], list[tuple[Mapping[str, str], Mapping[str, str]]]] = defaultdict(list)
         for alertname, labels, notes in recent:
             for node in {str(labels[key]) for key in node_labels if labels.get(key)}:
                 self._recent[(alertname, node)].append((labels, notes))

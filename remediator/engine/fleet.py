@@ -20,9 +20,10 @@ against the GPU nodes the inventory counts, and never more than the nodes left t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import stored_alert_field
 from remediator.domain.states import State
 from remediator.engine.guardrail_status import guardrail_status
@@ -35,12 +36,6 @@ __all__ = ["Fleet", "NodeRow", "fleet_view", "gpu_health"]
 
 CAP_ACTION = "power_limit"
 UNCAP_ACTION = "restore_power_limit"
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 @dataclass
@@ -108,7 +103,7 @@ def gpu_health(facts: NodeFacts | None) -> str:
 class Fleet:
     nodes: list[NodeRow]
     counts: dict[str, int]
-    headroom: dict[str, Any]
+    headroom: JsonObject
     window: timedelta
     guardrails: dict[str, Any]
     # Remediations whose target is not a known node (a namespace, a name from an `instance` label no node has).
@@ -120,7 +115,7 @@ def _gpu_of(rem: Remediation) -> str:
     return rem.gpu_uuid or (f"#{rem.gpu_index}" if rem.gpu_index else "") or "all GPUs"
 
 
-def _breaker_headroom(limit: int, used: int, gpu_nodes: int, setting: str) -> dict[str, Any]:
+def _breaker_headroom(limit: int, used: int, gpu_nodes: int, setting: str) -> JsonObject:
     """The breaker's room against the real fleet: the limit MAX_QUARANTINED_NODES gives for `gpu_nodes` GPU
     nodes, and never more quarantines allowed than nodes left (10 allowed on a 3-node fleet is 3 at most)."""
     effective = min(limit, gpu_nodes) if gpu_nodes else limit
@@ -129,7 +124,7 @@ def _breaker_headroom(limit: int, used: int, gpu_nodes: int, setting: str) -> di
 
 
 async def fleet_view(rt: Runtime, *, window: timedelta = timedelta(hours=24)) -> Fleet:
-    now = _aware(rt.repo._clock()) or datetime.now(UTC)
+    now = rt.clock()
     since = now - window
     rems = await rt.repo.fleet_remediations(since)
     by_id = {r.id: r for r in rems}
@@ -161,7 +156,7 @@ async def fleet_view(rt: Runtime, *, window: timedelta = timedelta(hours=24)) ->
             row.quarantined.append(rem)
         if rem.state in (State.AWAITING_APPROVAL, State.HELD) and (row := row_for(rem)) is not None:
             (row.awaiting if rem.state == State.AWAITING_APPROVAL else row.held).append(rem)
-        created, finished = _aware(rem.created_at), _aware(rem.finished_at)
+        created, finished = rem.created_at, rem.finished_at
         if ((created is not None and created >= since) or (finished is not None and finished >= since)) and (
             row := row_for(rem)
         ) is not None:
@@ -191,7 +186,7 @@ async def fleet_view(rt: Runtime, *, window: timedelta = timedelta(hours=24)) ->
     breaker = status["circuit_breaker"]
     limit, used = int(breaker["limit"]), int(breaker["quarantined"])
     rate = status["rate_limit"]
-    headroom = {
+    headroom: JsonObject = {
         "quarantined": used,
         **_breaker_headroom(limit, used, int(breaker["gpu_nodes"]), str(breaker["limit_setting"])),
         "tripped": bool(breaker["tripped"]),

@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
+from remediator.domain.json_values import JsonObject, JsonValue
+from remediator.domain.timestamps import as_utc
 from remediator.engine.effectiveness import (
     DEFAULT_WINDOW,
     EffectivenessReport,
@@ -61,7 +63,7 @@ class AuditLike(Protocol):
     def remediation_id(self) -> str | None: ...
 
     @property
-    def data(self) -> dict[str, Any]: ...
+    def data(self) -> Mapping[str, JsonValue]: ...
 
 
 @dataclass
@@ -88,17 +90,17 @@ class NamespaceIdle:
     remediations: set[str] = field(default_factory=set)
     workloads: set[str] = field(default_factory=set)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "namespace": self.namespace,
             "gpus_reclaimed": self.gpus_reclaimed,
             "gpus_reclaimed_now": self.gpus_reclaimed_now,
             "gpu_hours_saved": round(self.gpu_hours_saved, 6),
-            "mig_reclaimed": dict(sorted(self.mig_reclaimed.items())),
+            "mig_reclaimed": {k: v for k, v in sorted(self.mig_reclaimed.items())},
             "mig_hours_saved": {k: round(v, 6) for k, v in sorted(self.mig_hours_saved.items())},
-            "quota_lowered_now": dict(sorted(self.quota_lowered_now.items())),
+            "quota_lowered_now": {k: v for k, v in sorted(self.quota_lowered_now.items())},
             "remediations": len(self.remediations),
-            "workloads": sorted(self.workloads),
+            "workloads": [*sorted(self.workloads)],
         }
 
 
@@ -117,7 +119,7 @@ class IdleReport:
     def total_gpu_hours_saved(self) -> float:
         return sum(n.gpu_hours_saved for n in self.namespaces)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "generated_at": self.generated_at.isoformat(),
             "since": self.since.isoformat() if self.since else None,
@@ -131,17 +133,13 @@ class IdleReport:
         }
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 def _hours(start: datetime, end: datetime, since: datetime | None, until: datetime) -> float:
     lo = max(start, since) if since else start
     hi = min(end, until)
     return max(0.0, (hi - lo).total_seconds() / 3600)
 
 
-def _step(event: AuditLike, action: str, phase: str) -> Mapping[str, Any] | None:
+def _step(event: AuditLike, action: str, phase: str) -> Mapping[str, JsonValue] | None:
     data = event.data or {}
     if event.kind != "step.succeeded" or data.get("action") != action or data.get("phase") != phase:
         return None
@@ -165,16 +163,17 @@ def compute_idle_report(
     events: Iterable[AuditLike], *, now: datetime, since: datetime | None = None, until: datetime | None = None
 ) -> IdleReport:
     """The report over `events` (oldest first), for the window [since, until or now]."""
-    end_of_window = _aware(until or now)
-    start_of_window = _aware(since) if since else None
+    end_of_window = as_utc(until or now)
+    start_of_window = as_utc(since) if since else None
     reclaims: list[_Reclaim] = []
     quota: dict[tuple[str, str], dict[str, int]] = {}
     for event in events:
-        ts, rem_id = _aware(event.ts), event.remediation_id or ""
+        ts, rem_id = event.ts, event.remediation_id or ""
         if ts > end_of_window:
             break
         if (out := _step(event, "scale_workload", "forward")) is not None:
-            for w in out.get("workloads") or []:
+            workloads = out.get("workloads")
+            for w in workloads if isinstance(workloads, list) else []:
                 if isinstance(w, Mapping) and w.get("scaled") and _ints(w.get("freed")):
                     name = f"{w.get('kind')}/{w.get('name')}"
                     reclaims.append(_Reclaim(rem_id, str(w.get("namespace")), name, _ints(w.get("freed")), ts))
@@ -210,7 +209,7 @@ def compute_idle_report(
         for resource, amount in lowered.items():
             line.quota_lowered_now[resource] = line.quota_lowered_now.get(resource, 0) + amount
     ordered = sorted(lines.values(), key=lambda n: (-n.gpu_hours_saved, n.namespace))
-    return IdleReport(generated_at=_aware(now), since=start_of_window, until=end_of_window, namespaces=ordered)
+    return IdleReport(generated_at=as_utc(now), since=start_of_window, until=end_of_window, namespaces=ordered)
 
 
 async def idle_report(
@@ -248,7 +247,7 @@ async def effectiveness_report(
 ) -> EffectivenessReport:
     """What the remediations created since `since` achieved, judged with recurrence window `window`."""
     facts = await remediation_facts(repo, since)
-    return compute_effectiveness(facts, now=now or repo._clock(), window=window, since=since)
+    return compute_effectiveness(facts, now=now or repo.clock(), window=window, since=since)
 
 
 async def ladder_replay(

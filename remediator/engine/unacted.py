@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
+from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import plan_of
 from remediator.domain.silences import silence_id_of
 from remediator.domain.states import State, shown_state
@@ -66,9 +67,9 @@ class Unacted:
     generator_url: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
-    silence: dict[str, Any] | None = None  # the silence that held it: id, createdBy, comment, endsAt
+    silence: JsonObject | None = None  # the silence that held it: id, createdBy, comment, endsAt
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {
             "alert_id": self.alert_id,
             "alertname": self.alertname,
@@ -83,12 +84,12 @@ class Unacted:
             "remediation_state": self.remediation_state,
             "until": _iso(self.until),
             "generator_url": self.generator_url,
-            "labels": dict(self.labels),
-            "silence": dict(self.silence) if self.silence is not None else None,
+            "labels": {**self.labels},
+            "silence": {**self.silence} if self.silence is not None else None,
         }
 
 
-def silence_summary(silence: Silence) -> dict[str, Any]:
+def silence_summary(silence: Silence) -> JsonObject:
     """What an alert's views show of the silence that held it."""
     return {"id": silence.id, "createdBy": silence.created_by, "comment": silence.comment,
             "endsAt": _iso(silence.ends_at)}
@@ -193,14 +194,14 @@ async def unacted_alerts(
     return out
 
 
-def alertmanager_payload(row: AlertRow) -> dict[str, Any]:
+def alertmanager_payload(row: AlertRow) -> JsonObject:
     """The stored alert as a one-alert Alertmanager webhook payload: the input of `remediator simulate`."""
     starts = _iso(row.starts_at) or ""
     ends = _iso(row.ends_at) or "0001-01-01T00:00:00Z"
-    alert = {
+    alert: JsonObject = {
         "status": row.status,
-        "labels": dict(row.labels),
-        "annotations": dict(row.annotations),
+        "labels": {**row.labels},
+        "annotations": {**row.annotations},
         "startsAt": starts,
         "endsAt": ends,
         "generatorURL": row.generator_url or "",
@@ -213,8 +214,8 @@ def alertmanager_payload(row: AlertRow) -> dict[str, Any]:
         "status": row.status,
         "receiver": "gpu-remediator",
         "groupLabels": {"alertname": row.alertname},
-        "commonLabels": dict(row.labels),
-        "commonAnnotations": dict(row.annotations),
+        "commonLabels": {**row.labels},
+        "commonAnnotations": {**row.annotations},
         "externalURL": "",
         "alerts": [alert],
     }
