@@ -35,8 +35,9 @@ those the table allows in a state, for the 409 that refuses one.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
-from typing import Final
+from typing import Final, Protocol
 
 from remediator.errors import IllegalTransition
 
@@ -48,12 +49,14 @@ __all__ = [
     "RETURNED_STATES",
     "STATES",
     "TRANSITIONS",
+    "Ended",
     "Event",
     "State",
     "allowed_actions",
     "is_active",
     "next_state",
     "phase_of",
+    "returned_at",
     "shown_state",
 ]
 
@@ -189,3 +192,27 @@ def shown_state(state: str, reason: str | None) -> str:
     if state == State.SUCCEEDED and (reason or "").startswith("plan-only"):
         return State.PLANNED
     return state
+
+
+class Ended(Protocol):
+    """What `returned_at` reads of a remediation (a store row, a replayed one, a report's view of one)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def quarantined(self) -> bool: ...
+
+    @property
+    def finished_at(self) -> datetime | None: ...
+
+
+def returned_at(rem: Ended) -> datetime | None:
+    """When the remediation gave its target back to service (reverted, or ended `succeeded`, `planned` or
+    `returned` without a quarantine in force), or None when it has not. The ladder's recurrence and the
+    effectiveness report both read it."""
+    if rem.finished_at is None:
+        return None
+    if rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined):
+        return rem.finished_at
+    return None

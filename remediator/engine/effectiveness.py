@@ -33,7 +33,7 @@ from typing import Literal, Protocol
 from remediator.domain.durations import format_duration
 from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
-from remediator.domain.states import RETURNED_STATES, State
+from remediator.domain.states import State, returned_at
 from remediator.domain.timestamps import as_utc
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
     "render_ladder_text",
     "render_text",
     "replay_ladder",
-    "returned_at",
     "subject_of",
     "window_label",
 ]
@@ -150,15 +149,6 @@ def facts_of(rem: RemediationLike) -> RemediationFacts:
 
 
 # -- small facts of one remediation -----------------------------------------------------------------------
-
-
-def returned_at(rem: RemediationLike) -> datetime | None:
-    """When the remediation gave its target back to service, or None when it has not."""
-    if rem.finished_at is None:
-        return None
-    if rem.state == State.REVERTED or (rem.state in RETURNED_STATES and not rem.quarantined):
-        return rem.finished_at
-    return None
 
 
 def subject_of(rem: RemediationLike) -> str:
