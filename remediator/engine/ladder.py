@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from remediator.definitions import DefinitionSet
 from remediator.definitions.derived import derived
+from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import (
     Escalation,
     RemediationPlan,
@@ -46,6 +46,7 @@ from remediator.engine.planning import Proposal
 from remediator.engine.runtime import Runtime
 from remediator.engine.versions import persist_version, versions_for
 from remediator.intake.normalize import GpuAlert
+from remediator.process.metrics import Metrics
 from remediator.store.models import Remediation
 from remediator.store.repository import NewRemediation
 
@@ -66,9 +67,9 @@ log = logging.getLogger(__name__)
 
 
 def remediation_plan(
-    proposal: Proposal, alert: GpuAlert, defs: DefinitionSet, xid: Mapping[str, Any],
-    *, escalation: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    proposal: Proposal, alert: GpuAlert, defs: DefinitionSet, xid: Mapping[str, object],
+    *, escalation: Mapping[str, object] | None = None,
+) -> JsonObject:
     """The snapshot a remediation runs from (its playbook, alert, Xid facts, definition versions), as stored."""
     plan = RemediationPlan(
         playbook=proposal.playbook, alert=alert, xid=XidFacts.model_validate(xid),
@@ -81,7 +82,7 @@ def remediation_plan(
     return plan_json(plan, playbook)
 
 
-def new_remediation(proposal: Proposal, defs: DefinitionSet, plan: dict[str, Any]) -> NewRemediation:
+def new_remediation(proposal: Proposal, defs: DefinitionSet, plan: JsonObject) -> NewRemediation:
     target = proposal.target
     return NewRemediation(
         rule=proposal.rule_name, playbook=proposal.playbook.name, definitions_version=defs.version,
@@ -101,7 +102,7 @@ class Ladder:
     def steps(self) -> list[str]:
         return list(self.rt.settings.escalation_ladder)
 
-    async def after_failed_gate(self, rem: Remediation, gate: Mapping[str, Any] | None, why: str) -> str | None:
+    async def after_failed_gate(self, rem: Remediation, gate: Mapping[str, object] | None, why: str) -> str | None:
         """Start the next rung for a remediation whose GPU failed its gate; its id, or None at the top."""
         ladder = self.steps
         was = rung(ladder, rem.playbook)
@@ -152,7 +153,7 @@ def log_escalation(
     )
 
 
-def count_recurrence(metrics: Any, found: Recurrence) -> None:
+def count_recurrence(metrics: Metrics, found: Recurrence) -> None:
     """A fault came back after a ladder remediation returned its GPU: the recurrence metrics (both windows),
     and `recurred` for the remediation that did not hold when it came back within RECURRENCE_WINDOW."""
     previous = found.previous

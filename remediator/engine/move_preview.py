@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from remediator.actions.node import DEFAULT_TAINT_KEY
 from remediator.definitions.models import Step
@@ -64,8 +64,8 @@ def _node(rem: Remediation) -> str:
 
 def undo_words(undo: RevertStep, node: str) -> str:
     """One undo step as a person reads it (`remove taint remediator.io/gpu-unhealthy:NoSchedule`)."""
-    params: Mapping[str, Any] = undo.params
-    prior: Mapping[str, Any] = undo.forward.output or {}
+    params: Mapping[str, object] = undo.params
+    prior: Mapping[str, object] = undo.forward.output or {}
     marks = (f" and the project's label {STATE_LABEL} and annotation {REMEDIATION_ANNOTATION}"
              if prior.get("marked") else "")
     action = undo.action

@@ -15,11 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import BaseModel
 
 from remediator.actions.base import AnyAction, Target
 from remediator.definitions import Playbook
 from remediator.definitions.templates import render_params
+from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import plan_of, playbook_of
 from remediator.domain.returns import gate_step_kind
 from remediator.engine.planning import build_variables, target_of
@@ -45,12 +47,12 @@ class GateStep:
     says: str
     status: str | None = None  # a stored remediation's gate step row: running, succeeded, failed, skipped, ...
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"index": self.index, "name": self.name, "action": self.action, "kind": self.kind, "says": self.says,
                 "status": self.status}
 
 
-def _validation_words(params: Mapping[str, Any], target: Target) -> str:
+def _validation_words(params: Mapping[str, object], target: Target) -> str:
     gpu = params.get("gpu")
     which = ("every GPU of the node" if gpu == "all" else f"GPU {gpu}" if gpu
              else f"GPU {target.gpu_uuid or target.gpu_index}" if target.gpu_uuid or target.gpu_index
@@ -72,10 +74,11 @@ def _general(kind: str | None, action: str) -> str:
     return f"run {action}"
 
 
-def _parsed(action: AnyAction, raw: Mapping[str, Any], variables: Mapping[str, Any]) -> Any:
+def _parsed(action: AnyAction, raw: Mapping[str, object], variables: Mapping[str, object]) -> BaseModel | None:
     """The step's parameters rendered and parsed, or None when they cannot be yet."""
     try:
-        return action.parse(render_params(raw, variables))
+        parsed: BaseModel = action.parse(render_params(raw, variables))
+        return parsed
     # broad: rendering and parsing run templates and the action's model on stored data; any failure means the parameters
     # are not known yet
     except Exception as exc:
@@ -84,7 +87,7 @@ def _parsed(action: AnyAction, raw: Mapping[str, Any], variables: Mapping[str, A
 
 
 def return_gate(
-    actions: Mapping[str, AnyAction], playbook: Playbook, variables: Mapping[str, Any], target: Target,
+    actions: Mapping[str, AnyAction], playbook: Playbook, variables: Mapping[str, object], target: Target,
 ) -> list[GateStep]:
     """The playbook's return gate, step by step, in words (empty when it has none)."""
     out: list[GateStep] = []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from typing import Any
 
 import yaml
 
@@ -22,13 +21,13 @@ from remediator.store.repository import Repository
 __all__ = ["content_hash", "persist_version", "versions_for"]
 
 
-def content_hash(value: Any) -> str:
+def content_hash(value: object) -> str:
     """Short SHA-256 of text, or of the canonical JSON of a value."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _names(data: Any, list_key: str) -> list[str]:
+def _names(data: object, list_key: str) -> list[str]:
     if isinstance(data, dict) and list_key in data:
         data = data[list_key]
     items = data if isinstance(data, list) else [data]

@@ -12,7 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 from remediator.adapters.node_watch import NodeWatch
 from remediator.definitions import DefinitionSet
@@ -391,7 +391,7 @@ class Worker:
     async def _resolve(self, row: AlertRow) -> None:
         await after_resolved(self.rt, await self.rt.repo.record_resolved(row))
 
-    async def _guarded(self, row: AlertRow, work: Callable[[AlertRow], Awaitable[Any]]) -> None:
+    async def _guarded(self, row: AlertRow, work: Callable[[AlertRow], Awaitable[object]]) -> None:
         """Run `work` for one alert; an error (not the store's) closes the alert as `error`, audited."""
         try:
             await work(row)
