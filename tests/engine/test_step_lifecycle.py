@@ -21,6 +21,7 @@ from remediator.engine.approvals import Approvals
 from remediator.engine.decision import ladder_proposal
 from remediator.engine.ladder import remediation_plan
 from remediator.engine.planning import Proposal, stored_variables
+from remediator.engine.return_to_service import RevertStep
 from remediator.engine.runtime import Runtime
 from remediator.engine.step_lifecycle import StepLifecycle
 from remediator.engine.step_stages import Failed, NeedsApproval, Ready, Skipped, Stage, prepare
@@ -231,3 +232,26 @@ async def test_the_approval_page_and_replay_show_the_escalation_history_the_exec
     assert executed.rendered["history"] == HISTORY
     assert next(p for p in previewed if p.name == "rma").params["history"] == HISTORY
     assert next(v for v in replayed if v["name"] == "rma")["params"]["history"] == HISTORY
+
+
+# -- an undo is a step of its own ----------------------------------------------------------------------
+
+
+def test_an_undo_runs_with_the_forward_steps_timeout_and_retries_and_the_defaults_when_it_is_gone(
+    defs: DefinitionSet,
+) -> None:
+    playbook = defs.playbooks["rma-gpu"]
+    drain = next(s for s in playbook.steps if s.name == "drain")
+    forward = StepRow(phase="forward", idx=1, name="drain", action="drain", status="succeeded", params={},
+                      output={})
+    undo = RevertStep(forward, "uncordon", {}, templated=False)
+
+    step = undo.as_step(playbook)
+    gone = RevertStep(StepRow(phase="forward", idx=9, name="gone", action="cordon", status="succeeded", params={},
+                              output={}), "uncordon", {}, templated=False).as_step(playbook)
+
+    assert (step.name, step.action, step.timeout, step.retries) == ("revert:drain", "uncordon", drain.timeout,
+                                                                    drain.retries)
+    assert drain.timeout == timedelta(minutes=45)
+    assert (gone.name, gone.timeout, gone.retries) == ("revert:gone", Step.model_fields["timeout"].default,
+                                                       Step.model_fields["retries"].default)
