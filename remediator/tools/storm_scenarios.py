@@ -17,11 +17,12 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
 from remediator.domain.durations import parse_duration
+from remediator.domain.json_values import JsonObject
 from remediator.domain.storms import Fault, FleetCounts, StormPolicy, analyse, node_attributes
 from remediator.errors import ScenarioError
 
@@ -44,20 +45,72 @@ class Scenario:
     duration_s: float
     window_s: float
     base_rate_per_node_hour: float
-    labels: Mapping[str, Any]  # label -> a fixed value, or {values: [...]} drawn uniformly, or {count: N} values
+    labels: Mapping[str, object]  # label -> a fixed value, or {values: [...]} drawn uniformly, or {count: N} values
     rollout: Rollout | None = None
     policy: StormPolicy = field(default_factory=StormPolicy)
     alerts: tuple[str, ...] = ("GPUXidError",)
 
 
-def _number(raw: Mapping[str, Any], key: str, default: float | None = None, *, low: float = 0.0) -> float:
+class SeedCause(TypedDict):
+    """The cause a seed's run named first, and when (seconds into the run)."""
+
+    key: str
+    value: str
+    text: str
+    at_s: float
+
+
+class SeedRun(TypedDict):
+    """One seed's draw of the fleet and the faults, and what the analysis did with it."""
+
+    seed: int
+    faults: int
+    evaluations: int
+    cause: SeedCause | None
+    detection_delay_s: float | None
+    held: int
+    held_on_rollout: int
+    rollout_faults_after_rollout: int
+    outside_went_on: int
+
+
+class DelaySpread(TypedDict):
+    median: float
+    min: float
+    max: float
+
+
+class ScenarioSummary(TypedDict):
+    """The figures over every seed: a false-positive rate without a rollout, detection figures with one."""
+
+    seeds: int
+    named: int
+    named_rate: float
+    false_positive_rate: NotRequired[float]
+    named_rollout_first: NotRequired[int]
+    named_rollout_first_rate: NotRequired[float]
+    detection_delay_s: NotRequired[DelaySpread | None]
+    hold_precision: NotRequired[float | None]
+    rollout_faults_held: NotRequired[float]
+    outside_went_on: NotRequired[int]
+
+
+class ScenarioReport(TypedDict):
+    scenario: str
+    nodes: int
+    policy: dict[str, object]  # the thresholds (domain/storms.py: StormPolicy)
+    summary: ScenarioSummary
+    runs: list[SeedRun]
+
+
+def _number(raw: Mapping[str, object], key: str, default: float | None = None, *, low: float = 0.0) -> float:
     value = raw.get(key, default)
     if value is None or isinstance(value, bool) or not isinstance(value, int | float) or value < low:
         raise ScenarioError(f"{key}: a number >= {low} is required, got {value!r}")
     return float(value)
 
 
-def _duration(raw: Mapping[str, Any], key: str, default: str) -> float:
+def _duration(raw: Mapping[str, object], key: str, default: str) -> float:
     try:
         return parse_duration(str(raw.get(key, default))).total_seconds()
     except (ValueError, TypeError) as exc:
@@ -101,7 +154,7 @@ def load_scenario(path: Path) -> Scenario:
     )
 
 
-def _label_value(rng: random.Random, spec: Any, index: int) -> str:
+def _label_value(rng: random.Random, spec: object, index: int) -> str:
     if isinstance(spec, Mapping) and "values" in spec:
         return str(rng.choice(list(spec["values"])))
     if isinstance(spec, Mapping) and "count" in spec:
@@ -109,11 +162,11 @@ def _label_value(rng: random.Random, spec: Any, index: int) -> str:
     return str(spec)
 
 
-def _node(name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _node(name: str, labels: dict[str, str]) -> JsonObject:
     return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}}}
 
 
-def run_seed(scenario: Scenario, seed: int) -> dict[str, Any]:
+def run_seed(scenario: Scenario, seed: int) -> SeedRun:
     """One draw of the fleet and the faults, replayed in order through the analysis."""
     rng = random.Random(seed)  # noqa: S311 -- a reproducible simulation, not a secret
     names = [f"node-{i:05}" for i in range(scenario.nodes)]
@@ -180,35 +233,35 @@ def run_seed(scenario: Scenario, seed: int) -> dict[str, Any]:
     }
 
 
-def run_scenario(scenario: Scenario, seeds: int, first_seed: int = 1) -> dict[str, Any]:
+def run_scenario(scenario: Scenario, seeds: int, first_seed: int = 1) -> ScenarioReport:
     """Every seed's run and the figures over them."""
     if seeds < 1:
         raise ScenarioError("seeds: at least 1")
     runs = [run_seed(scenario, first_seed + i) for i in range(seeds)]
     named = [r for r in runs if r["cause"] is not None]
     rollout = scenario.rollout
-    summary: dict[str, Any] = {"seeds": seeds, "named": len(named), "named_rate": len(named) / seeds}
+    summary: ScenarioSummary = {"seeds": seeds, "named": len(named), "named_rate": len(named) / seeds}
     if rollout is None:
         summary["false_positive_rate"] = len(named) / seeds
     else:
-        right = [r for r in named
-                 if r["cause"]["key"] == f"label:{rollout.label}" and r["cause"]["value"] == rollout.value]
-        delays = [r["detection_delay_s"] for r in right if r["detection_delay_s"] is not None]
+        right = [r for r in named if (cause := r["cause"]) is not None
+                 and cause["key"] == f"label:{rollout.label}" and cause["value"] == rollout.value]
+        delays = [delay for r in right if (delay := r["detection_delay_s"]) is not None]
         held = sum(r["held"] for r in named)
-        summary.update({
-            "named_rollout_first": len(right), "named_rollout_first_rate": len(right) / seeds,
-            "detection_delay_s": {"median": statistics.median(delays), "min": min(delays), "max": max(delays)}
-            if delays else None,
-            "hold_precision": sum(r["held_on_rollout"] for r in named) / held if held else None,
-            "rollout_faults_held": sum(r["held_on_rollout"] for r in right) / max(1, sum(
-                r["rollout_faults_after_rollout"] for r in right)),
-            "outside_went_on": sum(r["outside_went_on"] for r in named),
-        })
-    return {"scenario": scenario.name, "nodes": scenario.nodes, "policy": vars(scenario.policy),
+        summary["named_rollout_first"] = len(right)
+        summary["named_rollout_first_rate"] = len(right) / seeds
+        summary["detection_delay_s"] = (
+            {"median": statistics.median(delays), "min": min(delays), "max": max(delays)} if delays else None
+        )
+        summary["hold_precision"] = sum(r["held_on_rollout"] for r in named) / held if held else None
+        summary["rollout_faults_held"] = sum(r["held_on_rollout"] for r in right) / max(1, sum(
+            r["rollout_faults_after_rollout"] for r in right))
+        summary["outside_went_on"] = sum(r["outside_went_on"] for r in named)
+    return {"scenario": scenario.name, "nodes": scenario.nodes, "policy": dict(vars(scenario.policy)),
             "summary": summary, "runs": runs}
 
 
-def render_scenarios(report: Mapping[str, Any]) -> str:
+def render_scenarios(report: ScenarioReport) -> str:
     s = report["summary"]
     lines = [f"scenario {report['scenario']}: {report['nodes']} nodes, {s['seeds']} seed(s); thresholds "
              f"{report['policy']}", f"a cause named in {s['named']} of {s['seeds']} seeds"]
