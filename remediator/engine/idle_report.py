@@ -43,7 +43,7 @@ __all__ = [
     "idle_report",
     "ladder_from_database",
     "ladder_replay",
-    "remediation_facts",
+    "read_remediation_facts",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -230,7 +230,7 @@ async def idle_report(
 # -- the effectiveness report (remediator.engine.effectiveness) over the store -----------------------------
 
 
-async def remediation_facts(repo: Repository, since: datetime | None) -> list[RemediationFacts]:
+async def read_remediation_facts(repo: Repository, since: datetime | None) -> list[RemediationFacts]:
     """Every remediation created since `since`, read in pages of PAGE rows and cut down to what reports use."""
     out: list[RemediationFacts] = []
     after: tuple[datetime, str] | None = None
@@ -246,7 +246,7 @@ async def effectiveness_report(
     repo: Repository, *, since: datetime | None, window: timedelta = DEFAULT_WINDOW, now: datetime | None = None
 ) -> EffectivenessReport:
     """What the remediations created since `since` achieved, judged with recurrence window `window`."""
-    facts = await remediation_facts(repo, since)
+    facts = await read_remediation_facts(repo, since)
     return compute_effectiveness(facts, now=now or repo.clock(), window=window, since=since)
 
 
@@ -254,7 +254,7 @@ async def ladder_replay(
     repo: Repository, ladder: Sequence[str], *, since: datetime | None, window: timedelta = DEFAULT_WINDOW
 ) -> LadderComparison:
     """The runs since `since` re-played under `ladder` (see `effectiveness.replay_ladder`)."""
-    return replay_ladder(await remediation_facts(repo, since), ladder, window=window)
+    return replay_ladder(await read_remediation_facts(repo, since), ladder, window=window)
 
 
 def _require_database(database_url: str) -> None:
@@ -267,7 +267,7 @@ async def _facts_from_database(database_url: str, since: datetime | None) -> lis
     _require_database(database_url)
     engine = make_engine(database_url)
     try:
-        return await remediation_facts(Repository(make_sessionmaker(engine)), since)
+        return await read_remediation_facts(Repository(make_sessionmaker(engine)), since)
     finally:
         await engine.dispose()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from remediator.engine.effectiveness import assess
-from remediator.engine.idle_report import remediation_facts
+from remediator.engine.idle_report import read_remediation_facts
 from remediator.engine.runtime import Runtime
 
 __all__ = ["OutcomeSweep"]
@@ -29,7 +29,7 @@ class OutcomeSweep:
 
     async def maybe_sweep(self) -> int:
         """Sweep when `every` has passed since the previous sweep; how many were counted healed."""
-        now = self.rt.repo._clock()
+        now = self.rt.clock()
         if self._last is None:
             self._last = now
             return 0
@@ -40,7 +40,7 @@ class OutcomeSweep:
     async def sweep(self, now: datetime) -> int:
         since, self._last = self._last or now, now
         window = self.rt.settings.recurrence_window
-        facts = await remediation_facts(self.rt.repo, now - window - timedelta(days=8))
+        facts = await read_remediation_facts(self.rt.repo, now - window - timedelta(days=8))
         healed = 0
         for assessment in assess(facts, window=window, now=now):
             back = assessment.returned_at

@@ -44,7 +44,7 @@ from remediator.settings import Settings
 from remediator.store.repository import Repository
 from remediator.store.storm_records import HeldRemediation, StormRecord
 
-__all__ = ["WEBHOOK_PLACE", "StormNotices", "storm_link", "storm_message", "storm_page"]
+__all__ = ["WEBHOOK_PLACE", "StormNotices", "storm_link", "storm_message", "storm_page_url"]
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +57,14 @@ _MAX_NODES = 20
 _TONES: Final[Mapping[str, Tone]] = {"open": "warning", "approved": "good", "rejected": "danger", "closed": "info"}
 
 
-def storm_page(public_url: str, storm_id: str) -> str:
+def storm_page_url(public_url: str, storm_id: str) -> str:
+    """The address of the storm's page (served by routes/storm_ui.py: storm_page)."""
     return f"{public_url.rstrip('/')}/storms/{storm_id}"
 
 
 def storm_link(public_url: str, storm_id: str, token: str) -> str:
     """The approve-group link: the storm's page for people holding the token (routes/storm_ui.py)."""
-    return f"{storm_page(public_url, storm_id)}/approval/{token}"
+    return f"{storm_page_url(public_url, storm_id)}/approval/{token}"
 
 
 def _plural(n: int, word: str) -> str:
@@ -226,7 +227,7 @@ class StormNotices:
             return
         held = (await self.repo.storm_holds([storm_id])).get(storm_id, [])
         said = _said(storm, held)
-        message = storm_message(storm, held, page=storm_page(self.settings.public_url, storm_id),
+        message = storm_message(storm, held, page=storm_page_url(self.settings.public_url, storm_id),
                                 approve_link=await self._link(storm))
         told = True
         for bot in self.bots:

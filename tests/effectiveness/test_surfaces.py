@@ -14,7 +14,7 @@ import pytest
 
 from remediator.api.app import create_app
 from remediator.engine.bootstrap import build_runtime
-from remediator.engine.idle_report import remediation_facts
+from remediator.engine.idle_report import read_remediation_facts
 from remediator.engine.runtime import Runtime
 from remediator.settings import Settings
 from remediator.store.models import Remediation
@@ -96,7 +96,7 @@ async def test_the_store_is_read_in_pages_oldest_first(served: Served) -> None:
     many = [remediation(f"p{i:04d}", timedelta(seconds=10_000 - i), None, state="running", gpu=f"GPU-{i}")
             for i in range(2_500)]
     await store(served.rt.repo, many)
-    facts = await remediation_facts(served.rt.repo, NOW - 30 * 24 * H)
+    facts = await read_remediation_facts(served.rt.repo, NOW - 30 * 24 * H)
     ids = [f.id for f in facts]
     assert len(ids) == 2_500 + 4 and len(set(ids)) == len(ids)
     assert ids[:3] == ["a1", "a2", "b1"] and ids[-1] == "p2499"
