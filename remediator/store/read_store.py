@@ -11,7 +11,7 @@ from sqlalchemy import Select, exists, false, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
 
-from remediator.domain.json_values import JsonObject
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.domain.states import ACTIVE_STATES, State
 from remediator.store.models import (
     AlertRow,
@@ -47,8 +47,8 @@ class RemediationSummary:
     gpu_index: str | None
     gpu_uuid: str | None
     alertname: str
-    alert_labels: dict[str, Any]
-    plan_xid: Any
+    alert_labels: dict[str, str]
+    plan_xid: JsonValue  # the plan's `xid` entry (domain/plan_snapshot.py)
 
 
 @dataclass(frozen=True, slots=True)

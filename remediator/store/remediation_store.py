@@ -515,7 +515,7 @@ def new_values_for(
 
 def new_row(
     rem_id: str, new: NewRemediation, active_key: str, now: datetime, *, alert_id: int | None, fingerprint: str,
-    alertname: str, labels: Mapping[str, Any], annotations: Mapping[str, Any], reason: str | None = None,
+    alertname: str, labels: Mapping[str, str], annotations: Mapping[str, str], reason: str | None = None,
 ) -> Remediation:
     """The row of a new remediation: pending, at its first step, runnable now."""
     return Remediation(**new_values(
@@ -526,7 +526,7 @@ def new_row(
 
 def new_values(
     rem_id: str, new: NewRemediation, active_key: str, now: datetime, *, alert_id: int | None, fingerprint: str,
-    alertname: str, labels: Mapping[str, Any], annotations: Mapping[str, Any], reason: str | None = None,
+    alertname: str, labels: Mapping[str, str], annotations: Mapping[str, str], reason: str | None = None,
 ) -> dict[str, Any]:
     """The column values of a new remediation (`new_row`, or a batch insert of several)."""
     return {
