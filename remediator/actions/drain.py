@@ -12,7 +12,6 @@ import asyncio
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -20,9 +19,10 @@ from remediator.actions.base import Action, ActionContext, ActionResult, StrictP
 from remediator.actions.context import uses_gpu
 from remediator.actions.node import cordon_node, cordoned_by, require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject, TokenBucket
-from remediator.domain.durations import Duration, parse_duration
+from remediator.domain.durations import DurationText, parse_duration
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import ActionError, Conflict, NotFound, PermanentError, StepFailed, TemporaryError
-from remediator.kube.views import Body, Pod
+from remediator.kube.views import Body, Pod, as_mapping, json_object
 from remediator.kube.vocabulary import EXCLUDE_LABEL
 from remediator.retrying import Backoff, until_deadline
 
@@ -35,7 +35,7 @@ FINISHED_PHASES = ("Succeeded", "Failed")
 class DrainParams(StrictParams):
     pods: str = "gpu"
     grace_period: int | None = Field(default=None, ge=0)
-    timeout: Duration = "10m"
+    timeout: DurationText = "10m"
     skip_namespaces: list[str] = Field(default_factory=list)
 
     @field_validator("pods")
@@ -59,7 +59,7 @@ class PodRef:
         meta = Body(pod).metadata
         return cls(str(meta.namespace), str(meta.name), str(meta.uid))
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> JsonObject:
         return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
     def __str__(self) -> str:
@@ -70,7 +70,7 @@ class PodRef:
 class DrainPlan:
     evict: list[tuple[PodRef, int | None]] = field(default_factory=list)
     wait: list[PodRef] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[JsonObject] = field(default_factory=list)
     note: str | None = None
 
 
@@ -78,13 +78,13 @@ def _is_daemonset_pod(pod: Mapping[str, object]) -> bool:
     return any(r.kind == "DaemonSet" and r.controller for r in Pod(pod).owner_references)
 
 
-def _listed(context: Mapping[str, Any], key: str, name: str) -> list[Mapping[str, Any]] | None:
+def _listed(context: Mapping[str, object], key: str, name: str) -> list[Mapping[str, object]] | None:
     mapping = context.get(key)
     found = mapping.get(name) if isinstance(mapping, Mapping) else None
     return [e for e in found if isinstance(e, Mapping)] if isinstance(found, list) else None
 
 
-def _gpu_selection(selection: str, context: Mapping[str, Any]) -> tuple[set[str] | None, str | None]:
+def _gpu_selection(selection: str, context: Mapping[str, object]) -> tuple[set[str] | None, str | None]:
     """For "gpu:<uuid>": identities (uid or namespace/name) of that GPU's pods; None falls back to "gpu".
 
     For "instance:<uuid>/<N>": the pods of that MIG GPU instance (context `instance_pods`, engine/gpu_instance.py);
@@ -108,7 +108,7 @@ def _gpu_selection(selection: str, context: Mapping[str, Any]) -> tuple[set[str]
     return _identities(listed), note
 
 
-def _identities(listed: list[Mapping[str, Any]]) -> set[str]:
+def _identities(listed: list[Mapping[str, object]]) -> set[str]:
     identities = set()
     for entry in listed:
         if entry.get("uid"):
@@ -196,7 +196,9 @@ class _Evictor:
         self.deadline = deadline
         self.drain = drain
         self.bucket = TokenBucket(ctx.settings.eviction_qps)
-        self.evicted: dict[str, dict[str, str]] = dict(ctx.progress.get("evicted") or {})
+        self.evicted: dict[str, JsonObject] = {
+            str(uid): json_object(as_mapping(ref)) for uid, ref in as_mapping(ctx.progress.get("evicted")).items()
+        }
         self.blocked: dict[str, str] = {}
         self.failures: list[ActionError] = []
         self._lock = asyncio.Lock()
@@ -293,11 +295,11 @@ class Drain(Action[DrainParams]):
             raise evictor.failures[0]
         watched = [*plan.wait, *(ref for ref, _ in plan.evict)]
         remaining = await self._wait_gone(kube, node, watched, deadline)
-        output = {
+        output: JsonObject = {
             **cordon_output,
             "selection": p.pods,
-            "evicted": list(evictor.evicted.values()),
-            "skipped": plan.skipped,
+            "evicted": list[JsonValue](evictor.evicted.values()),
+            "skipped": list[JsonValue](plan.skipped),
             "remaining": [
                 {**r.as_dict(), "blocked_by": evictor.blocked.get(r.uid, "still terminating")}
                 for r in remaining
@@ -337,12 +339,12 @@ class Drain(Action[DrainParams]):
         pods = await ctx.kube.list_pods_on_node(node)
         plan = plan_drain(pods, p, ctx, set(), await opted_out_namespaces(ctx.kube, pods))
         would = [ref.as_dict() for ref, _ in plan.evict]
-        output = {
+        output: JsonObject = {
             "node": node,
             "selection": p.pods,
-            "would_evict": would,
+            "would_evict": list[JsonValue](would),
             "would_wait_for": [r.as_dict() for r in plan.wait],
-            "skipped": plan.skipped,
+            "skipped": list[JsonValue](plan.skipped),
         }
         if plan.note:
             output["note"] = plan.note

@@ -19,7 +19,7 @@ import asyncio
 import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -27,9 +27,10 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.node import require_kube
 from remediator.actions.workload import idle_pods, pod_gpu_resources, single_namespace
 from remediator.adapters.kube import KubeAdapter, KubeObject
-from remediator.domain.durations import Duration, parse_duration
+from remediator.domain.durations import DurationText, parse_duration
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Invalid, NotFound, StepFailed
-from remediator.kube.views import Body, Pod, ResourceQuota
+from remediator.kube.views import Body, Pod, ResourceQuota, as_list, as_mapping, json_object, json_value
 
 __all__ = ["ReclaimQuota", "ReclaimQuotaParams", "RestoreQuota", "gpu_quota_key", "quota_resource"]
 
@@ -74,7 +75,7 @@ class ReclaimQuotaParams(StrictParams):
     to: Amount | None = None
     resources: list[str] = Field(default_factory=list)
     below_usage: Literal["refuse", "clamp", "allow"] = "refuse"
-    usage_wait: Duration = "0s"
+    usage_wait: DurationText = "0s"
 
     @field_validator("by", "to")
     @classmethod
@@ -119,7 +120,7 @@ def _wanted(p: ReclaimQuotaParams, key: str, original: int | None) -> int | None
     return max(0, original - amount)
 
 
-def _keys_for(p: ReclaimQuotaParams, hard: Mapping[str, Any]) -> list[str]:
+def _keys_for(p: ReclaimQuotaParams, hard: Mapping[str, object]) -> list[str]:
     present = [k for k in hard if gpu_quota_key(k)]
     if p.resources:
         if p.to is not None:
@@ -142,7 +143,7 @@ async def _pod_usage(kube: KubeAdapter, namespace: str) -> dict[str, int]:
     return usage
 
 
-async def _usage(kube: KubeAdapter, quota: Mapping[str, Any], key: str, namespace: str) -> int:
+async def _usage(kube: KubeAdapter, quota: Mapping[str, object], key: str, namespace: str) -> int:
     used = _quantity(ResourceQuota(quota).used.get(key))
     if used is not None:
         return used
@@ -195,28 +196,26 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
     async def _reclaim(self, ctx: ActionContext, p: ReclaimQuotaParams, *, write: bool) -> ActionResult:
         namespace = namespace_for(ctx, p.namespace)
         kube = require_kube(ctx)
-        prior: dict[str, dict[str, Any]] = {
-            str(k): dict(v) for k, v in (ctx.progress.get("prior") or {}).items()
-        }
-        results: list[dict[str, Any]] = []
+        prior = {str(k): json_object(as_mapping(v)) for k, v in as_mapping(ctx.progress.get("prior")).items()}
+        results: list[JsonObject] = []
         for quota in await _quotas(kube, namespace, p):
             name = str(Body(quota).name)
             if name not in prior:
-                prior[name] = {k: _hard(quota).get(k) for k in _keys_for(p, _hard(quota))}
-                ctx.progress["prior"] = prior
+                prior[name] = {k: json_value(_hard(quota).get(k)) for k in _keys_for(p, _hard(quota))}
+                ctx.progress["prior"] = dict(prior)
                 await ctx.checkpoint(dict(ctx.progress))
             results.append(await self._one(kube, namespace, name, prior[name], p, write=write))
-        changes = [c for r in results for c in r["changes"]]
+        changes = [as_mapping(c) for r in results for c in as_list(r["changes"])]
         lowered: dict[str, int] = {}
         for change in changes:
-            if not change["key"].startswith("limits."):
-                resource = quota_resource(change["key"])
+            if not str(change["key"]).startswith("limits."):
+                resource = quota_resource(str(change["key"]))
                 before = _quantity(change["previous"])
-                reduction = (before - int(change["value"])) if before is not None else 0
+                reduction = (before - int(str(change["value"]))) if before is not None else 0
                 lowered[resource] = max(lowered.get(resource, 0), reduction)
-        output: dict[str, Any] = {
+        output: JsonObject = {
             "namespace": namespace,
-            "quotas": results,
+            "quotas": list[JsonValue](results),
             "lowered": {k: v for k, v in lowered.items() if v > 0},
         }
         if not write:
@@ -237,11 +236,11 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
         kube: KubeAdapter,
         namespace: str,
         name: str,
-        originals: Mapping[str, Any],
+        originals: Mapping[str, JsonValue],
         p: ReclaimQuotaParams,
         *,
         write: bool,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         quota = await kube.get_resource_quota(namespace, name)
         plan: dict[str, int] = {}
         notes: list[str] = []
@@ -269,16 +268,16 @@ class ReclaimQuota(Action[ReclaimQuotaParams]):
             await kube.patch_resource_quota(
                 namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"hard": patch}}
             )
-        changes = [
+        changes: list[JsonValue] = [
             {"quota": name, "key": k, "previous": originals.get(k), "value": str(v)}
             for k, v in plan.items()
             if _quantity(originals.get(k)) != v
         ]
-        return {"name": name, "changes": changes, "written": bool(patch) and write, "notes": notes}
+        return {"name": name, "changes": changes, "written": bool(patch) and write, "notes": list[JsonValue](notes)}
 
     @staticmethod
     async def _floor(
-        kube: KubeAdapter, quota: Mapping[str, Any], key: str, namespace: str, wanted: int, p: ReclaimQuotaParams
+        kube: KubeAdapter, quota: Mapping[str, object], key: str, namespace: str, wanted: int, p: ReclaimQuotaParams
     ) -> int:
         """What the namespace uses of `key`; with usage_wait, waits for usage to drop to `wanted`."""
         if p.below_usage == "allow":
@@ -306,12 +305,13 @@ class RestoreQuota(Action[NoParams]):
     name = "restore_quota"
     Params = NoParams
 
-    def _undo(self, ctx: ActionContext) -> tuple[str, list[Mapping[str, Any]]]:
+    def _undo(self, ctx: ActionContext) -> tuple[str, list[Mapping[str, object]]]:
         """(namespace, the changes reclaim_quota made)."""
         prior = ctx.prior_output
         if prior is None:
             raise Invalid(f"{self.name}: no reclaim_quota output to undo")
-        return str(prior.get("namespace") or ""), [c for q in prior.get("quotas") or [] for c in q.get("changes") or []]
+        changes = [as_mapping(c) for q in as_list(prior.get("quotas")) for c in as_list(as_mapping(q).get("changes"))]
+        return str(prior.get("namespace") or ""), changes
 
     async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         namespace, changes = self._undo(ctx)
@@ -321,26 +321,27 @@ class RestoreQuota(Action[NoParams]):
     async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         namespace, changes = self._undo(ctx)
         kube = require_kube(ctx)
-        by_quota: dict[str, list[Mapping[str, Any]]] = {}
+        by_quota: dict[str, list[Mapping[str, object]]] = {}
         for change in changes:
             by_quota.setdefault(str(change["quota"]), []).append(change)
-        restored: list[dict[str, Any]] = []
-        left: list[dict[str, Any]] = []
+        restored: list[JsonObject] = []
+        left: list[JsonObject] = []
         for name, entries in by_quota.items():
             try:
                 quota = await kube.get_resource_quota(namespace, name)
             except NotFound:
-                left.extend({"quota": name, "key": e["key"], "reason": "quota deleted"} for e in entries)
+                left.extend({"quota": name, "key": json_value(e["key"]), "reason": "quota deleted"} for e in entries)
                 continue
             hard = _hard(quota)
-            patch: dict[str, Any] = {}
+            patch: JsonObject = {}
             for entry in entries:
                 key = str(entry["key"])
                 if _quantity(hard.get(key)) != _quantity(entry["value"]):
                     left.append({"quota": name, "key": key, "reason": f"changed since to {hard.get(key)}"})
                     continue
-                patch[key] = entry.get("previous")
-                restored.append({"quota": name, "key": key, "value": entry.get("previous")})
+                previous = json_value(entry.get("previous"))
+                patch[key] = previous
+                restored.append({"quota": name, "key": key, "value": previous})
             if patch:
                 rv = Body(quota).resource_version
                 await kube.patch_resource_quota(
@@ -351,5 +352,6 @@ class RestoreQuota(Action[NoParams]):
         if left:
             message += "; left as others set them: " + ", ".join(f"{x['quota']} {x['key']}" for x in left)
         return ActionResult(
-            changed=bool(restored), message=message, output={"namespace": namespace, "restored": restored, "left": left}
+            changed=bool(restored), message=message,
+            output={"namespace": namespace, "restored": list[JsonValue](restored), "left": list[JsonValue](left)},
         )

@@ -18,15 +18,15 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
-from remediator.domain.durations import Duration, format_duration, parse_duration
+from remediator.domain.durations import DurationText, format_duration, parse_duration
 from remediator.errors import CancelRemediation, ResumeLater
 
 __all__ = ["Wait", "WaitParams"]
 
 
 class WaitParams(StrictParams):
-    duration: Duration = "2h"
-    poll: Duration = "5m"
+    duration: DurationText = "2h"
+    poll: DurationText = "5m"
     undo: bool = True
 
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
-from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, resolve_connection
+from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, ServerOpt, exit_code, resolve_connection
 from remediator.cli.output import dump, render
 from remediator.cli.terminal import printable
 from remediator.domain.durations import parse_duration
@@ -45,11 +45,6 @@ class SilenceState(StrEnum):
     pending = "pending"
     expired = "expired"
 
-
-ServerOpt = Annotated[
-    str | None,
-    typer.Option("--server", "-s", envvar="REMEDIATOR_SERVER", help="controller URL (as for `remediator get`)"),
-]
 
 
 def _fail(code: int, message: str) -> NoReturn:

@@ -1,6 +1,6 @@
 """Parse and print durations the way SREs write them in YAML and settings: `90s`, `30m`, `2h`, `1h30m`, `7d`.
 
-`Duration` (text) and `DurationOrSeconds` (text or a number of seconds) are the pydantic types of a duration
+`DurationText` (text) and `DurationOrSeconds` (text or a number of seconds) are the pydantic types of a duration
 parameter: checked once when the parameters are parsed, and kept as written (`"2h"` stays `"2h"` in plans,
 approval pages and stored parameters); `within` adds bounds; `parse_duration` turns the value into a
 timedelta where it is used.
@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator
 
-__all__ = ["Duration", "DurationOrSeconds", "format_duration", "parse_duration", "within"]
+__all__ = ["DurationOrSeconds", "DurationText", "format_duration", "parse_duration", "within"]
 
 T = TypeVar("T", bound=str | float)
 
@@ -22,7 +22,7 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
-def parse_duration(value: str | int | float | timedelta) -> timedelta:
+def parse_duration(value: object) -> timedelta:
     """`'1h30m'` -> timedelta(hours=1, minutes=30); bare numbers are seconds. Raises ValueError."""
     if isinstance(value, timedelta):
         return value
@@ -53,7 +53,7 @@ def _checked(value: T) -> T:
 
 
 # A duration parameter as written (`90s`, `30m`, `2h`, `1h30m`): a ValueError naming the forms otherwise.
-Duration = Annotated[str, AfterValidator(_checked)]
+DurationText = Annotated[str, AfterValidator(_checked)]
 # The same, or a bare number of seconds.
 DurationOrSeconds = Annotated[str | float, AfterValidator(_checked)]
 

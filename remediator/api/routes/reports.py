@@ -10,11 +10,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
+from pydantic import JsonValue
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.query_check import KnownQuery
@@ -52,21 +53,21 @@ def _window(since: str | None, until: str | None) -> tuple[datetime | None, date
 
 
 @api_router.get("/idle", dependencies=[KnownQuery])
-async def idle_json(rt: RuntimeDep, since: When = None, until: When = None) -> dict[str, Any]:
+async def idle_json(rt: RuntimeDep, since: When = None, until: When = None) -> dict[str, JsonValue]:
     start, end = _window(since, until)
-    report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
+    report = await idle_report(rt.repo, now=rt.clock(), since=start, until=end)
     return report.as_dict()
 
 
 @router.get("/reports/idle", response_class=HTMLResponse)
 async def idle_page(rt: RuntimeDep, since: When = None, until: When = None) -> Response:
     start, end = _window(since, until)
-    report = await idle_report(rt.repo, now=rt.repo._clock(), since=start, until=end)
+    report = await idle_report(rt.repo, now=rt.clock(), since=start, until=end)
     return page("report_idle.html", {"report": report, "since": since or "", "until": until or "", "refresh": 0,
                                       "nav_here": "/reports/idle"})
 
 
-Duration = Annotated[str, Query(max_length=32, description="duration, e.g. 24h, 7d, 1h30m")]
+DurationQuery = Annotated[str, Query(max_length=32, description="duration, e.g. 24h, 7d, 1h30m")]
 
 
 def _duration(value: str, name: str) -> timedelta:
@@ -84,19 +85,21 @@ def _duration(value: str, name: str) -> timedelta:
 
 async def _effectiveness(rt: RuntimeDep, window: str, since: str) -> EffectivenessReport:
     span, back = _duration(window, "window"), _duration(since, "since")
-    now = rt.repo._clock()
+    now = rt.clock()
     return await effectiveness_report(rt.repo, since=now - back, window=span, now=now)
 
 
 @api_router.get("/effectiveness", dependencies=[KnownQuery])
-async def effectiveness_json(rt: RuntimeDep, window: Duration = "24h", since: Duration = "30d") -> dict[str, Any]:
+async def effectiveness_json(
+    rt: RuntimeDep, window: DurationQuery = "24h", since: DurationQuery = "30d"
+) -> dict[str, JsonValue]:
     """Outcomes (healed, recurred, escalated, open) per playbook, Xid and GPU model; recurrences; rungs."""
     report = await _effectiveness(rt, window, since)
     return report.as_dict()
 
 
 @router.get("/reports/effectiveness", response_class=HTMLResponse)
-async def effectiveness_page(rt: RuntimeDep, window: Duration = "24h", since: Duration = "30d") -> Response:
+async def effectiveness_page(rt: RuntimeDep, window: DurationQuery = "24h", since: DurationQuery = "30d") -> Response:
     try:
         report = await _effectiveness(rt, window, since)
     except RequestValidationError as exc:
