@@ -38,7 +38,7 @@ async def build_record(rt: Runtime, rem: Remediation) -> JsonObject:
     steps: list[JsonObject] = [s.model_dump(mode="json") for s in detail_model.steps]
     audit_rows = [audit_out(e) for e in await repo.list_audit(remediation_id=rem.id, limit=10**9)]
     audit: list[JsonObject] = [e.model_dump(mode="json") for e in audit_rows]
-    now = repo._clock()
+    now = repo.clock()
     approvals: list[JsonValue] = [approval_out(a, r, now).model_dump(mode="json")
                                   for a, r in await repo.list_approvals(remediation_id=rem.id, limit=100000)]
     alerts: list[JsonValue] = [alert_out(a).model_dump(mode="json") for a in await repo.alerts_of(rem.id)]

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, JsonValue
 
 from remediator.domain.plan_snapshot import plan_of
 from remediator.domain.states import phase_of, shown_state
+from remediator.domain.timestamps import as_utc
 from remediator.engine.approval_decisions import approval_status, decision_of
 from remediator.store.models import AlertRow, Approval, AuditEvent, Remediation, StepRow
 
@@ -18,13 +19,8 @@ __all__ = [
 ]
 
 
-def as_utc(value: datetime) -> datetime:
-    """The same instant, timezone-aware in UTC. SQLite hands back naive datetimes (stored in UTC); a client
-    must never have to guess the offset of a timestamp the API gives it."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-# Every datetime of a response model: serialised as ISO 8601 with `+00:00`.
+# Every datetime of a response model: serialised as ISO 8601 with `+00:00` (a client must never have to guess
+# the offset of a timestamp the API gives it; `as_utc` is domain/timestamps.py's, exported here for the routes).
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import jinja2
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
 from remediator.domain.durations import format_duration
+from remediator.domain.timestamps import as_utc
 
 __all__ = ["SECURITY_HEADERS", "STATIC_DIR", "TEMPLATES_DIR", "age", "page", "render"]
 
@@ -35,15 +35,11 @@ SECURITY_HEADERS: Mapping[str, str] = {
 }
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def age(value: datetime | None, now: datetime | None = None) -> str:
     """`12 min ago`, `in 5 min`, `3 h ago`, `2 days ago` (relative to now)."""
     if value is None:
         return ""
-    seconds = ((now or datetime.now(UTC)) - _utc(value)).total_seconds()
+    seconds = ((now or datetime.now(UTC)) - as_utc(value)).total_seconds()
     future, seconds = seconds < 0, abs(seconds)
     if seconds < 45:
         return "just now" if not future else "in a moment"
@@ -64,7 +60,7 @@ def _when(value: datetime | None) -> Markup:
     """An absolute UTC time with its offset, and its age beside it."""
     if value is None:
         return Markup("-")
-    value = _utc(value)
+    value = as_utc(value)
     iso = value.isoformat(timespec="seconds")
     shown = value.strftime("%Y-%m-%d %H:%M:%S") + " UTC+00:00"
     return _WHEN % (iso, shown, age(value))  # `%` escapes each part (`Markup.format` is slower: 200 a list page)
@@ -77,7 +73,7 @@ def _seconds(value: float | None) -> str:
     return format_duration(timedelta(seconds=round(value)))
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def _short(value: object, limit: int = 120) -> str:
     text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -108,9 +104,9 @@ def runbook(state: str) -> str:
 _env.filters["runbook"] = runbook
 
 
-def render(template: str, context: Mapping[str, Any]) -> str:
+def render(template: str, context: Mapping[str, object]) -> str:
     return _env.get_template(template).render(**context)
 
 
-def page(template: str, context: Mapping[str, Any], status_code: int = 200) -> HTMLResponse:
+def page(template: str, context: Mapping[str, object], status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(render(template, context), status_code=status_code, headers=dict(SECURITY_HEADERS))

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -71,7 +71,7 @@ app.add_typer(storm_app, name="storm", rich_help_panel="Against a running contro
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file (same keys as the env)")]
 
 
-def _settings(config: Path | None, **overrides: Any) -> Settings:
+def _settings(config: Path | None, **overrides: object) -> Settings:
     try:
         return load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
     except ConfigError as exc:

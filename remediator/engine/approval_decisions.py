@@ -12,7 +12,7 @@ A request's status has one vocabulary wherever it is shown (API, CLI, UI), `appr
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from remediator.domain.plan_snapshot import stored_playbook_field
@@ -25,17 +25,13 @@ ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "supersed
 APPROVAL_STATUSES: tuple[ApprovalStatus, ...] = ("pending", "approved", "rejected", "expired", "superseded", "closed")
 
 
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def approval_status(approval: Approval, rem: Remediation, now: datetime) -> ApprovalStatus:
     """What a request stands at: its stored decision, else `expired` past its expiry, `pending` while its
     remediation waits for it, `closed` once it no longer does."""
     for known in APPROVAL_STATUSES:
         if approval.decision == known:
             return known
-    if _utc(approval.expires_at) <= _utc(now):
+    if approval.expires_at <= now:
         return "expired"
     return "pending" if rem.state == State.AWAITING_APPROVAL else "closed"
 

@@ -13,9 +13,8 @@ __all__ = ["guardrail_status"]
 async def guardrail_status(rt: Runtime) -> dict[str, Any]:
     settings = rt.settings
     flag = await rt.repo.get_flag(PAUSE_FLAG) or {}
-    async with rt.repo.transaction() as session:
-        quarantined = sorted(await rt.repo.quarantined_nodes(session))
-        recent = await rt.repo.recent_quarantine_starts(session, rt.repo._clock() - settings.quarantine_rate_window)
+    nodes, recent = await rt.repo.quarantine_status(rt.clock() - settings.quarantine_rate_window)
+    quarantined = sorted(nodes)
     held = await rt.repo.held()
     limit = settings.quarantine_limit.resolve(rt.gpu_nodes)
     tripped = any((h.state_reason or "").startswith(("circuit breaker", "rate limit")) for h in held)

@@ -46,7 +46,7 @@ from remediator.tools.plan_only import jsonable, plan_proposal, step_view
 
 __all__ = ["ReplayEntry", "ReplayReport", "render_text", "replay", "replay_database"]
 
-Kind = Literal["unchanged", "would_start", "would_not_start", "changed"]
+DiffKind = Literal["unchanged", "would_start", "would_not_start", "changed"]
 _STARTS = "started"
 
 
@@ -62,7 +62,7 @@ class ReplayEntry:
     labels: dict[str, str]
     actual: dict[str, Any]
     replay: dict[str, Any]
-    kind: Kind = "unchanged"
+    kind: DiffKind = "unchanged"
     changes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -275,7 +275,7 @@ def _step_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> 
     return changes
 
 
-def _classify(actual: Mapping[str, Any], planned: Mapping[str, Any]) -> tuple[Kind, list[str]]:
+def _classify(actual: Mapping[str, Any], planned: Mapping[str, Any]) -> tuple[DiffKind, list[str]]:
     started, would = actual["outcome"] == _STARTS, planned["outcome"] == _STARTS
     if would and not started:
         where = f"; actually {actual['outcome']}"

@@ -14,11 +14,13 @@ audited with that person as the actor.
 from __future__ import annotations
 
 import re
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from starlette.datastructures import FormData
 
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, message_page
@@ -46,7 +48,7 @@ def _token(request: Request) -> tuple[str, str, bool]:
     return csrf.token(nonce, _PURPOSE), nonce, fresh
 
 
-def _answer(request: Request, template: str, context: dict[str, Any]) -> Response:
+def _answer(request: Request, template: str, context: Mapping[str, object]) -> Response:
     token, nonce, fresh = _token(request)
     response = page(template, {"nav_here": "/fleet", "refresh": 0, **context, "csrf": token})
     if fresh:
@@ -54,7 +56,7 @@ def _answer(request: Request, template: str, context: dict[str, Any]) -> Respons
     return response
 
 
-def _text(form: Any, key: str) -> str:
+def _text(form: FormData, key: str) -> str:
     value = form.get(key)
     return value.strip() if isinstance(value, str) else ""
 
@@ -74,7 +76,7 @@ async def pause_form(request: Request, rt: RuntimeDep, who: SignedIn) -> Respons
     })
 
 
-def _pause_in(form: Any, playbooks_known: list[str]) -> tuple[PauseIn, str | None]:
+def _pause_in(form: FormData, playbooks_known: list[str]) -> tuple[PauseIn, str | None]:
     """The form as the API's model (so the page accepts exactly what the API does), and the duration as typed;
     ValueError with a sentence saying what is wrong."""
     scope = _text(form, "scope")
@@ -97,7 +99,7 @@ def _pause_in(form: Any, playbooks_known: list[str]) -> tuple[PauseIn, str | Non
     until = _text(form, "until") or None
     if until is not None and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?", until):
         until += "+00:00"  # the form's local date-time is UTC, as its label says
-    body: dict[str, Any] = {"reason": _text(form, "reason"), "nodes": nodes, "selector": selector,
+    body: dict[str, object] = {"reason": _text(form, "reason"), "nodes": nodes, "selector": selector,
                             "playbooks": playbooks, "for": length, "until": until}
     try:
         return PauseIn.model_validate(body), length
@@ -121,7 +123,7 @@ async def create(request: Request, rt: RuntimeDep, worker: WorkerDep, who: Signe
         body, length = _pause_in(form, _playbook_names(rt))
     except ValueError as exc:
         return message_page("Cannot pause", f"{exc}. Nothing was changed.", 422, link="/fleet/pause")
-    now = rt.repo._clock()
+    now = rt.clock()
     ends = body.ends_at(now)
     if ends is not None and ends <= now:
         return message_page("Cannot pause", "until: must be in the future. Nothing was changed.", 422,

@@ -62,6 +62,6 @@ async def list_approvals(
         decision=None if undecided else status, pending=status in ("pending", "closed"), node=node,
         remediation_id=rem_id, limit=limit if status in (None, "approved", "rejected", "superseded") else 100000,
     )
-    now = repo._clock()
+    now = repo.clock()
     out = [approval_out(a, r, now) for a, r in rows]
     return [o for o in out if status is None or o.status == status][:limit]

@@ -14,8 +14,8 @@ kill switch, plan-only mode and guardrail trips.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Annotated, Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -57,13 +57,13 @@ _DONE: dict[str, str] = {
 }
 
 
-def _definitions_status(rt: Runtime) -> dict[str, Any]:
+def _definitions_status(rt: Runtime) -> dict[str, object]:
     """What `_definitions_banner.html` needs: a refused reload is shown on every page."""
     last = rt.definitions.last_reload
     return {"version": rt.definitions.current.version, "last_reload": last.as_dict() if last is not None else None}
 
 
-async def _banner(rt: Runtime) -> dict[str, Any]:
+async def _banner(rt: Runtime) -> Mapping[str, object]:
     try:
         return await guardrail_status(rt)
     # broad: the banner is decoration; whatever reading the guardrail status raises (store, cluster, a bug) is shown on
