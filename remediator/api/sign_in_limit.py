@@ -29,7 +29,7 @@ __all__ = ["MAX_KEYS", "Refusal", "SignInLimiter"]
 
 MAX_KEYS = 50_000
 
-Kind = Literal["client", "account"]
+LimitKind = Literal["client", "account"]
 
 
 @dataclass
@@ -43,7 +43,7 @@ class _Key:
 class Refusal:
     """Why a sign-in is refused: which key is locked, and for how many more seconds (at least 1)."""
 
-    kind: Kind
+    kind: LimitKind
     retry_after: int
 
 
@@ -87,7 +87,7 @@ class SignInLimiter:
         self, settings: Settings, *, clock: Callable[[], float] = time.monotonic, max_keys: int = MAX_KEYS
     ) -> None:
         lockout_max = settings.sign_in_lockout_max.total_seconds()
-        self._tables: dict[Kind, _Table] = {
+        self._tables: dict[LimitKind, _Table] = {
             "client": _Table(
                 settings.sign_in_client_failures, settings.sign_in_client_window.total_seconds(), lockout_max,
                 max_keys,
@@ -104,7 +104,7 @@ class SignInLimiter:
         now = self._clock()
         by_client = self._tables["client"].locked_for(client, now)
         by_account = self._tables["account"].locked_for(account, now)
-        kind: Kind = "client" if by_client >= by_account else "account"
+        kind: LimitKind = "client" if by_client >= by_account else "account"
         wait = max(by_client, by_account)
         return Refusal(kind, max(1, math.ceil(wait))) if wait > 0 else None
 
