@@ -10,7 +10,7 @@ is not configured is not shown.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 from remediator.domain.plan_snapshot import plan_of
@@ -53,7 +53,7 @@ def _quote_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def silence_matchers(labels: Mapping[str, Any], node: str | None) -> str:
+def silence_matchers(labels: Mapping[str, object], node: str | None) -> str:
     """`{alertname="..",Hostname=".."}`: the alert name and the label that names the node."""
     parts = []
     if labels.get("alertname"):
@@ -67,7 +67,7 @@ def silence_matchers(labels: Mapping[str, Any], node: str | None) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def silence_link(settings: Settings, labels: Mapping[str, Any], node: str | None) -> str | None:
+def silence_link(settings: Settings, labels: Mapping[str, object], node: str | None) -> str | None:
     """Alertmanager's new-silence form, prefilled with the alert's name and node."""
     base = http_link(settings.alertmanager_url)
     if base is None:
@@ -87,7 +87,7 @@ def grafana_link(settings: Settings, node: str | None, gpu: str | None) -> str |
     return f"{base.rstrip('/')}{path}{'&' if '?' in path else '?'}{urlencode(query)}"
 
 
-def _xid(plan_xid: Any, labels: Mapping[str, Any]) -> dict[str, Any] | None:
+def _xid(plan_xid: object, labels: Mapping[str, str]) -> Mapping[str, object] | None:
     """The plan's Xid entry when it has a code, else the alert's `xid` label."""
     if isinstance(plan_xid, dict) and plan_xid.get("code") is not None:
         return plan_xid
@@ -95,7 +95,7 @@ def _xid(plan_xid: Any, labels: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"code": code, "description": None, "resolution": None} if code else None
 
 
-def remediation_facts(settings: Settings, rem: Remediation, generator_url: str | None) -> dict[str, Any]:
+def remediation_facts(settings: Settings, rem: Remediation, generator_url: str | None) -> dict[str, object]:
     """Severity, Xid and outbound links of one remediation, for the list and detail pages."""
     labels = rem.alert_labels or {}
     gpu = rem.gpu_index if rem.gpu_index not in (None, "") else rem.gpu_uuid
@@ -108,7 +108,7 @@ def remediation_facts(settings: Settings, rem: Remediation, generator_url: str |
     }
 
 
-def list_facts(line: RemediationSummary) -> dict[str, Any]:
+def list_facts(line: RemediationSummary) -> dict[str, object]:
     """Severity and Xid of one line of the list (the index shows no links), as `remediation_facts` has them."""
     labels = line.alert_labels or {}
     return {"severity": labels.get("severity"), "xid": _xid(line.plan_xid, labels)}

@@ -8,14 +8,16 @@ of that version, from memory or from the store (every version a remediation used
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import JsonValue
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
+from remediator.domain.json_values import JsonObject
 from remediator.engine.reload import DefinitionsReloader
 from remediator.engine.runtime import Runtime
 
@@ -45,30 +47,30 @@ def yaml_stream(version: str, files: dict[str, str]) -> str:
     return "".join(parts)
 
 
-def status_of(rt: Runtime, reloader: DefinitionsReloader) -> dict[str, Any]:
+def status_of(rt: Runtime, reloader: DefinitionsReloader) -> JsonObject:
     holder = rt.definitions
     defs = holder.current
     last = holder.last_reload
     return {
         "version": defs.version,
         "loaded_at": holder.loaded_at[defs.version].isoformat(),
-        "files": sorted(defs.sources),
+        "files": [*sorted(defs.sources)],
         "rules": [
             {"name": r.name, "playbook": r.playbook, "priority": r.priority, "enabled": r.enabled}
             for r in defs.rules
         ],
-        "playbooks": sorted(defs.playbooks),
+        "playbooks": [*sorted(defs.playbooks)],
         "directories": {"rules": str(rt.settings.rules_dir), "playbooks": str(rt.settings.playbooks_dir)},
         "watching": reloader.watching,
         "watch_interval_seconds": rt.settings.definitions_watch_interval.total_seconds(),
         "last_reload": last.as_dict() if last is not None else None,
         "last_reload_ok": last is None or last.ok,
-        "in_memory": list(reversed(holder.history)),
+        "in_memory": [*reversed(holder.history)],
     }
 
 
 @router.get("")
-async def definitions(request: Request, rt: RuntimeDep) -> dict[str, Any]:
+async def definitions(request: Request, rt: RuntimeDep) -> dict[str, JsonValue]:
     body = status_of(rt, get_reloader(request))
     body["stored"] = [
         {"version": v, "stored_at": ts.isoformat()} for v, ts in await rt.repo.list_definition_versions(50)

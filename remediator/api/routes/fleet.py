@@ -9,10 +9,11 @@ service and how many more quarantines may start (engine/fleet.py says how each i
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import HTMLResponse, Response
+from pydantic import JsonValue
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.query_check import KnownQuery
@@ -21,6 +22,7 @@ from remediator.api.schemas import as_utc
 from remediator.api.signin import SignedIn, require_sign_in
 from remediator.api.templating import page
 from remediator.api.ui_facts import display_state
+from remediator.domain.json_values import JsonObject, jsonable
 from remediator.engine.fleet import Fleet, NodeRow, fleet_view
 from remediator.store.models import Remediation
 
@@ -30,7 +32,7 @@ api_router = APIRouter(prefix="/api/v1", dependencies=[Auth], tags=["fleet"])
 router = APIRouter(tags=["ui"], include_in_schema=False, dependencies=[Depends(require_sign_in)])
 
 
-def _rem(rem: Remediation) -> dict[str, Any]:
+def _rem(rem: Remediation) -> JsonObject:
     return {
         "id": rem.id, "playbook": rem.playbook, "state": display_state(rem), "gpu_uuid": rem.gpu_uuid,
         "gpu_index": rem.gpu_index, "created_at": as_utc(rem.created_at).isoformat(),
@@ -39,25 +41,34 @@ def _rem(rem: Remediation) -> dict[str, Any]:
     }
 
 
-def _gpus(n: NodeRow) -> dict[str, Any] | None:
+def _gpus(n: NodeRow) -> JsonObject | None:
     f = n.facts
     if f is None:
         return None
     return {"health": n.gpu_health, "gpus": f.gpus, "allocatable": f.gpus_allocatable, "condition": f.gpu_healthy,
-            "cordoned": f.unschedulable, "taints": n.quarantine_taints}
+            "cordoned": f.unschedulable, "taints": [*n.quarantine_taints]}
 
 
-def _pauses(guardrails: dict[str, Any]) -> dict[str, Any]:
+def _pauses(guardrails: Mapping[str, object]) -> JsonObject:
     return {
-        "all": {"paused": True, "by": guardrails.get("paused_by"), "reason": guardrails.get("paused_reason")}
+        "all": {"paused": True, "by": _text(guardrails.get("paused_by")),
+                "reason": _text(guardrails.get("paused_reason"))}
         if guardrails.get("paused") else None,
-        "scoped": list(guardrails.get("pauses") or []),
+        "scoped": [jsonable(p) for p in _items(guardrails.get("pauses"))],
     }
 
 
-def fleet_json(fleet: Fleet) -> dict[str, Any]:
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _items(value: object) -> list[object]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def fleet_json(fleet: Fleet) -> JsonObject:
     return {
-        "counts": fleet.counts,
+        "counts": {**fleet.counts},
         "headroom": fleet.headroom,
         "window_seconds": fleet.window.total_seconds(),
         "inventory": fleet.inventory,
@@ -66,7 +77,7 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
         "nodes": [
             {
                 "node": n.node,
-                "flags": n.flags,
+                "flags": [*n.flags],
                 "in_quarantine": n.in_quarantine,
                 "gpus": _gpus(n),
                 "quarantined": [_rem(r) for r in n.quarantined],
@@ -81,7 +92,7 @@ def fleet_json(fleet: Fleet) -> dict[str, Any]:
 
 
 @api_router.get("/fleet", dependencies=[KnownQuery])
-async def fleet_api(rt: RuntimeDep) -> dict[str, Any]:
+async def fleet_api(rt: RuntimeDep) -> dict[str, JsonValue]:
     return fleet_json(await fleet_view(rt))
 
 

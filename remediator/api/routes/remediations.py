@@ -4,10 +4,10 @@ and a reason (required to cancel and to return); engine/overrides.py records and
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, JsonValue, field_validator
 
 from remediator.api.deps import Auth, RepoDep, RuntimeDep, WorkerDep
 from remediator.api.incident import build_record
@@ -125,7 +125,7 @@ async def get_remediation(rem_id: str, rt: RuntimeDep) -> RemediationDetail:
 
 
 @router.get("/{rem_id}/record", responses={404: {}})
-async def get_record(rem_id: str, rt: RuntimeDep) -> dict[str, Any]:
+async def get_record(rem_id: str, rt: RuntimeDep) -> dict[str, JsonValue]:
     """The whole incident record of one remediation (what `remediator describe -o json` prints): the
     remediation with every step, its timeline, its audit rows and the chain segment that verifies them, its
     approval requests, the stored alert payloads, the node and pods as recorded (and the node now, when the

@@ -17,10 +17,12 @@ link, page or API, is told who decided first.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.datastructures import FormData
 
 from remediator.api.deps import RuntimeDep, WorkerDep
 from remediator.api.routes.approvals import csrf_of, header_identity, identity_of, message_page
@@ -31,6 +33,7 @@ from remediator.engine.approvals import Approvals, hash_token
 from remediator.engine.runtime import Runtime
 from remediator.engine.storm_control import DECISIONS, decide_storm, describe_decision
 from remediator.engine.worker import Wakes
+from remediator.store.storm_records import StormRecord
 
 __all__ = ["link_router", "router", "storm_overview"]
 
@@ -53,7 +56,7 @@ def _link_purpose(token: str) -> str:
     return f"storm-link:{hash_token(token)}"
 
 
-def _reason(form: Any) -> tuple[str | None, str | None]:
+def _reason(form: FormData) -> tuple[str | None, str | None]:
     """(the reason, None) or (None, why it is not accepted)."""
     value = form.get("reason")
     reason = value.strip() if isinstance(value, str) else ""
@@ -62,7 +65,7 @@ def _reason(form: Any) -> tuple[str | None, str | None]:
     return reason, None
 
 
-async def storm_overview(rt: Runtime) -> list[dict[str, Any]]:
+async def storm_overview(rt: Runtime) -> list[dict[str, object]]:
     """The storms not closed, with what each holds now (the fleet page's include)."""
     storms = await rt.repo.list_storms(include_closed=False)
     holds = await rt.repo.storm_holds([s["id"] for s in storms])
@@ -70,8 +73,10 @@ async def storm_overview(rt: Runtime) -> list[dict[str, Any]]:
              "phrase": nodes_phrase(s["cause"]["key"], s["cause"]["value"])} for s in storms]
 
 
-async def _storm_context(rt: Runtime, storm: dict[str, Any]) -> dict[str, Any]:
-    candidates = [c for c in (storm.get("analysis") or {}).get("candidates") or [] if isinstance(c, dict)]
+async def _storm_context(rt: Runtime, storm: StormRecord) -> dict[str, object]:
+    analysis = storm["analysis"] or {}
+    listed, notes = analysis.get("candidates"), analysis.get("notes")
+    candidates = [c for c in (listed if isinstance(listed, list) else []) if isinstance(c, dict)]
     held = (await rt.repo.storm_holds([storm["id"]])).get(storm["id"], [])
     events = await rt.repo.storm_events(storm["id"])
     return {
@@ -79,11 +84,11 @@ async def _storm_context(rt: Runtime, storm: dict[str, Any]) -> dict[str, Any]:
         "tested": [c for c in candidates if c.get("p_value") is not None],
         "described": [c for c in candidates if c.get("p_value") is None],
         "phrase": nodes_phrase(storm["cause"]["key"], storm["cause"]["value"]),
-        "notes": list((storm.get("analysis") or {}).get("notes") or []),
+        "notes": list(notes) if isinstance(notes, list) else [],
     }
 
 
-def _answer(request: Request, template: str, context: dict[str, Any], purpose: str, status_code: int = 200
+def _answer(request: Request, template: str, context: Mapping[str, object], purpose: str, status_code: int = 200
             ) -> Response:
     csrf = csrf_of(request)
     nonce, fresh = csrf.nonce(request)
@@ -156,7 +161,7 @@ async def storm_decision(storm_id: str, request: Request, rt: RuntimeDep, worker
     return await _decide(rt, worker, storm_id, decision, who, reason, back, f"{back}?done={decision}")
 
 
-def _decided(storm: dict[str, Any], back: str) -> Response:
+def _decided(storm: Mapping[str, object], back: str) -> Response:
     by = f" by {storm['decided_by']}" if storm.get("decided_by") else ""
     return message_page("Already decided", f"Storm {storm['id']} is {storm['state']}{by}; nothing was decided.",
                         409, link=back)
@@ -177,7 +182,7 @@ async def _decide(rt: Runtime, worker: Wakes | None, storm_id: str, decision: st
 # -- the approve-group link (its token stands in for a sign-in, for this storm only) -------------------------
 
 
-async def _link_storm(storm_id: str, token: str, rt: Runtime) -> dict[str, Any] | Response:
+async def _link_storm(storm_id: str, token: str, rt: Runtime) -> StormRecord | Response:
     if len(token) != 43 or not token.replace("-", "").replace("_", "").isalnum():
         return message_page("Link not valid", "This is not a valid storm link (it may have been cut off).", 400)
     storm = await rt.repo.storm_by_link(storm_id, hash_token(token))
@@ -186,7 +191,7 @@ async def _link_storm(storm_id: str, token: str, rt: Runtime) -> dict[str, Any] 
     return storm
 
 
-async def _link_page(request: Request, rt: Runtime, storm: dict[str, Any], token: str, *, status_code: int = 200,
+async def _link_page(request: Request, rt: Runtime, storm: StormRecord, token: str, *, status_code: int = 200,
                      notice: str | None = None, error: str | None = None, typed: str = "") -> Response:
     identity = await header_identity(request, rt)
     context = await _storm_context(rt, storm)
@@ -249,7 +254,8 @@ async def link_decision(storm_id: str, token: str, request: Request, rt: Runtime
                                        "nothing was decided.")
     if worker is not None:
         worker.wake()
-    count = len(record.get("released") or record.get("cancelled") or [])
+    ids = record.get("released") or record.get("cancelled")
+    count = len(ids) if isinstance(ids, list) else 0
     verb = "released" if decision == "approved" else "cancelled"
     return await _link_page(request, rt, record, token,
                             notice=f"Recorded: {decision} by {who}; {count} held remediation"

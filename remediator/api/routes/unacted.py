@@ -9,10 +9,11 @@ Alertmanager payload (`GET /alerts/{id}/payload.json`) to run through `remediato
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, Response
+from pydantic import JsonValue
 
 from remediator.api.deps import Auth, RuntimeDep
 from remediator.api.query_check import KnownQuery
@@ -54,10 +55,10 @@ def simulate_command(item: Unacted) -> str:
 
 
 @api_router.get("/unacted", dependencies=[KnownQuery])
-async def unacted_api(rt: RuntimeDep, reason: Reason = None, limit: Limit = 200) -> list[dict[str, Any]]:
+async def unacted_api(rt: RuntimeDep, reason: Reason = None, limit: Limit = 200) -> list[dict[str, JsonValue]]:
     """Alerts that started nothing (or whose remediation changed nothing), newest first, with the reason."""
     items = await unacted_alerts(rt, reason=_reason(reason), limit=limit)
-    return [{**i.as_dict(), "links": _links(rt, i), "simulate": simulate_command(i)} for i in items]
+    return [{**i.as_dict(), "links": {**_links(rt, i)}, "simulate": simulate_command(i)} for i in items]
 
 
 @router.get("/alerts/ignored", response_class=HTMLResponse)
