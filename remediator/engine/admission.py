@@ -24,7 +24,7 @@ from remediator.domain.pauses import ActivePause, held_by
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.states import Event, State
 from remediator.engine.admissions import AdmissionQueue
-from remediator.engine.gpu_context import ContextPrefetch
+from remediator.engine.early_contexts import ContextPrefetch
 from remediator.engine.moves import move, notify
 from remediator.engine.planning import quarantines as playbook_quarantines
 from remediator.engine.planning import target_of

@@ -23,8 +23,8 @@ from remediator.actions.context import Gathered
 from remediator.definitions import Playbook
 from remediator.engine.admission import admit
 from remediator.engine.admissions import AdmissionQueue
+from remediator.engine.early_contexts import ContextPrefetch
 from remediator.engine.forward_steps import ForwardSteps
-from remediator.engine.gpu_context import ContextPrefetch
 from remediator.engine.planning import stored_variables
 from remediator.engine.remediation_context import read_context
 from remediator.engine.remediation_driver import drive, remediation_log_fields

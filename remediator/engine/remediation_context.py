@@ -3,7 +3,7 @@
 The node and its pods with their owners come from the Kubernetes API (remediator/actions/context.py:
 `gather`); for an alert that names a GPU, the node agent (sidecar) says which pods use that GPU (and, for a
 MIG GPU instance, which use that instance), else the alert's own pod label (dcgm-exporter) narrows them. The
-worker reads it ahead while the decision commits (engine/gpu_context.py); the admission stores it.
+worker reads it ahead while the decision commits (engine/early_contexts.py); the admission stores it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remediator.engine.gpu_context import ContextPrefetch
+from remediator.engine.early_contexts import ContextPrefetch
 from tests.engine.conftest import Cluster, MakeCluster
 from tests.engine.test_claimed_rows import record_calls
 from tests.engine.test_pipeline import gpu_node
