@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import httpx
 import uvicorn
@@ -108,7 +108,7 @@ def prepare_definitions(workdir: Path) -> tuple[Path, Path, Override]:
     shutil.copytree(BUNDLED_DIR / "playbooks", playbooks)
     shipped = shipped_playbook()
     gated_name = f"{shipped}-approval"
-    rule: dict[str, Any] = {**_DEMO_RULE, "playbook": gated_name}
+    rule: dict[str, object] = {**_DEMO_RULE, "playbook": gated_name}
     source = playbooks / f"{shipped}.yaml"
     text = source.read_text() if source.is_file() else ""
     name_line = re.compile(rf"^name:[ \t]*{re.escape(shipped)}[ \t]*$", re.MULTILINE)

@@ -11,12 +11,13 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
 from remediator.cli.operator import EXIT_USAGE, IdArg, ServerOpt, _fail, _session
+from remediator.domain.json_values import JsonObject
 from remediator.store.incident_archive import archive_name, audit_line, pack
 
 __all__ = ["bundle", "export_audit"]
@@ -52,15 +53,18 @@ def bundle(
     typer.echo(f"wrote {target} ({len(data)} bytes): incident record of remediation {full}")
 
 
+_PAGE = 10000  # audit rows asked for per request
+
+
 def export_audit(
     server: str | None, *, since: datetime | None, until: datetime | None, node: str | None,
     remediation: str | None, write: Callable[[str], None],
 ) -> int:
     """`remediator audit export --server`: the audit rows through the controller's API, page by page, one JSON line
     each with its timestamp in ISO 8601 with `+00:00`. Returns how many were written."""
-    params: dict[str, Any] = {
+    params: JsonObject = {
         "since": since.isoformat() if since else None, "until": until.isoformat() if until else None,
-        "node": node, "remediation": remediation, "limit": 10000,
+        "node": node, "remediation": remediation, "limit": _PAGE,
     }
     after, count = 0, 0
     with _session(server) as session:
@@ -69,6 +73,6 @@ def export_audit(
             for row in rows:
                 write(audit_line(row))
             count += len(rows)
-            if len(rows) < params["limit"]:
+            if len(rows) < _PAGE:
                 return count
             after = int(rows[-1]["id"])
