@@ -10,7 +10,6 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import yaml
 
@@ -35,7 +34,7 @@ NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
 SHORT_ID = 8
 REASON_WIDTH = 60
 
-Row = dict[str, Any]
+Row = Mapping[str, object]  # one object of an API answer, read through the narrowing helpers here
 Column = tuple[str, Callable[[Row, datetime], str]]
 
 
@@ -113,6 +112,26 @@ def _node_of_labels(labels: object) -> str:
     return ""
 
 
+def _obj(value: object) -> Row:
+    """A JSON object of the answer, or an empty one for anything else."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: object) -> list[object]:
+    """The items of a JSON list of the answer, or none for anything else."""
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _objs(value: object) -> list[Row]:
+    """The JSON objects of a list of the answer."""
+    return [item for item in _items(value) if isinstance(item, Mapping)]
+
+
+def _int(value: object) -> int:
+    """A JSON number (or digits) of the answer; 0 for none."""
+    return int(value) if isinstance(value, int | float | str) and value else 0
+
+
 def _gpu(row: Row) -> str:
     uuid, index = row.get("gpu_uuid"), row.get("gpu_index")
     if uuid and index not in (None, ""):
@@ -182,15 +201,15 @@ _ALERTS: list[Column] = [
 ]
 _ALERTS_WIDE: list[Column] = [
     *_ALERTS,
-    ("GPU", lambda r, _n: str((r.get("labels") or {}).get("UUID") or (r.get("labels") or {}).get("gpu") or "")),
+    ("GPU", lambda r, _n: str(_obj(r.get("labels")).get("UUID") or _obj(r.get("labels")).get("gpu") or "")),
     ("FINGERPRINT", _field("fingerprint")),
     ("RECEIVED (UTC)", lambda r, _n: utc(r.get("received_at"))),
     ("NOTE", lambda r, _n: truncate(_silence_note(r), 160) if r.get("silence") else truncate(r.get("note"))),
 ]
 _SILENCES: list[Column] = [
     ("ID", _field("id")),
-    ("MATCHERS", lambda r, _n: " ".join(_matcher(m) for m in r.get("matchers") or [])),
-    ("STATE", lambda r, _n: str((r.get("status") or {}).get("state") or "")),
+    ("MATCHERS", lambda r, _n: " ".join(_matcher(m) for m in _items(r.get("matchers")))),
+    ("STATE", lambda r, _n: str(_obj(r.get("status")).get("state") or "")),
     ("STARTS (UTC)", lambda r, _n: utc(r.get("startsAt"))),
     ("ENDS (UTC)", lambda r, _n: utc(r.get("endsAt"))),
     ("CREATED BY", _field("createdBy")),
@@ -287,10 +306,10 @@ def _mapping(title: str, values: object) -> list[str]:
 
 
 def _steps(rem: Row) -> list[str]:
-    rows: list[Row] = list(rem.get("steps") or [])
+    rows = _objs(rem.get("steps"))
     forward = {s.get("index"): s for s in rows if s.get("phase") == "forward"}
     lines: list[list[str]] = []
-    planned: list[Row] = list(rem.get("planned_steps") or [])
+    planned = _objs(rem.get("planned_steps"))
     for plan in planned:
         done = forward.pop(plan.get("index"), None) or {}
         gate = "required" if plan.get("approval") else ""
@@ -312,13 +331,13 @@ def _steps(rem: Row) -> list[str]:
 
 def _return_gate(rem: Row) -> list[str]:
     """What must happen before the target returns to service, in order (the playbook's return gate)."""
-    gate: list[Row] = [g for g in rem.get("return_gate") or [] if isinstance(g, dict)]
+    gate: list[Row] = [g for g in _items(rem.get("return_gate")) if isinstance(g, dict)]
     if not gate:
         return ["Return gate:  <none> (the undo runs as soon as the return starts)"]
     lines = ["Return gate (before the node returns to service):"]
     for g in gate:
         status = f" [{g.get('status')}]" if g.get("status") else ""
-        lines.append(f"  {g.get('index', 0) + 1}. {g.get('name')} ({g.get('action')}){status}: {g.get('says')}")
+        lines.append(f"  {_int(g.get('index')) + 1}. {g.get('name')} ({g.get('action')}){status}: {g.get('says')}")
     return lines
 
 
@@ -326,7 +345,7 @@ def _approvals(rem: Row, approvals: list[Row], now: datetime) -> list[str]:
     if not approvals:
         return []
     lines = ["Approvals:"]
-    for a in sorted(approvals, key=lambda x: int(x.get("id") or 0)):
+    for a in sorted(approvals, key=lambda x: _int(x.get("id"))):
         step = f"step {a.get('step_index')} ({a.get('step_name')})"
         if a.get("status") == "pending":
             expires = parse_ts(a.get("expires_at"))
