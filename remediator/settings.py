@@ -11,7 +11,7 @@ import ipaddress
 import re
 from datetime import time, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
@@ -38,7 +38,7 @@ CommaList = Annotated[list[str], NoDecode]
 TcpPort = Annotated[int, Field(ge=1, le=65535, description="a TCP port (1-65535)")]
 
 
-def _split(value: Any) -> Any:
+def _split(value: object) -> object:
     if isinstance(value, str):
         return [p.strip() for p in value.split(",") if p.strip()]
     return value
@@ -235,12 +235,12 @@ class Settings(BaseSettings):
 
     @field_validator("ui_tokens", "trusted_proxies", mode="before")
     @classmethod
-    def _sign_in_lists(cls, value: Any) -> Any:
+    def _sign_in_lists(cls, value: object) -> object:
         return _split(value)
 
     @field_validator("slack_response_url_hosts", mode="before")
     @classmethod
-    def _response_url_hosts_list(cls, value: Any) -> Any:
+    def _response_url_hosts_list(cls, value: object) -> object:
         return _split(value)
 
     @field_validator("slack_response_url_hosts")
@@ -252,7 +252,7 @@ class Settings(BaseSettings):
 
     @field_validator("notify_budget", mode="before")
     @classmethod
-    def _notify_budget(cls, value: Any) -> timedelta:
+    def _notify_budget(cls, value: object) -> timedelta:
         duration = parse_duration(value)
         if duration > timedelta(days=1):
             raise ValueError("NOTIFY_BUDGET is at most 1d (0 sends each message once, without retries)")
@@ -260,19 +260,19 @@ class Settings(BaseSettings):
 
     @field_validator("worker_process", mode="before")
     @classmethod
-    def _worker_process(cls, value: Any) -> Any:
+    def _worker_process(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in ("", "auto"):
             return None  # auto: on for a SQLite file, off otherwise
         return value
 
     @field_validator("session_ttl", mode="before")
     @classmethod
-    def _session_ttl(cls, value: Any) -> timedelta:
+    def _session_ttl(cls, value: object) -> timedelta:
         return parse_duration(value)
 
     @field_validator("sign_in_account_window", "sign_in_client_window", "sign_in_lockout_max", mode="before")
     @classmethod
-    def _sign_in_windows(cls, value: Any) -> timedelta:
+    def _sign_in_windows(cls, value: object) -> timedelta:
         duration = parse_duration(value)
         if duration.total_seconds() < 1:
             raise ValueError("sign-in limit windows and the maximum lockout are at least 1s")
@@ -305,7 +305,7 @@ class Settings(BaseSettings):
         "exporter_pod_prefixes", "escalation_ladder", mode="before",
     )
     @classmethod
-    def _comma_lists(cls, value: Any) -> Any:
+    def _comma_lists(cls, value: object) -> object:
         return _split(value)
 
     @field_validator(
@@ -317,12 +317,12 @@ class Settings(BaseSettings):
         "definitions_load_timeout", mode="before",
     )
     @classmethod
-    def _durations(cls, value: Any) -> timedelta:
+    def _durations(cls, value: object) -> timedelta:
         return parse_duration(value)
 
     @field_validator("alert_retention", "audit_retention", "prune_interval", "audit_head_interval", mode="before")
     @classmethod
-    def _optional_durations(cls, value: Any) -> timedelta | None:
+    def _optional_durations(cls, value: object) -> timedelta | None:
         return None if value is None or value == "" else parse_duration(value)
 
     @field_validator("audit_key")
@@ -426,9 +426,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+def load_settings(config_file: Path | None = None, **overrides: object) -> Settings:
     """Settings from an optional YAML file, then the environment, then explicit overrides."""
-    file_values: dict[str, Any] = {}
+    file_values: dict[str, object] = {}
     if config_file is not None:
         try:
             loaded = yaml.safe_load(config_file.read_text())

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from remediator.definitions.models import Playbook
+from remediator.domain.json_values import JsonObject
 from remediator.intake.normalize import ALERT_FIELDS, GpuAlert
 
 __all__ = [
@@ -46,7 +47,7 @@ class HasPlan(Protocol):
     """A remediation row, or anything else that carries a stored plan."""
 
     @property
-    def plan(self) -> Any: ...
+    def plan(self) -> object: ...
 
 
 class XidFacts(BaseModel):
@@ -71,12 +72,12 @@ class Escalation(BaseModel):
     rung: int | None = None
     ladder: list[str] = Field(default_factory=list)
     recurrence_seconds: float | None = None
-    history: list[dict[str, Any]] = Field(default_factory=list)
-    gate: dict[str, Any] | None = None
+    history: list[dict[str, JsonValue]] = Field(default_factory=list)
+    gate: dict[str, JsonValue] | None = None
     # Set by a failed gate only: the gate's own words.
     why: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """The keys as written (only those that were set, by their stored names)."""
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
@@ -97,24 +98,24 @@ class RemediationPlan(BaseModel):
     escalation: Escalation | None = None
 
     @property
-    def xid_json(self) -> dict[str, Any]:
+    def xid_json(self) -> JsonObject:
         """The Xid facts as stored (the `xid` variable of templates)."""
         return self.xid.model_dump(mode="json", exclude_unset=True)
 
     @property
-    def escalation_json(self) -> dict[str, Any] | None:
+    def escalation_json(self) -> JsonObject | None:
         return self.escalation.as_json() if self.escalation is not None else None
 
 
-def plan_json(plan: RemediationPlan, playbook_json: Mapping[str, Any]) -> dict[str, Any]:
+def plan_json(plan: RemediationPlan, playbook_json: JsonObject) -> JsonObject:
     """The JSON stored for `plan`; `playbook_json` is its playbook dumped (callers cache that dump)."""
-    stored: dict[str, Any] = {
+    stored: JsonObject = {
         "playbook": playbook_json,
         "alert": plan.alert.as_json(),
         "xid": plan.xid_json,
         "require_approval": plan.require_approval,
         "cooldown_seconds": plan.cooldown_seconds,
-        "versions": dict(plan.versions or {}),
+        "versions": {**(plan.versions or {})},
     }
     if plan.escalation is not None:
         stored["escalation"] = plan.escalation.as_json()
@@ -134,8 +135,8 @@ def playbook_of(rem: HasPlan) -> Playbook:
     return playbook
 
 
-def read_plan(raw: Any) -> RemediationPlan:
-    data: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+def read_plan(raw: object) -> RemediationPlan:
+    data: Mapping[str, object] = raw if isinstance(raw, Mapping) else {}
     cooldown = data.get("cooldown_seconds")
     versions = data.get("versions")
     return RemediationPlan(
@@ -150,14 +151,14 @@ def read_plan(raw: Any) -> RemediationPlan:
     )
 
 
-def stored_alert_field(raw: Any, name: str) -> Any:
+def stored_alert_field(raw: object, name: str) -> Any:
     """One field (a `GpuAlert` field name) of the alert in a stored plan, without parsing the rest."""
     if name not in _ALERT_FIELDS:
         raise ValueError(f"GpuAlert has no field {name!r}")
     return _section(raw, "alert").get(name)
 
 
-def stored_playbook_field(raw: Any, name: str) -> Any:
+def stored_playbook_field(raw: object, name: str) -> Any:
     """One field (a `Playbook` field name) of the playbook in a stored plan, without parsing the rest: also
     read from a playbook snapshot that no longer parses whole."""
     if name not in Playbook.model_fields:
@@ -165,7 +166,7 @@ def stored_playbook_field(raw: Any, name: str) -> Any:
     return _section(raw, "playbook").get(name)
 
 
-def stored_xid_code(raw: Any) -> Any:
+def stored_xid_code(raw: object) -> Any:
     """The Xid code in a stored plan, without parsing the rest."""
     return _section(raw, "xid").get("code")
 
@@ -173,17 +174,17 @@ def stored_xid_code(raw: Any) -> Any:
 # -- tolerant parsing ---------------------------------------------------------------------------------------
 
 _ALERT_FIELDS = frozenset(ALERT_FIELDS)
-_ALERT_REQUIRED: dict[str, Any] = {
+_ALERT_REQUIRED: dict[str, str | None] = {
     "alertname": "", "status": "", "fingerprint": "", "kind": "", "node": None, "node_source": None,
 }
 
 
-def _section(raw: Any, key: str) -> Mapping[str, Any]:
+def _section(raw: object, key: str) -> Mapping[str, object]:
     value = raw.get(key) if isinstance(raw, Mapping) else None
     return value if isinstance(value, Mapping) else {}
 
 
-def _alert(raw: Any) -> GpuAlert:
+def _alert(raw: object) -> GpuAlert:
     data = raw if isinstance(raw, Mapping) else {}
     return GpuAlert(**{**_ALERT_REQUIRED, **{k: v for k, v in data.items() if k in _ALERT_FIELDS}})
 
@@ -191,7 +192,7 @@ def _alert(raw: Any) -> GpuAlert:
 _M = TypeVar("_M", bound=BaseModel)
 
 
-def _parsed(model: type[_M], raw: Any) -> _M | None:
+def _parsed(model: type[_M], raw: object) -> _M | None:
     if not isinstance(raw, Mapping):
         return None
     try:

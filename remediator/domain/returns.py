@@ -10,7 +10,7 @@ A skipped gate step is recorded `skipped`, with who skipped it and why; every un
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 __all__ = [
     "REBOOT_ACTIONS", "SKIPS", "Skip", "gate_step_kind", "return_reason", "returned_reason", "skip_of",
@@ -40,18 +40,19 @@ def return_reason(actor: str, reason: str, skip: Iterable[str]) -> str:
     return f"return to service requested by {actor}: {reason}{_skipped_text(skip)}"
 
 
-def returned_reason(request: Mapping[str, Any]) -> str:
+def returned_reason(request: Mapping[str, object]) -> str:
     """The state reason once returned."""
     return f"returned to service by {request.get('actor')}: {request.get('reason')}{_skipped_text(skip_of(request))}"
 
 
-def skip_of(request: Mapping[str, Any] | None) -> frozenset[str]:
+def skip_of(request: Mapping[str, object] | None) -> frozenset[str]:
     """The skips of a stored return request (none for no request)."""
     if not request:
         return frozenset()
-    return frozenset(str(s) for s in request.get("skip") or () if s in SKIPS)
+    skip = request.get("skip")
+    return frozenset(str(s) for s in (skip if isinstance(skip, list | tuple) else ()) if s in SKIPS)
 
 
-def skipped_note(request: Mapping[str, Any], kind: str) -> str:
+def skipped_note(request: Mapping[str, object], kind: str) -> str:
     """Why a gate step was skipped, as its step row and the timeline say it."""
     return f"skipped by the return to service {request.get('actor')} asked for ({kind}): {request.get('reason')}"

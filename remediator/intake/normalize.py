@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
+from remediator.domain.json_values import JsonObject
 from remediator.kube.object_names import object_name_problem
 
 __all__ = [
@@ -58,13 +59,13 @@ class GpuAlert:
     annotations: Mapping[str, str] = field(default_factory=dict)
     node_problem: str | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         """The alert as a remediation's plan stores it: what `dataclasses.asdict` gives, without its generic
         deep copy (every field is a string, a number or None but the two label maps, copied here). A storm
         stores one per remediation, and `asdict` was ~85 us of each alert's decision."""
-        stored = {name: getattr(self, name) for name in ALERT_FIELDS}
-        stored["labels"] = dict(self.labels)
-        stored["annotations"] = dict(self.annotations)
+        stored: JsonObject = {name: getattr(self, name) for name in ALERT_FIELDS}
+        stored["labels"] = {**self.labels}
+        stored["annotations"] = {**self.annotations}
         return stored
 
 

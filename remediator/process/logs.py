@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from typing import Any
+from typing import TextIO
 
 __all__ = [
     "CONTEXT_FIELDS", "QUIET_LOGGERS", "CancelledResetFilter", "ContextFilter", "JsonFormatter", "configure_logging",
@@ -78,7 +78,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record; the timestamp is UTC with its offset."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, str] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
@@ -104,7 +104,7 @@ class _TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(known)}]" if known else line
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text", *, stream: Any = None) -> logging.Handler:
+def configure_logging(level: str = "INFO", fmt: str = "text", *, stream: TextIO | None = None) -> logging.Handler:
     """Replace the root handlers with one handler in the chosen format; quiet third-party INFO chatter."""
     root = logging.getLogger()
     for handler in list(root.handlers):
