@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -23,6 +23,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from remediator.domain.json_values import JsonObject
 from remediator.errors import GpuNotFound
 from remediator.sidecar.bugreport import BugReporter
 from remediator.sidecar.checkpoint import read_device_owners
@@ -151,20 +152,18 @@ def _routes() -> APIRouter:
 
     @router.get("/gpus", response_model_exclude_unset=True)
     async def list_gpus(sidecar: SidecarDep) -> GpuInventory:
-        def work(nvml: Nvml) -> dict[str, Any]:
-            return {
-                "driver_version": nvml.driver_version(),
-                "nvml_version": nvml.nvml_version(),
-                "gpus": snapshot_all(nvml),
-            }
+        def work(nvml: Nvml) -> tuple[str, str, list[JsonObject]]:
+            return nvml.driver_version(), nvml.nvml_version(), snapshot_all(nvml)
 
-        result = await sidecar.call("read GPU inventory", work)
+        driver_version, nvml_version, gpus = await sidecar.call("read GPU inventory", work)
         originals = sidecar.store.load()
-        for gpu in result["gpus"]:
-            saved = originals.get(gpu.get("uuid", ""))
+        for gpu in gpus:
+            saved = originals.get(str(gpu.get("uuid", "")))
             gpu["power_limit_original_watts"] = None if saved is None else saved / 1000
-        sidecar.metrics.observe_gpus(result["gpus"])
-        return GpuInventory.model_validate(result)
+        sidecar.metrics.observe_gpus(gpus)
+        return GpuInventory.model_validate(
+            {"driver_version": driver_version, "nvml_version": nvml_version, "gpus": gpus}
+        )
 
     @router.get("/gpus/{uuid}", response_model_exclude_unset=True)
     async def one_gpu(uuid: Uuid, sidecar: SidecarDep) -> GpuSnapshot:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 __all__ = ["read_device_owners"]
 
 
-def _device_ids(raw: Any) -> list[str]:
+def _device_ids(raw: object) -> list[str]:
     # Since Kubernetes 1.20 DeviceIDs maps NUMA node -> ids; before that it was a plain list.
     if isinstance(raw, dict):
         return [str(i) for ids in raw.values() if isinstance(ids, list) for i in ids]

@@ -19,8 +19,8 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from remediator.domain.json_values import JsonObject
 from remediator.sidecar.cgroups import pod_of_pid
 
 __all__ = ["Holder", "describe_holder", "find_holders", "holder_kind"]
@@ -56,12 +56,12 @@ class Holder:
     pod_uid: str | None
     container_id: str | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "program": self.program, "kind": self.kind, "files": list(self.files),
+    def as_dict(self) -> JsonObject:
+        return {"pid": self.pid, "program": self.program, "kind": self.kind, "files": [*self.files],
                 "pod_uid": self.pod_uid, "container_id": self.container_id}
 
 
-def describe_holder(holder: Mapping[str, Any]) -> str:
+def describe_holder(holder: Mapping[str, object]) -> str:
     """`pid 12 nv-hostengine (dcgm-hostengine) in pod <uid>`, for refusal messages."""
     if holder.get("kind") == "persistence-mode":
         return "persistence mode on"

@@ -8,8 +8,9 @@ Power values are converted from NVML's milliwatts to watts here and nowhere else
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
+from remediator.domain.json_values import JsonObject
 from remediator.errors import GpuNotFound
 from remediator.sidecar import nvml as nv
 from remediator.sidecar.devices import GpuIds
@@ -53,7 +54,7 @@ class _Reader:
             raise
 
 
-def snapshot(nvml: Nvml, handle: DeviceHandle) -> dict[str, Any]:
+def snapshot(nvml: Nvml, handle: DeviceHandle) -> JsonObject:
     """Everything the controller and an SRE want to know about one GPU."""
     r = _Reader()
     constraints = r.get("power_limit_constraints", lambda: nvml.power_limit_constraints_mw(handle))
@@ -88,8 +89,8 @@ def snapshot(nvml: Nvml, handle: DeviceHandle) -> dict[str, Any]:
         "ecc": {
             "enabled": None if ecc_mode is None else ecc_mode[0],
             "pending": None if ecc_mode is None else ecc_mode[1],
-            "volatile": _ecc_counts(r, nvml, handle, "volatile"),
-            "aggregate": _ecc_counts(r, nvml, handle, "aggregate"),
+            "volatile": {**_ecc_counts(r, nvml, handle, "volatile")},
+            "aggregate": {**_ecc_counts(r, nvml, handle, "aggregate")},
         },
         "retired_pages": r.get("retired_pages", lambda: nvml.retired_pages(handle)),
         "remapped_rows": None
@@ -103,10 +104,10 @@ def snapshot(nvml: Nvml, handle: DeviceHandle) -> dict[str, Any]:
         "mig": {
             "current": None if mig is None else mig[0],
             "pending": None if mig is None else mig[1],
-            "devices": mig_devices or [],
+            "devices": [*(mig_devices or [])],
         },
         "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes} for p in processes],
-        "notes": r.notes,
+        "notes": {**r.notes},
     }
 
 
@@ -119,9 +120,9 @@ def _ecc_counts(
     }
 
 
-def snapshot_all(nvml: Nvml) -> list[dict[str, Any]]:
+def snapshot_all(nvml: Nvml) -> list[JsonObject]:
     """Every GPU; a GPU that fails to answer appears as {index, error, nvml_error} instead of hiding all."""
-    gpus: list[dict[str, Any]] = []
+    gpus: list[JsonObject] = []
     for index in range(nvml.device_count()):
         try:
             gpus.append(snapshot(nvml, nvml.handle_by_index(index)))

@@ -10,7 +10,6 @@ expected/visible/lost and the health fields DCGM does not export, labelled like 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
@@ -199,18 +198,19 @@ class SidecarMetrics:
         if code is not None:
             self.nvml_errors.labels(function, error_name(code)).inc()
 
-    def observe_gpus(self, gpus: Iterable[dict[str, Any]]) -> None:
+    def observe_gpus(self, gpus: Iterable[Mapping[str, object]]) -> None:
         for gpu in gpus:
             if "uuid" not in gpu:
                 continue
-            key = (gpu["uuid"], str(gpu["index"]))
+            key = (str(gpu["uuid"]), str(gpu["index"]))
             for gauge, field in (
                 (self.temperature, "temperature_c"),
                 (self.power, "power_draw_watts"),
                 (self.limit, "power_limit_watts"),
             ):
-                if gpu.get(field) is not None:
-                    gauge.labels(*key).set(gpu[field])
+                value = gpu.get(field)
+                if isinstance(value, int | float):
+                    gauge.labels(*key).set(value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
