@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from remediator.domain.states import State
+from remediator.domain.states import Event, State
 from remediator.errors import StateMoved
 from remediator.store.models import (
     Approval,
@@ -73,7 +73,7 @@ class ApprovalStore(RepositoryBase):
                 .values(decision="superseded", decided_by="controller", decided_at=now, decision_source="controller")
             )
             await self._transition(
-                session, rem, "await_approval", reason=reason,
+                session, rem, Event.AWAIT_APPROVAL, reason=reason,
                 data={"step": step_name, "index": step_index, "expires_at": expires_at.isoformat()},
             )
             approval = Approval(
@@ -137,7 +137,7 @@ class ApprovalStore(RepositoryBase):
                 session, approval_id, decision=decision, actor=actor, source=source, now=now, due=False
             ):
                 return False
-            event = "approve" if decision == "approved" else "reject"
+            event = Event.APPROVE if decision == "approved" else Event.REJECT
             await self._transition(
                 session, rem, event, actor=actor,
                 reason=f"{decision} by {actor}" + (f": {comment}" if comment else ""),
@@ -172,12 +172,12 @@ class ApprovalStore(RepositoryBase):
             )
             if proceed:
                 await self._transition(
-                    session, rem, "approve", reason="approval not given in time; the playbook says continue",
+                    session, rem, Event.APPROVE, reason="approval not given in time; the playbook says continue",
                     data={"step": step, "index": index, "on_expiry": "continue"},
                 )
                 rem.next_run_at = now
             else:
-                await self._transition(session, rem, "expire", reason="approval not given in time",
+                await self._transition(session, rem, Event.EXPIRE, reason="approval not given in time",
                                        data={"step": step, "index": index})
             return rem.state
 

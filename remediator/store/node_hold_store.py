@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from sqlalchemy import select, true, update
 
-from remediator.domain.states import State
+from remediator.domain.states import Event, State
 from remediator.store.models import Remediation
 from remediator.store.transactions import RepositoryBase
 
@@ -54,7 +54,7 @@ class NodeHoldStore(RepositoryBase):
             if rem.state != expected_state or not rem.quarantined:
                 return None
             await self.audit(session, "node.changed_by_hand", remediation_id=rem.id, actor=actor, data=data)
-            await self._transition(session, rem, "hand_changed", reason=reason, actor=actor, data=data)
+            await self._transition(session, rem, Event.HAND_CHANGED, reason=reason, actor=actor, data=data)
             rem.quarantined = False
             return rem
 

@@ -17,7 +17,7 @@ from remediator.domain.guardrails import Verdict
 from remediator.domain.json_values import JsonObject, jsonable
 from remediator.domain.plan_snapshot import stored_playbook_field
 from remediator.domain.returns import return_reason
-from remediator.domain.states import TRANSITIONS, State, allowed_actions
+from remediator.domain.states import TRANSITIONS, Event, State, allowed_actions
 from remediator.errors import IllegalTransition, LeaseLost, StoreUnavailable
 from remediator.retrying import WAITING_PREFIX, on_conflict
 from remediator.store.admission import Admission, SessionReads
@@ -114,7 +114,7 @@ class RemediationStore(ReadStore, StormStore):
                 rem.alert_resolved = True
                 on_resolved = str(stored_playbook_field(rem.plan, "on_resolved") or "keep")
                 if rem.state in (State.PENDING, State.HELD, State.AWAITING_APPROVAL):
-                    await self._transition(session, rem, "cancel", reason="alert resolved", actor="alertmanager")
+                    await self._transition(session, rem, Event.CANCEL, reason="alert resolved", actor="alertmanager")
                     results.append((rem.id, "cancelled"))
                     if on_resolved == "revert" and await self._has_done_steps(session, rem.id):
                         await self._start_revert(session, rem, "alert resolved")
@@ -152,7 +152,7 @@ class RemediationStore(ReadStore, StormStore):
     async def start_revert(self, rem_id: str, reason: str, *, actor: str = "controller") -> Remediation:
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
-            await self._transition(session, rem, "revert", reason=reason, actor=actor)
+            await self._transition(session, rem, Event.REVERT, reason=reason, actor=actor)
             rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
             rem.current_step = 0
             rem.next_run_at = self._clock()
@@ -173,13 +173,13 @@ class RemediationStore(ReadStore, StormStore):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             if from_state is not None and rem.state != from_state:
-                raise IllegalTransition(rem.state, "return", allowed_actions(rem.state))
+                raise IllegalTransition(rem.state, Event.RETURN, allowed_actions(rem.state))
             undoing = rem.state == State.REVERTING
             skipped = sorted(set(skip))
             request: JsonObject = {"actor": actor, "reason": reason, "skip": [*skipped], "at": now.isoformat(),
                                    "from": rem.state}
             await self._transition(
-                session, rem, "return", actor=actor,
+                session, rem, Event.RETURN, actor=actor,
                 reason=return_reason(actor, reason, skipped),
                 data={"return": {k: v for k, v in request.items() if k != "at"}},
             )
@@ -260,7 +260,7 @@ class RemediationStore(ReadStore, StormStore):
             rem.crashes = (rem.crashes or 0) + 1
             rem.error = error
             rem.updated_at = now
-            ends = rem.crashes >= max_crashes and (rem.state, "crash") in TRANSITIONS
+            ends = rem.crashes >= max_crashes and (rem.state, Event.CRASH) in TRANSITIONS
             wait = None if ends else min(backoff * 2 ** min(rem.crashes - 1, 30), backoff_max)
             not_before = None if wait is None else now + wait
             await self.audit(
@@ -271,7 +271,7 @@ class RemediationStore(ReadStore, StormStore):
             )
             if ends:
                 await self._transition(
-                    session, rem, "crash", reason=f"crashed {rem.crashes} times in a row; last error: {error}",
+                    session, rem, Event.CRASH, reason=f"crashed {rem.crashes} times in a row; last error: {error}",
                     data={"crashes": rem.crashes, "error": error},
                 )
             rem.not_before = not_before
@@ -369,15 +369,15 @@ class RemediationStore(ReadStore, StormStore):
     async def _apply_verdict(self, session: AsyncSession, rem: Remediation, verdict: Verdict) -> Admitted:
         if verdict.allow:
             if rem.state == State.HELD:
-                await self._transition(session, rem, "release", reason="guardrails allow")
-            await self._transition(session, rem, "start", reason=verdict.reason)
+                await self._transition(session, rem, Event.RELEASE, reason="guardrails allow")
+            await self._transition(session, rem, Event.START, reason=verdict.reason)
             rem.quarantined = bool(verdict.quarantines)
             if rem.quarantined:
                 await self.audit(session, "quarantine.started", remediation_id=rem.id, data={"node": rem.node})
             return rem, verdict, True
         if rem.state == State.HELD and rem.state_reason == verdict.reason:
             return rem, verdict, False
-        await self._transition(session, rem, "hold", reason=verdict.reason, data={"guardrail": verdict.name})
+        await self._transition(session, rem, Event.HOLD, reason=verdict.reason, data={"guardrail": verdict.name})
         return rem, verdict, True
 
     async def get(self, rem_id: str) -> Remediation | None:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypedDict, cast
 
@@ -17,8 +17,8 @@ from sqlalchemy import Table, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from remediator.domain.json_values import JsonObject, jsonable
-from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, State, next_state
-from remediator.domain.timestamps import Clock
+from remediator.domain.states import ACTIVE_STATES, FINAL_STATES, Event, State, next_state
+from remediator.domain.timestamps import Clock, utc_now
 from remediator.errors import LeaseLost, StoreUnavailable
 from remediator.intake.models import AlertmanagerPayload
 from remediator.store.audit import event_hash
@@ -60,12 +60,11 @@ LARGE_COLUMNS = ("plan", "context", "params", "alert_annotations")
 INTAKE_PRIORITY_WAIT_S = 0.25
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+utcnow = utc_now  # the store's default clock is the domain's (domain/timestamps.py)
 
 
 # Events after which a remediation no longer waits for any approval request (store: `_supersede_approvals`).
-SUPERSEDING_EVENTS = frozenset({"cancel", "return"})
+SUPERSEDING_EVENTS = frozenset({Event.CANCEL, Event.RETURN})
 
 # An audit event waiting for its transaction's commit: (kind, remediation id, actor, data).
 QueuedEvent = tuple[str, str | None, str, Mapping[str, object] | None]
@@ -393,10 +392,10 @@ class RepositoryBase:
             rem.active_key = None
             rem.lease_owner = None
             rem.lease_expires = None
-        if new not in ACTIVE_STATES or new == "reverting":
+        if new not in ACTIVE_STATES or new == State.REVERTING:
             rem.active_key = None
         if (
-            new in ("cancelled", "rejected", "expired", "failed")
+            new in (State.CANCELLED, State.REJECTED, State.EXPIRED, State.FAILED)
             and rem.quarantined
             and not await self._has_done_steps(session, rem.id)
         ):
@@ -431,7 +430,7 @@ class RepositoryBase:
         return ids
 
     async def _start_revert(self, session: AsyncSession, rem: Remediation, reason: str) -> None:
-        await self._transition(session, rem, "revert", reason=reason)
+        await self._transition(session, rem, Event.REVERT, reason=reason)
         rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
         rem.current_step = 0
         rem.next_run_at = self._clock()
