@@ -161,14 +161,14 @@ def _names(tree: lark.Tree[Any]) -> tuple[set[str], set[str], set[str]]:
     return used, bound, called
 
 
-def _macro_variable(args: Any) -> set[str]:
+def _macro_variable(args: object) -> set[str]:
     if not isinstance(args, lark.Tree) or not args.children or not isinstance(args.children[0], lark.Tree):
         return set()
     first = args.children[0]
     return {str(sub.children[0]) for sub in first.iter_subtrees() if sub.data == "ident" and sub.children}
 
 
-def to_cel(value: Any) -> Any:
+def to_cel(value: object) -> Any:
     """Plain data -> CEL values (mappings, lists, scalars; datetimes and timedeltas as CEL types)."""
     if value is None:
         return None
@@ -203,7 +203,7 @@ class Condition:
     source: str
     program: Any
 
-    def evaluate(self, variables: Mapping[str, Any]) -> bool:
+    def evaluate(self, variables: Mapping[str, object]) -> bool:
         """True or False; raises ConditionError on an evaluation error or a non-bool result."""
         activation = {name: to_cel(value) for name, value in variables.items()}
         budget = _Budget()

@@ -10,16 +10,16 @@ reference, so a reloaded set never sees its predecessor's values).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable
+from typing import TypeVar, cast
 
 __all__ = ["derived"]
 
 T = TypeVar("T")
-_MEMOS: dict[int, tuple[weakref.ref[Any], dict[Any, Any]]] = {}
+_MEMOS: dict[int, tuple[weakref.ref[object], dict[Hashable, object]]] = {}
 
 
-def derived(owner: Any, key: Any, compute: Callable[[], T]) -> T:
+def derived(owner: object, key: Hashable, compute: Callable[[], T]) -> T:
     """`compute()` for (`owner`, `key`), computed on first use and kept while `owner` lives."""
     entry = _MEMOS.get(id(owner))
     if entry is None or entry[0]() is not owner:
@@ -30,4 +30,4 @@ def derived(owner: Any, key: Any, compute: Callable[[], T]) -> T:
     memo = entry[1]
     if key not in memo:
         memo[key] = compute()
-    return memo[key]  # type: ignore[no-any-return]
+    return cast(T, memo[key])  # stored by this function under this key: a T

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -37,6 +37,7 @@ __all__ = ["BUNDLED_PLAYBOOKS", "BUNDLED_RULES", "DefinitionSet", "check_paths",
 BUNDLED_RULES = Path(__file__).resolve().parent.parent / "bundled" / "rules"
 BUNDLED_PLAYBOOKS = Path(__file__).resolve().parent.parent / "bundled" / "playbooks"
 _SUFFIXES = (".yaml", ".yml")
+_M = TypeVar("_M", bound=BaseModel)
 MAX_FILE_BYTES = 1024 * 1024  # a definition file larger than this is refused unread (setting definition_max_file_bytes)
 log = logging.getLogger(__name__)
 Role = Literal["rules", "playbooks", "auto"]
@@ -58,14 +59,15 @@ class DefinitionSet:
 # -- pydantic errors -> document paths ---------------------------------------------------------------
 
 
-def _doc_path(base: DocPath, data: Any, loc: Sequence[int | str]) -> DocPath:
+def _doc_path(base: DocPath, data: object, loc: Sequence[int | str]) -> DocPath:
     """Follow a pydantic error location through the data, skipping union tags that are not in the file."""
     path = list(base)
     cur = data
     for i, part in enumerate(loc):
-        in_dict = isinstance(cur, dict) and part in cur
-        in_list = isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)
-        if in_dict or in_list:
+        if isinstance(cur, dict) and part in cur:  # noqa: SIM114 - two branches, so each narrows `cur` for mypy
+            path.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur):
             path.append(part)
             cur = cur[part]
         elif i == len(loc) - 1 and isinstance(part, str) and isinstance(cur, dict):
@@ -73,9 +75,9 @@ def _doc_path(base: DocPath, data: Any, loc: Sequence[int | str]) -> DocPath:
     return tuple(path)
 
 
-def _message(err: Mapping[str, Any]) -> str:
+def _message(err: Mapping[str, object]) -> str:
     loc = err.get("loc", ())
-    name = loc[-1] if loc else ""
+    name = loc[-1] if isinstance(loc, tuple | list) and loc else ""
     if err["type"] == "missing":
         return f"missing required field {name!r}"
     if err["type"] == "extra_forbidden":
@@ -85,7 +87,7 @@ def _message(err: Mapping[str, Any]) -> str:
     return str(err["msg"]).removeprefix("Value error, ")
 
 
-def _validate(model: type[BaseModel], data: Any, doc: Document, base: DocPath, problems: Problems) -> Any:
+def _validate(model: type[_M], data: object, doc: Document, base: DocPath, problems: Problems) -> _M | None:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -101,7 +103,7 @@ def _yaml_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix in _SUFFIXES)
 
 
-def _strings(value: Any, path: DocPath) -> Iterable[tuple[DocPath, str]]:
+def _strings(value: object, path: DocPath) -> Iterable[tuple[DocPath, str]]:
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, Mapping):
@@ -215,7 +217,7 @@ class _Builder:
         for index, item in enumerate(data):
             self._rule(doc, item, (*base, index))
 
-    def _rule(self, doc: Document, item: Any, path: DocPath) -> None:
+    def _rule(self, doc: Document, item: object, path: DocPath) -> None:
         if not isinstance(item, dict):
             self.problems.add(doc, path, "a rule must be a mapping with name, match and playbook")
             return
@@ -248,7 +250,7 @@ class _Builder:
         else:
             self.problems.add(doc, (), "a playbook file holds one playbook, or a list of them")
 
-    def _playbook(self, doc: Document, item: Any, path: DocPath) -> None:
+    def _playbook(self, doc: Document, item: object, path: DocPath) -> None:
         if not isinstance(item, dict):
             self.problems.add(doc, path, "a playbook must be a mapping with name and steps")
             return
@@ -313,7 +315,7 @@ class _Builder:
                     line = doc.line(where) + exc.line - 1
                     self.problems.add_at(doc.file, line, str(exc), format_path(where))
 
-    def _check_action(self, doc: Document, at: DocPath, action: str, params: Mapping[str, Any]) -> None:
+    def _check_action(self, doc: Document, at: DocPath, action: str, params: Mapping[str, object]) -> None:
         model = self.known_actions.get(action)
         if model is None:
             known = ", ".join(sorted(self.known_actions)) or "none"
@@ -324,7 +326,7 @@ class _Builder:
         for sub, message in deprecated_params(action, model, params):
             self.problems.warn(doc, (*at, "params", *sub), message)
 
-    def _check_templates(self, doc: Document, at: DocPath, params: Mapping[str, Any]) -> None:
+    def _check_templates(self, doc: Document, at: DocPath, params: Mapping[str, object]) -> None:
         for path, text in _strings(params, at):
             try:
                 check_template(text)

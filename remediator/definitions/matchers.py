@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
@@ -93,7 +93,7 @@ def _unquote(text: str) -> str:
     return "".join(out)
 
 
-def parse_matcher(raw: Any) -> Matcher:
+def parse_matcher(raw: object) -> Matcher:
     """`'xid=~"79|48"'` -> Matcher(name='xid', op='=~', value='79|48'). Raises ValueError."""
     if isinstance(raw, Matcher):
         return raw

@@ -8,7 +8,6 @@ while a value holding a template can only be validated after rendering, at run t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -41,7 +40,7 @@ def _deprecated_keys(model: type[BaseModel]) -> dict[str, tuple[str, str]]:
     return dict(keys) if isinstance(keys, Mapping) else {}
 
 
-def deprecated_params(action: str, model: type[BaseModel], params: Mapping[str, Any]) -> list[ParamProblem]:
+def deprecated_params(action: str, model: type[BaseModel], params: Mapping[str, object]) -> list[ParamProblem]:
     """Warnings as (path below `params`, message) for old parameter names that still work."""
     warnings: list[ParamProblem] = []
     for old_key, (new_key, why) in _deprecated_keys(model).items():
@@ -51,7 +50,7 @@ def deprecated_params(action: str, model: type[BaseModel], params: Mapping[str, 
     return warnings
 
 
-def check_params(action: str, model: type[BaseModel], params: Mapping[str, Any]) -> list[ParamProblem]:
+def check_params(action: str, model: type[BaseModel], params: Mapping[str, object]) -> list[ParamProblem]:
     """Problems as (path below `params`, message); empty when the parameters fit the model."""
     problems: list[ParamProblem] = []
     accepted = _field_names(model)

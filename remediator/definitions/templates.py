@@ -40,7 +40,7 @@ _MAX_OUTPUT = MAX_OUTPUT
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 
 
-def is_template(value: Any) -> bool:
+def is_template(value: object) -> bool:
     """True for a string, or a list/mapping holding a string, with Jinja2 markup."""
     if isinstance(value, str):
         return any(marker in value for marker in _MARKERS)
@@ -206,7 +206,7 @@ def _always_text() -> str:
     return ", ".join(out)
 
 
-def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
+def render_value(value: object, variables: Mapping[str, object]) -> Any:
     """Render one value: strings as templates, lists and mappings recursively, anything else as is.
 
     Raises jinja2 errors (UndefinedError for unknown names, SecurityError for sandbox violations).
@@ -229,7 +229,7 @@ def render_value(value: Any, variables: Mapping[str, Any]) -> Any:
     return value
 
 
-def _render_bounded(template: Template, variables: Mapping[str, Any]) -> str:
+def _render_bounded(template: Template, variables: Mapping[str, object]) -> str:
     """Render, counting the output as it is produced; stop at the cap instead of building it whole."""
     parts: list[str] = []
     size = 0
@@ -251,6 +251,6 @@ def _expression(expr: str) -> TemplateExpression:
     return _ENV.compile_expression(expr, undefined_to_none=False)
 
 
-def render_params(params: Mapping[str, Any], variables: Mapping[str, Any]) -> dict[str, Any]:
+def render_params(params: Mapping[str, object], variables: Mapping[str, object]) -> dict[str, Any]:
     """Render a step's parameter mapping over the template variables."""
     return {str(k): render_value(v, variables) for k, v in params.items()}
