@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -111,14 +111,14 @@ class ControllerApi:
         """An API path with each variable part escaped (an ID never changes which route is called)."""
         return "/api/v1/" + "/".join(quote(p, safe="") for p in parts)
 
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+    def get(self, path: str, params: Mapping[str, object] | None = None) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         return self._run(self._send("GET", path, params=query))
 
-    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+    def post(self, path: str, body: Mapping[str, object] | None = None) -> Any:
         return self._run(self._send("POST", path, json=body))
 
-    def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
+    def delete(self, path: str, params: Mapping[str, object] | None = None) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         return self._run(self._send("DELETE", path, params=query))
 

@@ -31,7 +31,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from remediator.adapters.kube import KubeAdapter
 from remediator.domain.storms import node_attributes
@@ -58,7 +57,7 @@ class NodeWatch:
         inventory: NodeInventory | None = None,
         *,
         on_change: Callable[[NodeInventory], None] | None = None,
-        on_node: Callable[[str, Mapping[str, Any]], None] | None = None,
+        on_node: Callable[[str, Mapping[str, object]], None] | None = None,
         on_resync: Callable[[str], None] | None = None,
         watch_timeout: tuple[int, int] = (300, 600),
         backoff: tuple[float, float] = (1.0, 30.0),

@@ -35,11 +35,13 @@ from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, Literal, Protocol, TypeVar
+from typing import ClassVar, Final, Literal, Protocol, TypeVar
 
 import httpx
 
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import NotificationFailed, SlackApiError
+from remediator.kube.views import json_object
 from remediator.retrying import RetriesSpent, TransientPolicy
 
 __all__ = [
@@ -117,7 +119,7 @@ class Message:
     buttons: tuple[Button, ...] = ()
     remediation_id: str | None = None
     channel: str | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, object] = field(default_factory=dict)
     # A side note on the remediation (a failed step): a threaded reply under the remediation's Slack
     # message; only channels with `threaded = True` get these.
     reply: bool = False
@@ -169,8 +171,8 @@ def _pods_text(pods: tuple[PodLine, ...]) -> str:
     return "\n".join(lines)
 
 
-def _button(index: int, button: Button) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "button", "text": {"type": "plain_text", "text": button.text[:75]}}
+def _button(index: int, button: Button) -> JsonObject:
+    out: JsonObject = {"type": "button", "text": {"type": "plain_text", "text": button.text[:75]}}
     if button.url:
         out["url"] = button.url
     if button.style:
@@ -188,9 +190,9 @@ def _button(index: int, button: Button) -> dict[str, Any]:
     return out
 
 
-def slack_blocks(message: Message) -> list[dict[str, Any]]:
+def slack_blocks(message: Message) -> list[JsonObject]:
     """Block Kit for one message: header, summary, facts, affected pods, buttons."""
-    blocks: list[dict[str, Any]] = [
+    blocks: list[JsonObject] = [
         {"type": "header", "text": {"type": "plain_text", "text": message.title[:150]}},
         {
             "type": "section",
@@ -362,7 +364,7 @@ def map_exceptions(channel: str, what: str = "") -> Iterator[None]:
         ) from exc
 
 
-async def _post_json(http: httpx.AsyncClient, url: str, body: dict[str, Any], name: str) -> None:
+async def _post_json(http: httpx.AsyncClient, url: str, body: JsonObject, name: str) -> None:
     """One POST; NotificationFailed, classified by `transient_answer`, when it did not land."""
     with map_exceptions(name):
         response = await http.post(url, json=body)
@@ -389,7 +391,7 @@ class _HttpChannel:
         self._http = http
         self.policy = notify_policy(budget_seconds, backoff_seconds, max_backoff_seconds, attempts)
 
-    def body(self, message: Message) -> dict[str, Any]:
+    def body(self, message: Message) -> JsonObject:
         raise NotImplementedError
 
     async def send(self, message: Message) -> None:
@@ -402,8 +404,8 @@ class SlackWebhook(_HttpChannel):
 
     name: ClassVar[str] = "slack"
 
-    def body(self, message: Message) -> dict[str, Any]:
-        out: dict[str, Any] = {"text": _slack_text(message), "blocks": slack_blocks(message)}
+    def body(self, message: Message) -> JsonObject:
+        out: JsonObject = {"text": _slack_text(message), "blocks": list[JsonValue](slack_blocks(message))}
         if message.channel:
             out["channel"] = message.channel
         return out
@@ -414,7 +416,7 @@ class JsonWebhook(_HttpChannel):
 
     name: ClassVar[str] = "webhook"
 
-    def body(self, message: Message) -> dict[str, Any]:
+    def body(self, message: Message) -> JsonObject:
         return {
             "event": message.event,
             "title": message.title,
@@ -422,10 +424,10 @@ class JsonWebhook(_HttpChannel):
             "severity": message.tone,
             "remediation_id": message.remediation_id,
             "channel": message.channel,
-            "fields": dict(message.fields),
+            "fields": {label: value for label, value in message.fields},
             "pods": [{"namespace": p.namespace, "name": p.name, "owner": p.owner} for p in message.pods],
             "links": [{"text": b.text, "url": b.url} for b in message.buttons if b.url],
-            "data": dict(message.data),
+            "data": json_object(message.data),
         }
 
 
@@ -523,19 +525,19 @@ class SlackBot:
         if isinstance(channel, str) and isinstance(ts, str) and ts:
             await self.threads.put(rem_id, SlackThread(channel=channel, ts=ts))
 
-    def _body(self, message: Message, channel: str) -> dict[str, Any]:
+    def _body(self, message: Message, channel: str) -> JsonObject:
         return {
             "channel": channel,
             "text": _slack_text(message),
-            "blocks": slack_blocks(message),
+            "blocks": list[JsonValue](slack_blocks(message)),
             "unfurl_links": False,
         }
 
-    async def call(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, method: str, body: JsonObject) -> JsonObject:
         """One Web API method with retries; Slack's answer when `ok`, else SlackApiError/NotificationFailed."""
         return await _delivered(self.policy, lambda: self._call_once(method, body))
 
-    async def _call_once(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _call_once(self, method: str, body: JsonObject) -> JsonObject:
         with map_exceptions(self.name, f"{method}: "):
             response = await self._http.post(
                 f"{self.api_url}/{method}",
@@ -614,10 +616,10 @@ class SlackResponseUrl:
         self._http = http
         self.policy = notify_policy(budget_seconds, backoff_seconds, max_backoff_seconds, attempts)
 
-    def body(self, message: Message) -> dict[str, Any]:
-        out: dict[str, Any] = {"text": _slack_text(message), "replace_original": message.replace_original}
+    def body(self, message: Message) -> JsonObject:
+        out: JsonObject = {"text": _slack_text(message), "replace_original": message.replace_original}
         if message.replace_original:
-            out["blocks"] = slack_blocks(message)
+            out["blocks"] = list[JsonValue](slack_blocks(message))
         else:
             out["response_type"] = "ephemeral"
             out["text"] = slack_escape(message.text, 3000)

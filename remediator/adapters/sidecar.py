@@ -18,15 +18,16 @@ either becomes part of a URL: anything else is refused as Invalid and never sent
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from remediator.adapters.mutations import Mutation, MutationRecorder
+from remediator.domain.json_values import JsonObject
 from remediator.errors import ActionError, Invalid, ServiceUnavailable, TemporaryError, error_for_status
 from remediator.kube.object_names import gpu_uuid_problem
 from remediator.retrying import attempts_with_backoff
@@ -108,7 +109,7 @@ def _retry_after(raw: str | None) -> float | None:
     return seconds if seconds is not None and seconds > 0 else None
 
 
-def _said(document: dict[str, Any], status: int) -> str:
+def _said(document: Mapping[str, object], status: int) -> str:
     """What a refusal says went wrong (a body that is not the sidecar's: its status)."""
     try:
         error = ProblemAnswer.model_validate(document).error
@@ -161,7 +162,7 @@ class SidecarClient:
 
     async def _once(
         self, method: str, url: str, body: BaseModel | None, limits: httpx.Timeout
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         sent = None if body is None else body.model_dump(mode="json", exclude_none=True)
         with map_exceptions(url):
             response = await self._http.request(
@@ -219,7 +220,7 @@ class SidecarClient:
         limits: httpx.Timeout,
         idempotent: bool,
         attempts: int | None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         retrying = attempts_with_backoff(
             attempts or self._attempts, self._backoff, _retry_any if idempotent else _retry_unsent
         )
