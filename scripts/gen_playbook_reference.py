@@ -110,7 +110,7 @@ def _type(annotation: Any) -> str:
         inner = [a for a in args if a is not Ellipsis]
         return f"list of {_type(inner[0])}" if inner else "list"
     if origin is dict:
-        return f"mapping of {_type(args[1])}" if args and args[1] is not Any else "mapping"
+        return f"mapping of {_type(args[1])}" if args and args[1] not in (Any, object) else "mapping"
     if annotation is timedelta:
         return "duration (`90s`, `5m`, `1h30m`)"
     if annotation is datetime:

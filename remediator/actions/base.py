@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, fina
 
 from pydantic import BaseModel, ConfigDict
 
-from remediator.domain.json_values import JsonObject
+from remediator.domain.json_values import JsonObject, JsonValue
 
 if TYPE_CHECKING:
     from remediator.adapters.kube import KubeAdapter
@@ -90,7 +90,7 @@ class Target:
         return self.kind in ("gpu", "gpu_instance")
 
 
-async def _no_checkpoint(progress: dict[str, Any]) -> None:
+async def _no_checkpoint(progress: JsonObject) -> None:
     return None
 
 
@@ -120,15 +120,15 @@ class ActionContext:
     notifier: Notifier | None = None
     timeout: float = 300.0
     # For a revert step: the output of the forward step it undoes.
-    prior_output: Mapping[str, Any] | None = None
+    prior_output: Mapping[str, JsonValue] | None = None
     # Partial progress saved by an earlier attempt (e.g. pods already evicted); persisted by `checkpoint`.
-    progress: dict[str, Any] = field(default_factory=dict)
-    checkpoint: Callable[[dict[str, Any]], Awaitable[None]] = _no_checkpoint
+    progress: JsonObject = field(default_factory=dict)
+    checkpoint: Callable[[JsonObject], Awaitable[None]] = _no_checkpoint
     # The alert as stored (name, fingerprint, labels, annotations), read-only; its startsAt (ISO 8601).
-    alert: Mapping[str, Any] = field(default_factory=dict)
+    alert: Mapping[str, object] = field(default_factory=dict)
     alert_starts_at: str = ""
     # The cluster facts gathered before admission (node, pods, owners), read-only.
-    gathered: Mapping[str, Any] = field(default_factory=dict)
+    gathered: Mapping[str, object] = field(default_factory=dict)
     # True once the remediation's alert has resolved (used by `wait`).
     alert_resolved: Callable[[], Awaitable[bool]] = _never_resolved
     # What `Action.observe` read just before the step began (e.g. the node), for `apply` to build its first
@@ -145,7 +145,7 @@ class ActionResult:
 
     changed: bool
     message: str = ""
-    output: dict[str, Any] = field(default_factory=dict)
+    output: JsonObject = field(default_factory=dict)
 
 
 class Action(ABC, Generic[P]):
@@ -165,7 +165,7 @@ class Action(ABC, Generic[P]):
     # remediation escalates to the next rung of the escalation ladder.
     gate: ClassVar[bool] = False
 
-    def parse(self, raw: Mapping[str, Any]) -> P:
+    def parse(self, raw: Mapping[str, object]) -> P:
         """Validate rendered parameters (raises pydantic.ValidationError)."""
         return self.Params.model_validate(dict(raw))
 
@@ -180,7 +180,7 @@ class Action(ABC, Generic[P]):
     async def apply(self, ctx: ActionContext, params: P) -> ActionResult:
         """Do the work. Raise remediator.errors.ActionError on failure."""
 
-    async def observe(self, ctx: ActionContext, params: P) -> dict[str, Any] | None:
+    async def observe(self, ctx: ActionContext, params: P) -> JsonObject | None:
         """The progress `apply` would checkpoint before its first write (what was there before), read before
         the step is begun so that a new step row is stored with it: one transaction where begin, then a
         checkpoint, were two. Read-only; never called in a dry run. `apply` must still work without it (it is
@@ -210,6 +210,6 @@ class Action(ABC, Generic[P]):
 AnyAction = Action[Any]
 
 
-def planned(message: str, output: Mapping[str, Any] | None = None) -> ActionResult:
+def planned(message: str, output: Mapping[str, JsonValue] | None = None) -> ActionResult:
     """The result of a `plan`: nothing changed, `dry run: <message>`, the output marked `dry_run`."""
     return ActionResult(changed=False, message=f"dry run: {message}", output={**(output or {}), "dry_run": True})

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -27,7 +27,7 @@ from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.domain.json_values import JsonObject
 from remediator.errors import Conflict, StepFailed
-from remediator.kube.views import Node, json_object
+from remediator.kube.views import Node, as_str, json_object
 from remediator.retrying import CONFLICT_ATTEMPTS, on_conflict
 
 __all__ = [
@@ -107,7 +107,7 @@ def _find(node: Mapping[str, object], kind: str) -> JsonObject | None:
     return None if condition is None else json_object(condition.raw)
 
 
-def _same(current: Mapping[str, Any] | None, status: str, reason: str, message: str) -> bool:
+def _same(current: Mapping[str, object] | None, status: str, reason: str, message: str) -> bool:
     return current is not None and (
         current.get("status"),
         current.get("reason") or "",
@@ -115,7 +115,9 @@ def _same(current: Mapping[str, Any] | None, status: str, reason: str, message: 
     ) == (status, reason, message)
 
 
-def _condition(current: Mapping[str, Any] | None, kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+def _condition(
+    current: Mapping[str, object] | None, kind: str, status: str, reason: str, message: str
+) -> JsonObject:
     now = _now()
     moved = current is None or current.get("status") != status
     return {
@@ -124,13 +126,13 @@ def _condition(current: Mapping[str, Any] | None, kind: str, status: str, reason
         "reason": reason,
         "message": message,
         "lastHeartbeatTime": now,
-        "lastTransitionTime": now if moved else (current or {}).get("lastTransitionTime") or now,
+        "lastTransitionTime": now if moved else as_str((current or {}).get("lastTransitionTime")) or now,
     }
 
 
 async def write_condition(
     kube: KubeAdapter, name: str, kind: str, status: str, reason: str, message: str
-) -> tuple[KubeObject | None, dict[str, Any] | None]:
+) -> tuple[KubeObject | None, JsonObject | None]:
     """Make the node's condition `kind` say (status, reason, message); (node read last, condition written or
     None when it already said so)."""
     try:
@@ -160,11 +162,11 @@ class SetNodeCondition(Action[SetConditionParams]):
     default_revert = "clear_node_condition"
 
     @staticmethod
-    def _said(ctx: ActionContext, p: SetConditionParams) -> tuple[str, str, dict[str, Any]]:
+    def _said(ctx: ActionContext, p: SetConditionParams) -> tuple[str, str, JsonObject]:
         """(node, `type=status (reason)`, output)."""
         name = target_node(ctx)
-        output: dict[str, Any] = {"node": name, "type": p.type, "status": p.status, "reason": p.reason,
-                                  "message": p.message}
+        output: JsonObject = {"node": name, "type": p.type, "status": p.status, "reason": p.reason,
+                              "message": p.message}
         return name, f"{p.type}={p.status} ({p.reason})", output
 
     async def plan(self, ctx: ActionContext, params: SetConditionParams) -> ActionResult:
@@ -206,7 +208,7 @@ class ClearNodeCondition(Action[ClearConditionParams]):
         kube = require_kube(ctx)
         node = await kube.get_node(name)
         current = _find(node, kind)
-        output: dict[str, Any] = {"node": name, "type": kind}
+        output: JsonObject = {"node": name, "type": kind}
         if forward and current is not None and not _same(
             current, str(forward.get("status")), str(forward.get("reason") or ""), str(forward.get("message") or "")
         ):

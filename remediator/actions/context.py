@@ -12,7 +12,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from weakref import WeakKeyDictionary
 
 from remediator.actions.base import Target
@@ -20,7 +19,17 @@ from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import NotFound, NotSupported, PermanentError
 from remediator.intake.normalize import EXPORTER_POD_PREFIXES, workload_pod
-from remediator.kube.views import Body, Container, Node, OwnerReference, Pod, json_object
+from remediator.kube.views import (
+    Body,
+    Container,
+    Node,
+    OwnerReference,
+    Pod,
+    as_list,
+    as_mapping,
+    json_object,
+    json_value,
+)
 from remediator.settings import Settings
 
 __all__ = [
@@ -261,8 +270,8 @@ def _labels_only(target: Target, named: tuple[str, str] | None) -> JsonObject:
 
 
 def exporter_gpu_context(
-    context: dict[str, Any], target: Target, named: tuple[str, str] | None, uuid: str | None
-) -> dict[str, Any]:
+    context: JsonObject, target: Target, named: tuple[str, str] | None, uuid: str | None
+) -> JsonObject:
     """The context when the node's agent could not say which pods hold the GPU, but the alert names the pod
     using it: dcgm-exporter with pod mapping labels each GPU's series with the pod the kubelet gave that GPU
     (`pod`/`namespace`, or `exported_pod`/`exported_namespace` behind honorLabels false) and the shipped
@@ -274,24 +283,25 @@ def exporter_gpu_context(
     if named is None:
         return context
     narrow = target.on_gpu
-    pods: list[dict[str, Any]] = []
-    found: dict[str, Any] | None = None
-    for pod in context.get("pods") or []:
-        if found is None and (pod.get("namespace"), pod.get("name")) == named:
-            found = {**pod, "gpu": uuid} if uuid else dict(pod)
+    pods: list[JsonValue] = []
+    found: JsonObject | None = None
+    for pod in as_list(context.get("pods")):
+        entry = as_mapping(pod)
+        if found is None and (entry.get("namespace"), entry.get("name")) == named:
+            found = {**json_object(entry), "gpu": uuid} if uuid else json_object(entry)
             pods.append(found)
         elif not narrow:
-            pods.append(pod)
+            pods.append(json_value(pod))
     if found is None:  # not read from the API server: the alert's word alone
         found = {"namespace": named[0], "name": named[1], "uid": None, "node": target.node, "phase": None,
                  "gpu_request": 0, "owners": [], "from_alert": True}
         if uuid:
             found["gpu"] = uuid
         pods.insert(0, found)
-    result = {**context, "pod_source": "exporter", "pods": pods}
+    result: JsonObject = {**context, "pod_source": "exporter", "pods": pods}
     if uuid:
-        entry = {"namespace": named[0], "name": named[1], "uid": found.get("uid"), "active": None}
-        result.update(gpu_uuid=uuid, gpu_pods={uuid: [entry]})
+        on_gpu: JsonObject = {"namespace": named[0], "name": named[1], "uid": found.get("uid"), "active": None}
+        result.update(gpu_uuid=uuid, gpu_pods={uuid: [on_gpu]})
     return result
 
 
@@ -335,7 +345,7 @@ class Gathered:
 
 async def gather_context(
     kube: KubeAdapter | None, target: Target, labels: Mapping[str, str], settings: Settings
-) -> dict[str, Any]:
+) -> JsonObject:
     """{"pods": [...], "pod_source": "alert+node" | "alert" | "none", "node": {...}} for `target`."""
     return (await gather(kube, target, labels, settings)).context
 

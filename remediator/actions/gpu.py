@@ -11,7 +11,7 @@ without a change and says so in its output (`left_alone`, `reason`, `current_wat
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
@@ -19,6 +19,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.operands import operand_pods, restore_operands, take_operands_off, wait_for
 from remediator.adapters.sidecar import SidecarClient
 from remediator.domain.durations import DurationOrSeconds, parse_duration, within
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import ActionError, Conflict, Invalid, NotFound, NotSupported, StepFailed
 from remediator.kube.views import Node
 from remediator.sidecar.schemas import (
@@ -84,9 +85,9 @@ async def _locate(ctx: ActionContext) -> tuple[SidecarClient, str, GpuSnapshot]:
     return client, ip, _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)
 
 
-def _answered(answer: BaseModel) -> dict[str, Any]:
+def _answered(answer: BaseModel) -> JsonObject:
     """A sidecar answer as stored in a step's output or error details: the fields the sidecar sent."""
-    document: dict[str, Any] = answer.model_dump(mode="json", exclude_unset=True)
+    document: JsonObject = answer.model_dump(mode="json", exclude_unset=True)
     return document
 
 
@@ -143,7 +144,7 @@ class PowerLimit(Action[PowerLimitParams]):
                         "previous_watts": current, "new_watts": current, "left_alone": True, "dry_run": dry_run},
             )
         answer = await client.set_power_limit(ip, uuid, watts=target, dry_run=dry_run)
-        output = {
+        output: JsonObject = {
             "node_ip": ip,
             "gpu_uuid": uuid,
             "requested_watts": requested,
@@ -175,7 +176,7 @@ class RestorePowerLimit(Action[NoParams]):
         client, ip, gpu = await _locate(ctx)
         uuid = str(gpu.uuid)
         answer = await client.restore_power_limit(ip, uuid, dry_run=dry_run)
-        output: dict[str, Any] = {
+        output: JsonObject = {
             "node_ip": ip,
             "gpu_uuid": uuid,
             "previous_watts": answer.previous_watts,
@@ -196,7 +197,7 @@ class RestorePowerLimit(Action[NoParams]):
 _PROCESSES = TypeAdapter(list[ProcessOwner])
 
 
-def _processes_in(details: Mapping[str, Any]) -> list[ProcessOwner]:
+def _processes_in(details: Mapping[str, object]) -> list[ProcessOwner]:
     """The processes a 409 from the sidecar lists (none when its body says otherwise)."""
     try:
         return _PROCESSES.validate_python(details.get("processes") or [])
@@ -213,7 +214,7 @@ def _describe_processes(processes: Sequence[ProcessOwner]) -> str:
     return ", ".join(shown) + more
 
 
-def describe_holder(holder: Mapping[str, Any]) -> str:
+def describe_holder(holder: Mapping[str, object]) -> str:
     """One holder of a refused reset as the node agent names it (remediator/sidecar/holders.py)."""
     if holder.get("kind") == "persistence-mode":
         return "persistence mode on"
@@ -305,7 +306,7 @@ class GpuReset(Action[GpuResetParams]):
         uuid = str(gpu.uuid)
         pods = await client.gpu_pods(ip, uuid)
         holders = [f"{p.namespace}/{p.name}" for p in pods.pods]
-        output: dict[str, Any] = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": dry_run, "pods": holders}
+        output: JsonObject = {"node_ip": ip, "gpu_uuid": uuid, "dry_run": dry_run, "pods": list[JsonValue](holders)}
         if holders:
             reason = f"pods still hold {uuid}: {', '.join(holders)}"
             if pods.processes:
@@ -369,13 +370,13 @@ class CollectDiagnostics(Action[CollectDiagnosticsParams]):
         client = sidecar_client(ctx)
         ip = await node_internal_ip(ctx)
         inventory = await client.gpus(ip)
-        output: dict[str, Any] = {
+        output: JsonObject = {
             "node_ip": ip,
             "driver_version": inventory.driver_version,
             "nvml_version": inventory.nvml_version,
         }
         if ctx.target.gpu_uuid is None and ctx.target.gpu_index is None:
-            output["gpus"] = [_answered(gpu) for gpu in inventory.gpus]
+            output["gpus"] = list[JsonValue]([_answered(gpu) for gpu in inventory.gpus])
             message = f"collected diagnostics of node {ctx.target.node}"
         else:
             gpu = _find(inventory, ctx.target.gpu_uuid, ctx.target.gpu_index)

@@ -12,18 +12,20 @@ yamllint's truthy rule) read the key `on` as the boolean true, so definitions sh
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, planned
 from remediator.actions.node import require_kube, target_node
 from remediator.adapters.kube import FIELD_MANAGER, KubeAdapter
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Conflict, Invalid
-from remediator.kube.views import Body
+from remediator.kube.views import Body, as_list, as_mapping, json_object, json_value
 
 __all__ = ["EventParams", "RecordKubeEvent", "event_body"]
 
@@ -44,7 +46,7 @@ class EventParams(StrictParams):
 
     @model_validator(mode="before")
     @classmethod
-    def _old_key(cls, data: Any) -> Any:
+    def _old_key(cls, data: builtins.object) -> builtins.object:
         if not isinstance(data, Mapping) or "on" not in data:
             return data
         data = dict(data)
@@ -55,22 +57,22 @@ class EventParams(StrictParams):
         return data
 
 
-def _event_name(involved: Mapping[str, Any], ctx: ActionContext) -> str:
+def _event_name(involved: Mapping[str, object], ctx: ActionContext) -> str:
     seed = f"{ctx.remediation_id}/{ctx.step_name}/{involved.get('uid') or involved.get('name')}"
     digest = hashlib.sha256(seed.encode()).hexdigest()[:16]
     return f"{str(involved['name'])[:200]}.{digest}"
 
 
 def event_body(
-    involved: Mapping[str, Any], namespace: str, params: EventParams, ctx: ActionContext
-) -> dict[str, Any]:
+    involved: Mapping[str, object], namespace: str, params: EventParams, ctx: ActionContext
+) -> JsonObject:
     """A legacy core/v1 Event (no eventTime): its namespace must match the involved object's."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": _event_name(involved, ctx), "namespace": namespace},
-        "involvedObject": dict(involved),
+        "involvedObject": json_object(involved),
         "reason": params.reason,
         "message": params.message[:MAX_MESSAGE],
         "type": params.type,
@@ -83,7 +85,7 @@ def event_body(
     }
 
 
-async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, Any]) -> bool:
+async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, object]) -> bool:
     try:
         await kube.create_event(namespace, body)
     except Conflict:
@@ -91,7 +93,7 @@ async def _post(kube: KubeAdapter, namespace: str, body: Mapping[str, Any]) -> b
     return True
 
 
-def _instance_pods(ctx: ActionContext) -> list[Any]:
+def _instance_pods(ctx: ActionContext) -> list[Mapping[str, object]]:
     """The pods of the MIG GPU instance the alert names (context `instance_pods`, engine/gpu_instance.py); none
     when the node agent did not name them (the event then goes nowhere rather than to the whole GPU's pods)."""
     mapping = ctx.gathered.get("instance_pods")
@@ -100,14 +102,17 @@ def _instance_pods(ctx: ActionContext) -> list[Any]:
     return [p for entries in mapping.values() if isinstance(entries, list) for p in entries if isinstance(p, Mapping)]
 
 
-def _pod_targets(ctx: ActionContext, pods: list[Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+def _pod_targets(
+    ctx: ActionContext, pods: list[Mapping[str, object]] | None = None
+) -> list[tuple[str, JsonObject]]:
     targets = []
-    for pod in ctx.gathered.get("pods") or [] if pods is None else pods:
+    for pod in [as_mapping(p) for p in as_list(ctx.gathered.get("pods"))] if pods is None else pods:
         if not pod.get("namespace") or not pod.get("name"):
             continue
-        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod["namespace"], "name": pod["name"]}
+        involved: JsonObject = {"apiVersion": "v1", "kind": "Pod", "namespace": json_value(pod["namespace"]),
+                                "name": json_value(pod["name"])}
         if pod.get("uid"):
-            involved["uid"] = pod["uid"]
+            involved["uid"] = json_value(pod["uid"])
         targets.append((str(pod["namespace"]), involved))
     return targets
 
@@ -139,11 +144,12 @@ class RecordKubeEvent(Action[EventParams]):
             if posted
             else f"event {p.reason}: nothing new"
         )
-        return ActionResult(changed=bool(posted), message=message, output={"object": p.object, "objects": posted})
+        return ActionResult(changed=bool(posted), message=message,
+                            output={"object": p.object, "objects": list[JsonValue](posted)})
 
     async def _targets(
         self, kube: KubeAdapter, ctx: ActionContext, p: EventParams
-    ) -> list[tuple[str, dict[str, Any]]]:
+    ) -> list[tuple[str, JsonObject]]:
         if p.object == "pods":
             return _pod_targets(ctx)
         if p.object == "instance_pods":

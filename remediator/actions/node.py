@@ -10,7 +10,7 @@ checked against Kubernetes syntax before any request, so a bad value fails the s
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import field_validator
 
@@ -18,7 +18,7 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Conflict, Invalid, NotSupported, StepFailed
-from remediator.kube.views import Body, Node, json_object
+from remediator.kube.views import Body, Node, as_mapping, json_object
 from remediator.kube.vocabulary import (
     QUARANTINE_TAINT,
     REMEDIATION_ANNOTATION,
@@ -103,7 +103,7 @@ def _taints(node: Mapping[str, object]) -> list[JsonObject]:
     return [json_object(t.raw) for t in Node(node).taints]
 
 
-async def _remember(ctx: ActionContext, observed: dict[str, Any]) -> dict[str, Any]:
+async def _remember(ctx: ActionContext, observed: JsonObject) -> JsonObject:
     """The state before the first attempt: from progress when an earlier attempt saved it, else `observed`."""
     prior = ctx.progress.get("prior")
     if isinstance(prior, dict):
@@ -159,12 +159,12 @@ def _cordon_prior(node: Mapping[str, object]) -> JsonObject:
     return {"was_unschedulable": Node(node).unschedulable, "marked": _needs_marks(node)}
 
 
-async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple[dict[str, Any], bool]:
+async def cordon_node(ctx: ActionContext, kube: KubeAdapter, name: str) -> tuple[JsonObject, bool]:
     """Cordon and mark `name`; returns (output with was_unschedulable and marked, changed)."""
     node = await kube.get_node(name)
     unschedulable = Node(node).unschedulable
     prior = await _remember(ctx, _cordon_prior(node))
-    output = {
+    output: JsonObject = {
         "node": name,
         "was_unschedulable": bool(prior["was_unschedulable"]),
         "marked": bool(prior["marked"]),
@@ -199,7 +199,7 @@ class Cordon(Action[NoParams]):
         what = "node is already cordoned" if unschedulable else f"would cordon node {name}"
         return planned(what, {"node": name, "was_unschedulable": unschedulable})
 
-    async def observe(self, ctx: ActionContext, params: NoParams) -> dict[str, Any] | None:
+    async def observe(self, ctx: ActionContext, params: NoParams) -> JsonObject | None:
         """Whether the node was unschedulable and unmarked before: stored with the step row when it begins."""
         return {"prior": _cordon_prior(await _node_for_observe(ctx))}
 
@@ -339,7 +339,7 @@ class Taint(Action[TaintParams]):
         current = _find_taint(_taints(node), p.key, p.effect)
         return {"previous": None if current is None else {"value": _taint_value(current)}, "marked": _needs_marks(node)}
 
-    async def observe(self, ctx: ActionContext, params: TaintParams) -> dict[str, Any] | None:
+    async def observe(self, ctx: ActionContext, params: TaintParams) -> JsonObject | None:
         """The taint and marks before the step: stored with the step row when it begins; the node read is
         kept for `apply` (its patch carries the node's resourceVersion, so a change since is not lost)."""
         ctx.observed = node = await _node_for_observe(ctx)
@@ -362,7 +362,7 @@ class Taint(Action[TaintParams]):
             return patch
 
         _, patch = await _patch_with_retry(kube, name, build, node)  # the resourceVersion guards the gap
-        output = {
+        output: JsonObject = {
             "node": name,
             "key": p.key,
             "value": p.value,
@@ -408,7 +408,7 @@ class Untaint(Action[UntaintParams]):
             return patch
 
         _, patch = await _patch_with_retry(kube, name, build)
-        restored = (prior.get("previous") or {}).get("value") if ctx.prior_output else None
+        restored = as_mapping(prior.get("previous")).get("value") if ctx.prior_output else None
         what = (
             f"restored taint {key}={restored}:{effect}"
             if restored is not None
@@ -423,7 +423,7 @@ class Untaint(Action[UntaintParams]):
 
 
 def _restored_taints(
-    taints: list[JsonObject], key: str, effect: str, prior: Mapping[str, Any] | None
+    taints: list[JsonObject], key: str, effect: str, prior: Mapping[str, JsonValue] | None
 ) -> list[JsonObject]:
     current = _find_taint(taints, key, effect)
     if current is None:
@@ -434,7 +434,7 @@ def _restored_taints(
         return taints  # someone rewrote the taint since: it is theirs now
     previous = prior.get("previous")
     if previous is not None:
-        return _with_taint(taints, key, str(previous.get("value") or ""), effect)
+        return _with_taint(taints, key, str(as_mapping(previous).get("value") or ""), effect)
     return [t for t in taints if t is not current]
 
 
@@ -534,7 +534,7 @@ class _UnsetEntry(Action[UnsetParams]):
         return ActionResult(changed=changed, message=message, output={"node": name, "key": key})
 
 
-def _restored_entry(current: str | None, prior: Mapping[str, Any] | None) -> str | None:
+def _restored_entry(current: str | None, prior: Mapping[str, JsonValue] | None) -> str | None:
     if prior is None or current is None:
         return None
     if current != prior.get("value"):

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from remediator.adapters.kube import KubeAdapter
+from remediator.domain.json_values import JsonObject
 from remediator.errors import StepFailed
-from remediator.kube.views import Node, Pod
+from remediator.kube.views import Node, Pod, as_mapping, json_value
 
 __all__ = ["DEPLOY_LABEL_PREFIX", "operand_pods", "restore_operands", "take_operands_off", "wait_for"]
 
@@ -42,8 +42,8 @@ def _ready(pod: Mapping[str, object]) -> bool:
 
 
 async def wait_for(
-    kube: KubeAdapter, node: str, done: Any, *, timeout: float, what: str
-) -> Sequence[Mapping[str, Any]]:
+    kube: KubeAdapter, node: str, done: Callable[[Sequence[Mapping[str, object]]], bool], *, timeout: float, what: str
+) -> Sequence[Mapping[str, object]]:
     """Poll the node's pods until `done(pods)` is true; StepFailed naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -56,12 +56,14 @@ async def wait_for(
 
 
 async def take_operands_off(
-    kube: KubeAdapter, node: str, operands: Sequence[str], off_value: str, progress: dict[str, Any], checkpoint: Any
-) -> dict[str, dict[str, Any]]:
+    kube: KubeAdapter, node: str, operands: Sequence[str], off_value: str, progress: JsonObject,
+    checkpoint: Callable[[JsonObject], Awaitable[None]],
+) -> JsonObject:
     """Record each operand label's value and its pods on the node (checkpointed first), then set the labels
     that are not already `off_value` to it. Returns {label: {"previous": value or None, "pods": n}} of the
     labels this step changes; a resumed step reuses what it recorded."""
-    recorded: dict[str, dict[str, Any]] | None = progress.get("operands")
+    stored = progress.get("operands")
+    recorded: JsonObject | None = stored if isinstance(stored, dict) else None
     if recorded is None:
         labels = Node(await kube.get_node(node)).labels
         pods = await kube.list_pods_on_node(node)
@@ -84,16 +86,19 @@ async def take_operands_off(
 
 
 async def restore_operands(
-    kube: KubeAdapter, node: str, progress: dict[str, Any], checkpoint: Any, *, timeout: float
-) -> dict[str, dict[str, Any]]:
+    kube: KubeAdapter, node: str, progress: JsonObject, checkpoint: Callable[[JsonObject], Awaitable[None]], *,
+    timeout: float,
+) -> JsonObject:
     """Put back every recorded label value (None removes the label) and wait until each operand that had pods
     on the node has a Ready one again."""
-    recorded: dict[str, dict[str, Any]] = progress.get("operands") or {}
+    stored = progress.get("operands")
+    recorded: JsonObject = stored if isinstance(stored, dict) else {}
     if recorded and progress.get("operands_phase") != "restored":
-        await kube.patch_node(node, {"metadata": {"labels": {k: v["previous"] for k, v in recorded.items()}}})
+        labels = {k: json_value(as_mapping(v)["previous"]) for k, v in recorded.items()}
+        await kube.patch_node(node, {"metadata": {"labels": labels}})
         progress["operands_phase"] = "restored"
         await checkpoint(dict(progress))
-    wanted = [label for label, entry in recorded.items() if entry.get("pods")]
+    wanted = [label for label, entry in recorded.items() if as_mapping(entry).get("pods")]
     if wanted:
         await wait_for(
             kube, node, lambda pods: all(any(_ready(p) for p in operand_pods(pods, label)) for label in wanted),

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import Field, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.node import MAX_ANNOTATION_BYTES, require_kube
-from remediator.actions.workload import idle_pods, single_namespace
+from remediator.actions.workload import count_of, idle_pods, single_namespace
 from remediator.adapters.kube import KubeAdapter
 from remediator.adapters.notifier import Message, PodLine
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Invalid, NotFound
-from remediator.kube.views import Body
+from remediator.kube.views import Body, as_list, as_mapping, as_str, json_object, json_value
 from remediator.kube.vocabulary import IDLE_ANNOTATION, OWNER_ANNOTATION, AnnotationKey
 
 __all__ = [
@@ -76,8 +76,8 @@ class AnnotatePods(Action[AnnotatePodsParams]):
         p = params
         pods = self._pods(ctx, p)
         kube = require_kube(ctx)
-        prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
-        done: list[dict[str, Any]] = []
+        prior = json_object(as_mapping(ctx.progress.get("prior")))
+        done: list[JsonObject] = []
         for namespace, name in pods:
             ident = f"{namespace}/{name}"
             try:
@@ -93,24 +93,25 @@ class AnnotatePods(Action[AnnotatePodsParams]):
             if changed:
                 await kube.patch_object("Pod", namespace, name, {"metadata": {"annotations": {p.key: p.value}}})
             done.append(
-                {"namespace": namespace, "name": name, "previous": prior[ident]["previous"], "changed": changed}
+                {"namespace": namespace, "name": name, "previous": json_value(as_mapping(prior[ident]).get("previous")),
+                 "changed": changed}
             )
         message = f"annotated {len(done)} pod(s) with {p.key}" if done else "no idle pod to annotate"
         return ActionResult(
             changed=any(d["changed"] for d in done),
             message=message,
-            output={"key": p.key, "value": p.value, "pods": done},
+            output={"key": p.key, "value": p.value, "pods": list[JsonValue](done)},
         )
 
 
-async def _unannotate(kube: KubeAdapter, entry: Mapping[str, Any], key: str, ours: str | None) -> str:
+async def _unannotate(kube: KubeAdapter, entry: Mapping[str, object], key: str, ours: str | None) -> str:
     namespace, name = str(entry["namespace"]), str(entry["name"])
     try:
         pod = await kube.get_pod(namespace, name)
     except NotFound:
         return "gone"
     current = Body(pod).annotations.get(key)
-    previous = entry.get("previous")
+    previous = as_str(entry.get("previous"))
     if current == previous:
         return "unchanged"
     if ours is not None and current != ours:
@@ -125,13 +126,13 @@ class UnannotatePods(Action[UnannotatePodsParams]):
     name = "unannotate_pods"
     Params = UnannotatePodsParams
 
-    def _undo(self, ctx: ActionContext, p: UnannotatePodsParams) -> tuple[str, list[Mapping[str, Any]]]:
+    def _undo(self, ctx: ActionContext, p: UnannotatePodsParams) -> tuple[str, list[Mapping[str, object]]]:
         """(annotation key, pods to restore with the value each had before)."""
         prior = ctx.prior_output or {}
         key = p.key or prior.get("key")
         if not key:
             raise Invalid(f"{self.name}: no key given and no annotate_pods output to undo")
-        entries = list(prior.get("pods") or [])
+        entries = [as_mapping(entry) for entry in as_list(prior.get("pods"))]
         if not entries and ctx.prior_output is None:
             entries = [{"namespace": ns, "name": n, "previous": None} for ns, n in _pod_names(ctx)]
         return str(key), entries
@@ -143,16 +144,17 @@ class UnannotatePods(Action[UnannotatePodsParams]):
     async def apply(self, ctx: ActionContext, params: UnannotatePodsParams) -> ActionResult:
         key, entries = self._undo(ctx, params)
         kube = require_kube(ctx)
-        ours = (ctx.prior_output or {}).get("value")
-        results = [
-            {"namespace": e["namespace"], "name": e["name"], "outcome": await _unannotate(kube, e, key, ours)}
+        ours = as_str((ctx.prior_output or {}).get("value"))
+        results: list[JsonObject] = [
+            {**json_object({"namespace": e["namespace"], "name": e["name"]}),
+             "outcome": await _unannotate(kube, e, key, ours)}
             for e in entries
         ]
         changed = any(r["outcome"] in ("restored", "removed") for r in results)
         return ActionResult(
             changed=changed,
             message=f"annotation {key}: " + (", ".join(f"{r['name']} {r['outcome']}" for r in results) or "no pods"),
-            output={"key": key, "pods": results},
+            output={"key": key, "pods": list[JsonValue](results)},
         )
 
 
@@ -209,8 +211,8 @@ def idle_gpu_hours(starts_at: object, gpus: int, now: datetime) -> float:
     return round(max(0.0, (now - started).total_seconds()) / 3600 * gpus, 2)
 
 
-def _owner_text(pod: Mapping[str, Any]) -> str:
-    return " → ".join(f"{o.get('kind')}/{o.get('name')}" for o in pod.get("owners") or [] if isinstance(o, Mapping))
+def _owner_text(pod: Mapping[str, object]) -> str:
+    return " → ".join(f"{o.get('kind')}/{o.get('name')}" for o in as_list(pod.get("owners")) if isinstance(o, Mapping))
 
 
 class NotifyOwner(Action[NotifyOwnerParams]):
@@ -235,7 +237,7 @@ class NotifyOwner(Action[NotifyOwnerParams]):
             PodLine(namespace=str(q.get("namespace") or ""), name=str(q.get("name") or ""), owner=_owner_text(q))
             for q in pods
         )
-        held = sum(int(q.get("gpu_request") or 0) for q in pods)
+        held = sum(count_of(q.get("gpu_request")) for q in pods)
         text = (
             f"GPU {gpu} on node {ctx.target.node or '?'} has been idle for about {hours:g} GPU-hours "
             f"(since the alert started)."
@@ -246,7 +248,7 @@ class NotifyOwner(Action[NotifyOwnerParams]):
             text += " No pod holding it is known."
         if p.message:
             text += "\n" + p.message
-        output: dict[str, Any] = {
+        output: JsonObject = {
             "owner": channel,
             "owner_source": source,
             "namespace": namespace,

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 from pydantic import Field, ValidationError, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
 from remediator.adapters.notifier import Message
+from remediator.domain.json_values import JsonObject
 from remediator.errors import ActionError
+from remediator.kube.views import as_list, as_mapping, json_object
 from remediator.sidecar.schemas import GpuIdentity
 
 __all__ = ["GATE_BUDGET", "MAX_HISTORY_ROWS", "MAX_TEXT", "RmaReport", "RmaReportParams", "compose_summary"]
@@ -51,7 +53,7 @@ _FIELDS: tuple[tuple[str, str], ...] = (
 _HISTORY_KEYS = ("at", "alertname", "xid", "playbook", "outcome", "remediation")
 
 
-def _json_size(value: Any) -> int:
+def _json_size(value: object) -> int:
     return len(json.dumps(value, default=str))
 
 
@@ -59,13 +61,13 @@ class RmaReportParams(StrictParams):
     gpu: str | None = Field(
         default=None, description="GPU UUID or index; the remediation's GPU (UUID, else index) when unset."
     )
-    history: list[dict[str, Any]] = Field(
+    history: list[dict[str, object]] = Field(
         default_factory=list,
         max_length=MAX_HISTORY_ROWS,
         description="Xid/fault history, oldest first, at most 200 rows of at most 4 KiB each; keys shown: at, "
         "alertname, xid, playbook, outcome, remediation (other scalar keys as key=value).",
     )
-    gate: dict[str, Any] | None = Field(
+    gate: dict[str, object] | None = Field(
         default=None,
         description="A validation gate's output: `validate_gpu`'s step output (verdict, failed, gpus) or one "
         "sidecar validation report (verdict, failed, checks); its failed checks are listed with their details.",
@@ -86,7 +88,7 @@ class RmaReportParams(StrictParams):
 
     @field_validator("history")
     @classmethod
-    def _history(cls, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _history(cls, rows: list[dict[str, object]]) -> list[dict[str, object]]:
         for number, row in enumerate(rows):
             if _json_size(row) > _MAX_ROW_JSON:
                 raise ValueError(f"history row {number} is larger than {_MAX_ROW_JSON} characters as JSON")
@@ -94,18 +96,18 @@ class RmaReportParams(StrictParams):
 
     @field_validator("gate")
     @classmethod
-    def _gate(cls, gate: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _gate(cls, gate: dict[str, object] | None) -> dict[str, object] | None:
         if gate is not None and _json_size(gate) > _MAX_GATE_JSON:
             raise ValueError(f"gate is larger than {_MAX_GATE_JSON} characters as JSON")
         return gate
 
 
-def _short(text: Any, limit: int = 160) -> str:
+def _short(text: object, limit: int = 160) -> str:
     shown = " ".join(str(text).split())
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def _history_line(row: Mapping[str, Any]) -> str:
+def _history_line(row: Mapping[str, object]) -> str:
     parts = [_short(row.get("at") or "time unknown", 40)]
     if row.get("xid") not in (None, ""):
         parts.append(f"Xid {_short(row['xid'], 20)}")
@@ -125,22 +127,23 @@ def _history_line(row: Mapping[str, Any]) -> str:
     return _short("- " + ", ".join(parts + extra), _MAX_LINE)
 
 
-def _gate_failures(gate: Mapping[str, Any]) -> tuple[str | None, list[str]]:
+def _gate_failures(gate: Mapping[str, object]) -> tuple[str | None, list[str]]:
     """(verdict, "GPU: check (detail)" for each failed check) of validate_gpu's output or one report."""
     verdict = gate.get("verdict")
     gpus = gate.get("gpus")
-    reports: list[Any] = gpus if isinstance(gpus, list) else [gate] if "checks" in gate else []
+    reports: list[object] = gpus if isinstance(gpus, list) else [gate] if "checks" in gate else []
     details: dict[tuple[str, str], str] = {}
     from_reports: dict[str, list[str]] = {}
     for report in reports:
         if not isinstance(report, Mapping):
             continue
         gpu = str(report.get("uuid") or report.get("gpu") or "")
-        for check in report.get("checks") or []:
+        for check in as_list(report.get("checks")):
             if isinstance(check, Mapping) and check.get("name"):
                 details[(gpu, str(check["name"]))] = str(check.get("detail") or "")
-        if isinstance(report.get("failed"), list):
-            from_reports[gpu] = [str(name) for name in report["failed"]]
+        named = report.get("failed")
+        if isinstance(named, list):
+            from_reports[gpu] = [str(name) for name in named]
     failed = gate.get("failed")
     by_gpu: dict[str, list[str]]
     if isinstance(failed, Mapping):
@@ -159,7 +162,7 @@ def _gate_failures(gate: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     return (str(verdict) if verdict is not None else None), lines
 
 
-def _remapped(rows: Mapping[str, Any]) -> str:
+def _remapped(rows: Mapping[str, object]) -> str:
     return (
         f"{rows.get('correctable')} correctable, {rows.get('uncorrectable')} uncorrectable, "
         f"pending: {'yes' if rows.get('pending') else 'no'}, failed remap: {'yes' if rows.get('failure') else 'no'}"
@@ -181,12 +184,14 @@ def _fit(lines: list[str], budget: int, noun: str) -> list[str]:
     return out
 
 
-def compose_summary(facts: Mapping[str, Any], history: list[dict[str, Any]], failed_checks: list[str]) -> str:
+def compose_summary(
+    facts: Mapping[str, object], history: Sequence[Mapping[str, object]], failed_checks: list[str]
+) -> str:
     """The plain-text RMA summary, at most MAX_TEXT characters: identity first, then the gate's failed checks
     (at most GATE_BUDGET characters of them), the bug report, and as many history rows as still fit."""
     uuid = facts.get("uuid") or facts.get("gpu") or "unknown GPU"
     node = facts.get("node") or "unknown node"
-    unknown: Mapping[str, str] = facts.get("unknown") or {}
+    unknown = as_mapping(facts.get("unknown"))
     lines = [
         f"GPU replacement (RMA) request: {_short(facts.get('name') or 'GPU', 80)} {uuid} on node {node}",
         "",
@@ -198,7 +203,7 @@ def compose_summary(facts: Mapping[str, Any], history: list[dict[str, Any]], fai
         if value is None:
             shown = f"unknown ({_short(unknown.get(key, 'not read'), 80)})"
         elif key == "remapped_rows":
-            shown = _remapped(value)
+            shown = _remapped(as_mapping(value))
         else:
             shown = _short(value, 120)
         lines.append(f"{label}: {shown}")
@@ -251,7 +256,7 @@ class RmaReport(Action[RmaReportParams]):
     async def apply(self, ctx: ActionContext, params: RmaReportParams) -> ActionResult:
         p = params
         gpu = p.gpu or ctx.target.gpu_uuid or ctx.target.gpu_index
-        facts: dict[str, Any] = {"node": ctx.target.node, "node_ip": None, "gpu": gpu}
+        facts: JsonObject = {"node": ctx.target.node, "node_ip": None, "gpu": gpu}
         identity, error = await self._identity(ctx, gpu, facts)
         facts.update(_identity_facts(identity, error, gpu))
         if facts.get("uuid") is None and ctx.target.gpu_uuid and gpu in (ctx.target.gpu_uuid, ctx.target.gpu_index):
@@ -263,13 +268,13 @@ class RmaReport(Action[RmaReportParams]):
         text = compose_summary(facts, p.history, failed_checks)
         title = _short(f"RMA: {facts.get('name') or 'GPU'} {facts.get('uuid') or gpu or '?'} on "
                        f"{ctx.target.node or 'unknown node'}", 150)
-        structured = {
+        structured: JsonObject = {
             **{k: v for k, v in facts.items() if k != "remediation_id"},
             "failed_checks": [line[2:] for line in failed_checks],
             "history_rows": len(p.history),
         }
-        output: dict[str, Any] = {"sent": False, "channel": p.channel, **structured, "title": title, "text": text}
-        unknown = ", ".join(sorted(facts["unknown"]))
+        output: JsonObject = {"sent": False, "channel": p.channel, **structured, "title": title, "text": text}
+        unknown = ", ".join(sorted(as_mapping(facts["unknown"])))
         suffix = f"; unknown: {unknown}" if unknown else ""
         if ctx.notifier is None:
             return ActionResult(changed=False, message="no notifier configured: RMA summary composed, not sent"
@@ -303,7 +308,7 @@ class RmaReport(Action[RmaReportParams]):
 
     @staticmethod
     async def _identity(
-        ctx: ActionContext, gpu: str | None, facts: dict[str, Any]
+        ctx: ActionContext, gpu: str | None, facts: JsonObject
     ) -> tuple[GpuIdentity | None, str | None]:
         """The sidecar's answer, or None and why not (never raises: the summary goes out either way)."""
         if gpu is None:
@@ -319,18 +324,18 @@ class RmaReport(Action[RmaReportParams]):
             return None, f"the sidecar's answer is not a GPU identity: {exc.error_count()} errors"
 
 
-def _identity_facts(identity: GpuIdentity | None, error: str | None, gpu: str | None) -> dict[str, Any]:
+def _identity_facts(identity: GpuIdentity | None, error: str | None, gpu: str | None) -> JsonObject:
     fields = ("uuid", "index", *(key for key, _ in _FIELDS), "retired_pages_pending")
     if identity is None:
-        facts: dict[str, Any] = dict.fromkeys(fields)
+        facts: JsonObject = dict.fromkeys(fields)
         facts["uuid"] = gpu if gpu and not gpu.isdigit() else None
         reason = "sidecar did not answer" if gpu else "no GPU named"
         facts["unknown"] = {key: reason for key in fields if key not in ("uuid", "index", "retired_pages_pending")}
         facts["identity_error"] = error
         return facts
-    facts = identity.model_dump(mode="json", include=set(fields))
+    facts = json_object(identity.model_dump(mode="json", include=set(fields)))
     # Rows are remapped instead of pages retired on these GPUs: not a gap worth naming in the summary.
-    unknown = {k: v for k, v in identity.unreadable.items()
+    unknown: JsonObject = {k: v for k, v in identity.unreadable.items()
                if not (k == "retired_pages_pending" and identity.remapped_rows is not None)}
     facts["unknown"] = unknown
     facts["identity_error"] = None

@@ -26,13 +26,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, ClassVar, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 
 from remediator.actions.base import Action, ActionContext, ActionResult, StrictParams, Target, planned
 from remediator.actions.gpu import node_internal_ip, sidecar_client
 from remediator.domain.durations import DurationOrSeconds, parse_duration, within
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import ActionError, GateUnknown, Invalid, ServiceUnavailable, StepFailed
 from remediator.sidecar.schemas import ValidateRequest, ValidationReport
 
@@ -185,10 +186,10 @@ class ValidateGpu(Action[ValidateGpuParams]):
             raise GateUnknown(agent, "timed out", f"no verdict within {budget:g}s") from None
         failed = [r for r in reports if r.verdict != "pass"]
         readable = [r for r in failed if readable_failure(r)]
-        output: dict[str, Any] = {
+        output: JsonObject = {
             "node_ip": ip,
             "verdict": "fail" if readable else "unknown" if failed else "pass",
-            "failed": {r.uuid or r.gpu: r.failed for r in failed},
+            "failed": {r.uuid or r.gpu: list[JsonValue](r.failed) for r in failed},
             "dcgm_level": p.dcgm_level,
             "require_dcgm": p.require_dcgm,
             "gpus": [r.model_dump(mode="json") for r in reports],
@@ -202,6 +203,6 @@ class ValidateGpu(Action[ValidateGpuParams]):
         warnings = [f"{r.uuid}: {c.name}: {c.warning}" for r in reports for c in r.checks if c.warning]
         message = f"{names} passed validation ({sum(len(r.checks) for r in reports)} checks)"
         if warnings:
-            output["warnings"] = warnings
+            output["warnings"] = list[JsonValue](warnings)
             message += f"; {len(warnings)} warning(s)"
         return ActionResult(changed=False, message=message, output=output)

@@ -13,7 +13,6 @@ someone else rescaled since is left alone by the revert and reported.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pydantic import Field
 
@@ -21,15 +20,16 @@ from remediator.actions.base import Action, ActionContext, ActionResult, NoParam
 from remediator.actions.context import owner_chain
 from remediator.actions.node import require_kube
 from remediator.adapters.kube import KubeAdapter
-from remediator.domain.json_values import JsonObject
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import Invalid, NotFound, StepFailed
-from remediator.kube.views import Container, Pod, PodSpec, Scale, Workload
+from remediator.kube.views import Container, Pod, PodSpec, Scale, Workload, as_list, as_mapping, json_object, json_value
 
 __all__ = [
     "GPU_RESOURCE",
     "RestoreWorkload",
     "ScaleParams",
     "ScaleWorkload",
+    "count_of",
     "idle_pods",
     "is_gpu_resource",
     "pod_gpu_resources",
@@ -57,9 +57,14 @@ def _amount(value: object) -> int:
         return 0
 
 
-def _int(value: object) -> int:
+def count_of(value: object) -> int:
     """A count as the API sent it (replicas, active pods); absent, null or not a number: 0."""
     return int(value or 0) if isinstance(value, int | float | str) else 0
+
+
+def _counts(value: object) -> dict[str, int]:
+    """A resource -> count map as stored in a step's progress or output (`gpus_per_pod`, `freed`)."""
+    return {str(name): count_of(amount) for name, amount in as_mapping(value).items()}
 
 
 def _container_gpus(container: Container) -> dict[str, int]:
@@ -83,7 +88,7 @@ def pod_gpu_resources(spec: Mapping[str, object]) -> dict[str, int]:
     return {name: amount for name, amount in total.items() if amount > 0}
 
 
-def whole_gpus(resources: Mapping[str, Any]) -> int:
+def whole_gpus(resources: Mapping[str, object]) -> int:
     """The whole GPUs in a resource map (MIG slices are reported separately)."""
     return _amount(resources.get(GPU_RESOURCE, 0))
 
@@ -95,21 +100,17 @@ def _times(resources: Mapping[str, int], count: int) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------- idle pods
 
 
-def _identity(pod: Mapping[str, Any]) -> set[str]:
+def _identity(pod: Mapping[str, object]) -> set[str]:
     keys = {f"{pod.get('namespace')}/{pod.get('name')}"}
     if pod.get("uid"):
         keys.add(str(pod["uid"]))
     return keys
 
 
-def idle_pods(context: Mapping[str, Any], target: Target) -> list[dict[str, Any]]:
+def idle_pods(context: Mapping[str, object], target: Target) -> list[JsonObject]:
     """The pods holding the idle GPU: those the alert names (if they hold GPUs), else the sidecar's mapping."""
-    pods = [dict(p) for p in context.get("pods") or [] if isinstance(p, Mapping)]
-    named = [
-        p
-        for p in pods
-        if p.get("from_alert") and not p.get("missing") and int(p.get("gpu_request") or 0) > 0
-    ]
+    pods = [json_object(p) for p in as_list(context.get("pods")) if isinstance(p, Mapping)]
+    named = [p for p in pods if p.get("from_alert") and not p.get("missing") and count_of(p.get("gpu_request")) > 0]
     if named:
         return named
     mapping = context.get("gpu_pods")
@@ -117,20 +118,21 @@ def idle_pods(context: Mapping[str, Any], target: Target) -> list[dict[str, Any]
     listed = mapping.get(str(uuid)) if isinstance(mapping, Mapping) else None
     if not listed:
         return []
-    known: dict[str, dict[str, Any]] = {}
+    known: dict[str, JsonObject] = {}
     for pod in pods:
         for key in _identity(pod):
             known[key] = pod
-    out: list[dict[str, Any]] = []
-    for entry in listed:
+    out: list[JsonObject] = []
+    for entry in as_list(listed):
         if not isinstance(entry, Mapping) or not entry.get("name") or not entry.get("namespace"):
             continue
         match = next((known[k] for k in _identity(entry) if k in known), None)
-        out.append(dict(match) if match is not None else {**dict(entry), "owners": entry.get("owners") or []})
+        owners = json_value(entry.get("owners") or [])
+        out.append(dict(match) if match is not None else {**json_object(entry), "owners": owners})
     return out
 
 
-def single_namespace(pods: list[dict[str, Any]]) -> str | None:
+def single_namespace(pods: Sequence[Mapping[str, object]]) -> str | None:
     namespaces = {str(p.get("namespace")) for p in pods if p.get("namespace")}
     return namespaces.pop() if len(namespaces) == 1 else None
 
@@ -138,7 +140,7 @@ def single_namespace(pods: list[dict[str, Any]]) -> str | None:
 # ---------------------------------------------------------------------------------------- owners
 
 
-def _scalable(owners: Sequence[Mapping[str, Any]]) -> tuple[str, str] | str:
+def _scalable(owners: Sequence[Mapping[str, object]]) -> tuple[str, str] | str:
     """(kind, name) of the object that owns the pod's replicas, or why there is none."""
     if not owners:
         return "a bare pod (no controller)"
@@ -158,16 +160,16 @@ def _scalable(owners: Sequence[Mapping[str, Any]]) -> tuple[str, str] | str:
     return f"owner kind {kind} cannot be scaled"
 
 
-async def _owners_of(kube: KubeAdapter, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
-    owners = pod.get("owners")
+async def _owners_of(kube: KubeAdapter, pod: Mapping[str, object]) -> list[Mapping[str, object]]:
+    owners = as_list(pod.get("owners"))
     if owners:
-        return [dict(o) for o in owners]
+        return [as_mapping(o) for o in owners]
     namespace, name = str(pod.get("namespace")), str(pod.get("name"))
     try:
         obj = await kube.get_pod(namespace, name)
     except NotFound:
         return []
-    return await owner_chain(kube, namespace, obj, {})
+    return list(await owner_chain(kube, namespace, obj, {}))
 
 
 def _key(kind: str, namespace: str, name: str) -> str:
@@ -182,7 +184,7 @@ class ScaleParams(StrictParams):
 
 
 async def _per_pod_gpus(
-    kube: KubeAdapter, workload: Mapping[str, Any], pod: Mapping[str, Any]
+    kube: KubeAdapter, workload: Mapping[str, object], pod: Mapping[str, object]
 ) -> dict[str, int]:
     """GPUs one replica holds: from the pod template, else from the idle pod itself."""
     from_template = pod_gpu_resources(Workload(workload).template_spec.raw)
@@ -196,31 +198,31 @@ async def _per_pod_gpus(
 
 
 async def _observe(
-    kube: KubeAdapter, kind: str, namespace: str, name: str, pod: Mapping[str, Any]
-) -> dict[str, Any]:
+    kube: KubeAdapter, kind: str, namespace: str, name: str, pod: Mapping[str, object]
+) -> JsonObject:
     """The workload as found before the first change: its replicas (or suspend flag) and GPUs per pod."""
     workload = await kube.get_object(kind, namespace, name)
     per_pod = await _per_pod_gpus(kube, workload, pod)
-    entry: dict[str, Any] = {"kind": kind, "namespace": namespace, "name": name, "gpus_per_pod": per_pod}
+    entry: JsonObject = {"kind": kind, "namespace": namespace, "name": name, "gpus_per_pod": dict(per_pod)}
     if kind == "Job":
         job = Workload(workload)
-        entry["previous"] = job.suspend
-        entry["running_pods"] = 0 if job.suspend else _int(job.active or job.parallelism or 1)
+        entry["previous"] = json_value(job.suspend)
+        entry["running_pods"] = 0 if job.suspend else count_of(job.active or job.parallelism or 1)
     else:
-        entry["previous"] = _int(Scale(await kube.get_scale(kind, namespace, name)).replicas)
+        entry["previous"] = count_of(Scale(await kube.get_scale(kind, namespace, name)).replicas)
     return entry
 
 
-def _freed(entry: Mapping[str, Any], replicas: int) -> dict[str, int]:
-    per_pod = entry.get("gpus_per_pod") or {}
+def _freed(entry: Mapping[str, object], replicas: int) -> dict[str, int]:
+    per_pod = _counts(entry.get("gpus_per_pod"))
     if entry["kind"] == "Job":
-        return _times(per_pod, int(entry.get("running_pods") or 0))
-    return _times(per_pod, max(0, int(entry["previous"]) - replicas))
+        return _times(per_pod, count_of(entry.get("running_pods")))
+    return _times(per_pod, max(0, count_of(entry["previous"]) - replicas))
 
 
-async def _apply(kube: KubeAdapter, entry: Mapping[str, Any], replicas: int) -> bool:
+async def _apply(kube: KubeAdapter, entry: Mapping[str, object], replicas: int) -> bool:
     """Put the workload into its scaled-down state; False when it already is."""
-    kind, namespace, name = entry["kind"], entry["namespace"], entry["name"]
+    kind, namespace, name = str(entry["kind"]), str(entry["namespace"]), str(entry["name"])
     if kind == "Job":
         job = Workload(await kube.get_job(namespace, name))
         if job.suspend is True:
@@ -229,17 +231,17 @@ async def _apply(kube: KubeAdapter, entry: Mapping[str, Any], replicas: int) -> 
         await kube.patch_job(namespace, name, {"metadata": {"resourceVersion": rv}, "spec": {"suspend": True}})
         return True
     scale = Scale(await kube.get_scale(kind, namespace, name))
-    current = _int(scale.replicas)
+    current = count_of(scale.replicas)
     if current <= replicas:
         return False
     await kube.patch_scale(kind, namespace, name, replicas, resource_version=scale.resource_version)
     return True
 
 
-def _differs(entry: Mapping[str, Any]) -> bool:
+def _differs(entry: Mapping[str, object]) -> bool:
     if entry["kind"] == "Job":
         return entry.get("previous") is not True
-    return int(entry["previous"]) > int(entry["set"])
+    return count_of(entry["previous"]) > count_of(entry["set"])
 
 
 def _sum(maps: list[Mapping[str, int]]) -> dict[str, int]:
@@ -272,8 +274,8 @@ class ScaleWorkload(Action[ScaleParams]):
     async def _scale(self, ctx: ActionContext, p: ScaleParams, *, write: bool) -> ActionResult:
         pods = _idle_pods(ctx)
         kube = require_kube(ctx)
-        prior: dict[str, Any] = dict(ctx.progress.get("prior") or {})
-        skipped: list[dict[str, str]] = []
+        prior = {key: json_object(as_mapping(entry)) for key, entry in as_mapping(ctx.progress.get("prior")).items()}
+        skipped: list[JsonObject] = []
         order: list[str] = []
         for pod in pods:
             namespace = str(pod.get("namespace"))
@@ -293,28 +295,28 @@ class ScaleWorkload(Action[ScaleParams]):
                     order.remove(key)
                     continue
                 prior[key]["set"] = True if kind == "Job" else p.replicas
-                prior[key]["freed"] = _freed(prior[key], p.replicas)
-                ctx.progress["prior"] = prior
+                prior[key]["freed"] = dict(_freed(prior[key], p.replicas))
+                ctx.progress["prior"] = dict(prior)
                 await ctx.checkpoint(dict(ctx.progress))
         if not order:
             reasons = "; ".join(f"{s['pod']}: {s['reason']}" for s in skipped)
             raise StepFailed(f"no idle pod has a workload that can be scaled ({reasons})")
-        workloads: list[dict[str, Any]] = []
+        workloads: list[JsonObject] = []
         for key in order:
             entry = dict(prior[key])
             entry["changed"] = await _apply(kube, entry, p.replicas) if write else False
             # the step's effect, whichever attempt wrote it: what the revert undoes and the report counts
             entry["scaled"] = write and _differs(entry)
             workloads.append(entry)
-        freed = _sum([w["freed"] for w in workloads])
-        namespaces = {w["namespace"] for w in workloads}
-        output = {
+        freed = _sum([_counts(w["freed"]) for w in workloads])
+        namespaces = {str(w["namespace"]) for w in workloads}
+        output: JsonObject = {
             "namespace": namespaces.pop() if len(namespaces) == 1 else None,
             "replicas": p.replicas,
-            "workloads": workloads,
-            "freed": freed,
+            "workloads": list[JsonValue](workloads),
+            "freed": dict(freed),
             "gpus_freed": whole_gpus(freed),
-            "skipped": skipped,
+            "skipped": list[JsonValue](skipped),
         }
         changed = any(w["changed"] for w in workloads)
         described = ", ".join(_describe(w) for w in workloads)
@@ -327,7 +329,7 @@ class ScaleWorkload(Action[ScaleParams]):
         return f"scale the workloads of the idle pods on {target.key} to {params.replicas} (Jobs: suspend)"
 
 
-def _idle_pods(ctx: ActionContext) -> list[dict[str, Any]]:
+def _idle_pods(ctx: ActionContext) -> list[JsonObject]:
     pods = idle_pods(ctx.gathered, ctx.target)
     if not pods:
         raise StepFailed(
@@ -337,7 +339,7 @@ def _idle_pods(ctx: ActionContext) -> list[dict[str, Any]]:
     return pods
 
 
-def _describe(entry: Mapping[str, Any]) -> str:
+def _describe(entry: Mapping[str, object]) -> str:
     what = f"{entry['kind']}/{entry['namespace']}/{entry['name']}"
     if entry["kind"] == "Job":
         return f"{what} suspended"
@@ -347,7 +349,7 @@ def _describe(entry: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------- restore_workload
 
 
-async def _restore(kube: KubeAdapter, entry: Mapping[str, Any]) -> str:
+async def _restore(kube: KubeAdapter, entry: Mapping[str, object]) -> str:
     """Undo one workload's change; returns what happened (restored, unchanged, left, gone)."""
     kind, namespace, name = str(entry["kind"]), str(entry["namespace"]), str(entry["name"])
     try:
@@ -367,11 +369,11 @@ async def _restore(kube: KubeAdapter, entry: Mapping[str, Any]) -> str:
         scale = Scale(await kube.get_scale(kind, namespace, name))
     except NotFound:
         return "gone"
-    current = _int(scale.replicas)
-    previous = int(entry["previous"])
+    current = count_of(scale.replicas)
+    previous = count_of(entry["previous"])
     if current == previous:
         return "unchanged"
-    if current != int(entry["set"]):
+    if current != count_of(entry["set"]):
         return f"left: rescaled to {current} by someone else"
     await kube.patch_scale(kind, namespace, name, previous, resource_version=scale.resource_version)
     return "restored"
@@ -383,12 +385,12 @@ class RestoreWorkload(Action[NoParams]):
     name = "restore_workload"
     Params = NoParams
 
-    def _scaled(self, ctx: ActionContext) -> list[Mapping[str, Any]]:
+    def _scaled(self, ctx: ActionContext) -> list[Mapping[str, object]]:
         """The workloads scale_workload changed."""
         prior = ctx.prior_output
         if prior is None:
             raise Invalid(f"{self.name}: no scale_workload output to undo")
-        return [w for w in prior.get("workloads") or [] if isinstance(w, Mapping) and w.get("scaled")]
+        return [w for w in as_list(prior.get("workloads")) if isinstance(w, Mapping) and w.get("scaled")]
 
     async def plan(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         return planned(f"would restore {len(self._scaled(ctx))} workload(s)", {"workloads": []})
@@ -396,17 +398,14 @@ class RestoreWorkload(Action[NoParams]):
     async def apply(self, ctx: ActionContext, params: NoParams) -> ActionResult:
         entries = self._scaled(ctx)
         kube = require_kube(ctx)
-        results: list[dict[str, Any]] = []
+        results: list[JsonObject] = []
         for entry in entries:
             outcome = await _restore(kube, entry)
             results.append(
                 {
-                    "kind": entry["kind"],
-                    "namespace": entry["namespace"],
-                    "name": entry["name"],
-                    "previous": entry.get("previous"),
+                    **json_object({key: entry.get(key) for key in ("kind", "namespace", "name", "previous")}),
                     "outcome": outcome,
-                    "freed": entry.get("freed") or {},
+                    "freed": json_object(as_mapping(entry.get("freed"))),
                 }
             )
         restored = [r for r in results if r["outcome"] == "restored"]
@@ -414,11 +413,12 @@ class RestoreWorkload(Action[NoParams]):
         return ActionResult(
             changed=bool(restored),
             message=message or "nothing was scaled: nothing to restore",
-            output={"workloads": results, "returned": _sum([r["freed"] for r in results])},
+            output={"workloads": list[JsonValue](results),
+                    "returned": dict(_sum([_counts(r["freed"]) for r in results]))},
         )
 
 
-def scalable_owner(owners: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+def scalable_owner(owners: Sequence[Mapping[str, object]]) -> tuple[str, str] | None:
     """(kind, name) of the workload `scale_workload` would act on, for display; None when there is none."""
     found = _scalable(owners)
     return None if isinstance(found, str) else found

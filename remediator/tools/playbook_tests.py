@@ -33,7 +33,7 @@ from remediator.errors import DefinitionError, NotFound, NotSupported, Remediato
 from remediator.intake.models import AlertmanagerPayload
 from remediator.intake.normalize import GpuAlert, normalize
 from remediator.kube.kinds import Operation
-from remediator.kube.views import OwnerReference
+from remediator.kube.views import OwnerReference, as_list, as_mapping
 from remediator.kube.vocabulary import excluded
 from remediator.settings import BUNDLED_DIR, QuarantineLimit, Settings
 from remediator.store.repository import utcnow
@@ -466,7 +466,7 @@ async def _actual(
             for s in plan.steps if s.runs
         ],
         "skipped": [{"name": s.name, "note": s.note} for s in plan.steps if not s.runs],
-        "pods": [f"{p.get('namespace')}/{p.get('name')}" for p in context.get("pods") or []],
+        "pods": [f"{as_mapping(p).get('namespace')}/{as_mapping(p).get('name')}" for p in as_list(context.get("pods"))],
         "guardrails": {"allow": verdict.allow, "guardrail": verdict.name, "reason": verdict.reason},
     }
 
