@@ -110,7 +110,10 @@ def _type(annotation: Any) -> str:
         inner = [a for a in args if a is not Ellipsis]
         return f"list of {_type(inner[0])}" if inner else "list"
     if origin is dict:
-        return f"mapping of {_type(args[1])}" if args and args[1] not in (Any, object) else "mapping"
+        # A mapping of anything JSON holds (JsonValue, a recursive alias the loader keeps as a string) is a mapping.
+        if not args or args[1] in (Any, object) or _is_json(args[1]):
+            return "mapping"
+        return f"mapping of {_type(args[1])}"
     if annotation is timedelta:
         return "duration (`90s`, `5m`, `1h30m`)"
     if annotation is datetime:
@@ -173,6 +176,10 @@ def model_table(model: type[BaseModel], help_texts: dict[str, str] | None = None
         row = f"| `{field.alias or name}` | {_cell(_type(field.annotation))} | {_default(field)} |"
         lines.append(f"{row} {_cell(texts[name])} |" if explained else row)
     return lines
+
+
+def _is_json(annotation: Any) -> bool:
+    return "JsonValue" in str(annotation)
 
 
 def _doc_line(obj: Any) -> str:

@@ -118,8 +118,9 @@ def _pod_targets(
 
 
 class RecordKubeEvent(Action[EventParams]):
-    """Record a Kubernetes Event (reason, message) on the node or on the pods in the context. Not the
-    state machine's `Event` (domain/states.py): this is the `event` action a playbook step names."""
+    """Record a Kubernetes Event (reason, message) on the node or on the pods in the context.
+
+    Not the state machine's `Event` (domain/states.py): this is the `event` action a playbook step names."""
 
     name = "event"
     Params = EventParams
