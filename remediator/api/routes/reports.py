@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
@@ -22,6 +22,7 @@ from remediator.api.query_check import KnownQuery
 from remediator.api.signin import require_sign_in
 from remediator.api.templating import page
 from remediator.domain.durations import parse_duration
+from remediator.domain.timestamps import as_utc
 from remediator.engine.effectiveness import EffectivenessReport
 from remediator.engine.idle_report import effectiveness_report, idle_report
 
@@ -42,7 +43,7 @@ def _time(value: str | None, name: str) -> datetime | None:
         raise HTTPException(
             422, f"{name}: not an ISO 8601 time: {value!r}"
         ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return as_utc(parsed)
 
 
 def _window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
