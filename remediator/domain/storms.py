@@ -26,7 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+
+from remediator.domain.json_values import JsonObject
+from remediator.kube.views import Node, as_list, as_mapping
 
 __all__ = [
     "HOSTNAME_LABEL", "Candidate", "Fault", "FleetCounts", "StormAnalysis", "StormPolicy", "StormState", "analyse",
@@ -49,7 +51,7 @@ _READING_LABELS = (
 Attribute = tuple[str, str]
 
 
-def _bucket(stamp: Any, hours: int) -> str | None:
+def _bucket(stamp: object, hours: int) -> str | None:
     if not isinstance(stamp, str) or not stamp:
         return None
     try:
@@ -59,19 +61,16 @@ def _bucket(stamp: Any, hours: int) -> str | None:
     return at.replace(hour=at.hour - at.hour % hours, minute=0, second=0, microsecond=0).isoformat()
 
 
-def node_attributes(node: Mapping[str, Any], *, created_bucket_hours: int = 6) -> frozenset[Attribute]:
+def node_attributes(node: Mapping[str, object], *, created_bucket_hours: int = 6) -> frozenset[Attribute]:
     """The attributes of a Node object that the fleet's counts and the storm analysis compare."""
-    meta = node.get("metadata") or {}
-    out: set[Attribute] = {
-        (f"{LABEL}{k}", str(v)) for k, v in (meta.get("labels") or {}).items() if k not in _SKIP_LABELS
-    }
-    info = (node.get("status") or {}).get("nodeInfo") or {}
+    view = Node(node)
+    out: set[Attribute] = {(f"{LABEL}{k}", v) for k, v in view.labels.items() if k not in _SKIP_LABELS}
+    info = as_mapping(view.status.get("nodeInfo"))
     out.update((key, str(info[name])) for name, key in _NODE_INFO if info.get(name))
-    created = _bucket(meta.get("creationTimestamp"), created_bucket_hours)
+    created = _bucket(view.metadata.creation_timestamp, created_bucket_hours)
     if created:
         out.add(("node:created", created))
-    ready = next((c.get("lastTransitionTime") for c in (node.get("status") or {}).get("conditions") or []
-                  if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"), None)
+    ready = next((c.last_transition_time for c in view.conditions if c.type == "Ready" and c.is_true), None)
     since = _bucket(ready, created_bucket_hours)
     if since:
         out.add(("node:ready-since", since))
@@ -79,19 +78,19 @@ def node_attributes(node: Mapping[str, Any], *, created_bucket_hours: int = 6) -
 
 
 def fault_attributes(
-    alertname: str, xid: int | None, labels: Mapping[str, Any], context: Mapping[str, Any] | None
+    alertname: str, xid: int | None, labels: Mapping[str, object], context: Mapping[str, object] | None
 ) -> frozenset[Attribute]:
     """What one fault says about its node beyond the node object: alert, Xid, agent readings, workloads."""
     out: set[Attribute] = {("fault:alertname", alertname)}
     if xid is not None:
         out.add(("fault:xid", str(xid)))
     out.update((key, str(labels[name])) for name, key in _READING_LABELS if labels.get(name))
-    for pod in (context or {}).get("pods") or []:
+    for pod in as_list((context or {}).get("pods")):
         if not isinstance(pod, Mapping):
             continue
         if pod.get("namespace"):
             out.add(("fault:namespace", str(pod["namespace"])))
-        for owner in pod.get("owners") or []:
+        for owner in as_list(pod.get("owners")):
             if isinstance(owner, Mapping) and owner.get("kind") and owner.get("name"):
                 out.add(("fault:workload", f"{pod.get('namespace')}/{owner['kind']}/{owner['name']}"))
     return frozenset(out)
@@ -222,10 +221,10 @@ class Candidate:
         share = 100.0 * self.fleet / self.fleet_total
         return f"{head}; {share:.3g}% of the fleet does (p={self.p_value:.2g}, lift {self.lift:.3g})"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         return {"key": self.key, "value": self.value, "faulting": self.faulting,
                 "faulting_total": self.faulting_total, "fleet": self.fleet, "fleet_total": self.fleet_total,
-                "p_value": self.p_value, "lift": self.lift, "nodes": list(self.nodes), "text": self.text()}
+                "p_value": self.p_value, "lift": self.lift, "nodes": [*self.nodes], "text": self.text()}
 
 
 def attribute_text(key: str, value: str) -> str:
@@ -271,10 +270,10 @@ class StormAnalysis:
     cause: Candidate | None = None  # the top candidate when it passes the hold thresholds
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "tested": self.tested,
+    def as_dict(self) -> JsonObject:
+        return {"nodes": [*self.nodes], "tested": self.tested,
                 "cause": None if self.cause is None else self.cause.as_dict(),
-                "candidates": [c.as_dict() for c in self.candidates], "notes": list(self.notes)}
+                "candidates": [c.as_dict() for c in self.candidates], "notes": [*self.notes]}
 
 
 def analyse(faults: Sequence[Fault], fleet: FleetCounts, policy: StormPolicy) -> StormAnalysis | None:
@@ -325,9 +324,9 @@ def analyse(faults: Sequence[Fault], fleet: FleetCounts, policy: StormPolicy) ->
     return StormAnalysis(nodes, tuple(ranked[: policy.top] + described[: policy.top]), tested, cause, notes)
 
 
-def fleet_of(nodes: Iterable[Mapping[str, Any]]) -> FleetCounts:
+def fleet_of(nodes: Iterable[Mapping[str, object]]) -> FleetCounts:
     """FleetCounts of a list of Node objects (tests, the simulation)."""
     fleet = FleetCounts()
     for node in nodes:
-        fleet.set(str((node.get("metadata") or {}).get("name", "")), node_attributes(node))
+        fleet.set(Node(node).name or "", node_attributes(node))
     return fleet

@@ -6,7 +6,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from remediator.api.body_limit import read_body
 from remediator.api.deps import check_bearer
+from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.engine.runtime import Runtime
 from remediator.engine.worker import Wakes
 from remediator.errors import BodyTooLarge, StoreUnavailable
@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 router = APIRouter()
 
 
-def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+def _inline_refs(schema: JsonObject) -> JsonObject:
     """The payload's JSON schema with `$defs` references inlined (the model is not recursive)."""
-    defs = schema.pop("$defs", {})
+    found = schema.pop("$defs", {})
+    defs = found if isinstance(found, dict) else {}
 
-    def walk(node: Any) -> Any:
+    def walk(node: JsonValue) -> JsonValue:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str) and ref.startswith("#/$defs/"):
@@ -40,8 +41,8 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    result: dict[str, Any] = walk(schema)
-    return result
+    result = walk(schema)
+    return result if isinstance(result, dict) else {}
 
 
 _BODY = {
@@ -78,16 +79,17 @@ def _field(loc: tuple[int | str, ...]) -> str:
     return out or "body"
 
 
-Answer = tuple[int, dict[str, Any], dict[str, str]]
+Answer = tuple[int, JsonObject, dict[str, str]]
 BodyReader = Callable[[int], Awaitable[bytes]]
 
 
 def _invalid(exc: ValidationError) -> Answer:
-    errors = [
-        {"field": _field(tuple(e["loc"])), "message": e["msg"], "type": e["type"]} for e in exc.errors()[:20]
+    details = exc.errors()[:20]
+    errors: list[JsonValue] = [
+        {"field": _field(tuple(e["loc"])), "message": e["msg"], "type": e["type"]} for e in details
     ]
-    first = errors[0]
-    return 422, {"error": f"invalid payload: {first['field']}: {first['message']}", "errors": errors}, {}
+    first = details[0]
+    return 422, {"error": f"invalid payload: {_field(tuple(first['loc']))}: {first['msg']}", "errors": errors}, {}
 
 
 @router.post(
@@ -138,7 +140,9 @@ async def _handle(rt: Runtime, worker: Wakes | None, authorization: str | None, 
         rt.metrics.alerts_repeated.inc(stored.repeats)
     if worker is not None:
         worker.wake(alerts=True)
-    content = {"status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats}
+    content: JsonObject = {
+        "status": "stored", "batch_id": stored.batch_id, "alerts": stored.alerts, "repeats": stored.repeats,
+    }
     return 200, content, {}
 
 
