@@ -9,7 +9,7 @@ files are a few thousand nodes; the budget is two orders of magnitude above the 
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import yaml
 
@@ -24,6 +24,17 @@ class NodeBudgetExceeded(RemediatorError, yaml.MarkedYAMLError):
     """The document expands (through aliases) to more nodes than the budget allows."""
 
 
+def _mark(event: yaml.Event) -> yaml.error.Mark | None:
+    """Where the event is, as the error takes it (the pure-Python parser's Mark; the C one has the same fields)."""
+    return cast("yaml.error.Mark | None", event.start_mark)
+
+
+class _Parsing(Protocol):
+    """The Parser method the composer reads events with (the class this mixin is combined with has it)."""
+
+    def peek_event(self) -> yaml.Event: ...
+
+
 class NodeBudget(yaml.composer.Composer):
     """Composer mixin: counts the expanded size of the document and refuses it past `max_nodes`."""
 
@@ -35,19 +46,19 @@ class NodeBudget(yaml.composer.Composer):
         self._sizes: dict[int, int] = {}
         self._open: set[str] = set()  # anchors whose node is still being composed
 
-    def compose_document(self) -> Any:
+    def compose_document(self) -> yaml.Node | None:
         self._expanded = 0
         self._sizes = {}
         self._open = set()
         return super().compose_document()
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = cast(Any, self).peek_event()  # from the Parser this mixin is combined with
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = cast(_Parsing, self).peek_event()  # from the Parser this mixin is combined with
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in self._open:  # an alias inside its own anchor: infinite expansion
                 raise NodeBudgetExceeded(
                     None, None, f"recursive alias *{event.anchor}: a node that contains itself",
-                    cast(Any, event.start_mark),
+                    _mark(event),
                 )
             target = self.anchors.get(event.anchor)
             grow = self._size(target, event) if target is not None else 1
@@ -59,7 +70,7 @@ class NodeBudget(yaml.composer.Composer):
             raise NodeBudgetExceeded(
                 None, None,
                 f"{what} expands the document beyond {self.max_nodes} nodes (aliases repeating aliases?)",
-                event.start_mark,
+                _mark(event),
             )
         anchor = getattr(event, "anchor", None) if not isinstance(event, yaml.AliasEvent) else None
         if anchor is None:
@@ -92,7 +103,7 @@ class NodeBudget(yaml.composer.Composer):
                 continue
             if key in pending:  # an alias inside its own anchor: infinite expansion
                 raise NodeBudgetExceeded(
-                    None, None, "recursive alias: a node that contains itself", cast(Any, event.start_mark)
+                    None, None, "recursive alias: a node that contains itself", _mark(event)
                 )
             pending.add(key)
             stack.append((current, True))
