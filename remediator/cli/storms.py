@@ -4,12 +4,14 @@ the same terminal-safe output as the other operator commands (cli/operator.py)."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
 from remediator.cli.operator import DataOpt, MoverOpt, ReasonOpt, ReasonReq, ServerOpt, _body, _session, _show
+from remediator.kube.views import as_list, as_mapping
 
 __all__ = ["describe_storm", "get_storms", "storm_app", "storms_text"]
 
@@ -17,28 +19,31 @@ storm_app = typer.Typer(no_args_is_help=True,
                         help="Shared-cause storms: one group decision for every remediation a storm holds.")
 
 
-def storms_text(rows: list[dict[str, Any]]) -> str:
+def storms_text(rows: list[Mapping[str, object]]) -> str:
     if not rows:
         return "no storms"
     lines = [f"{'ID':<36} {'STATE':<9} {'NODES':>5} {'OPENED':<26} CAUSE"]
     for row in rows:
-        lines.append(f"{row.get('id')!s:<36} {row.get('state')!s:<9} {len(row.get('nodes') or []):>5} "
-                     f"{row.get('opened_at')!s:<26} {(row.get('cause') or {}).get('text')}")
+        lines.append(f"{row.get('id')!s:<36} {row.get('state')!s:<9} {len(as_list(row.get('nodes'))):>5} "
+                     f"{row.get('opened_at')!s:<26} {as_mapping(row.get('cause')).get('text')}")
     return "\n".join(lines)
 
 
-def storm_text(storm: dict[str, Any]) -> str:
-    lines = [f"storm {storm.get('id')}: {storm.get('state')}", f"cause: {(storm.get('cause') or {}).get('text')}",
+def storm_text(storm: Mapping[str, object]) -> str:
+    nodes = [str(n) for n in as_list(storm.get("nodes"))]
+    lines = [f"storm {storm.get('id')}: {storm.get('state')}", f"cause: {as_mapping(storm.get('cause')).get('text')}",
              f"opened: {storm.get('opened_at')}  updated: {storm.get('updated_at')}",
-             f"nodes ({len(storm.get('nodes') or [])}): {', '.join(storm.get('nodes') or [])}"]
+             f"nodes ({len(nodes)}): {', '.join(nodes)}"]
     if storm.get("decided_by"):
         lines.append(f"decided: {storm.get('state')} by {storm.get('decided_by')} at {storm.get('decided_at')}"
                      f" ({storm.get('decision_reason') or 'no reason given'})")
     lines.append("candidates:")
-    lines += [f"  {c.get('text')}" for c in (storm.get("analysis") or {}).get("candidates") or []]
+    lines += [f"  {as_mapping(c).get('text')}" for c in as_list(as_mapping(storm.get("analysis")).get("candidates"))]
     lines.append("timeline:")
-    lines += [f"  {e.get('at')} {e.get('event')}" + (f" +{', '.join(e['added'])}" if e.get("added") else "")
-              + (f" by {e['by']}" if e.get("by") else "") for e in storm.get("timeline") or []]
+    for e in map(as_mapping, as_list(storm.get("timeline"))):
+        added = [str(a) for a in as_list(e.get("added"))]
+        lines.append(f"  {e.get('at')} {e.get('event')}" + (f" +{', '.join(added)}" if added else "")
+                     + (f" by {e['by']}" if e.get("by") else ""))
     return "\n".join(lines)
 
 
