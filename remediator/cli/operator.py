@@ -40,6 +40,7 @@ from remediator.cli.output import describe_remediation, dump, render
 from remediator.cli.terminal import printable
 from remediator.domain.json_values import JsonObject, JsonValue
 from remediator.errors import ControllerApiError
+from remediator.kube.views import as_list, as_mapping
 
 __all__ = [
     "EXIT_API_REFUSED",
@@ -425,15 +426,15 @@ def return_(
     _move("return", "return to service started", rem_id, server, output, _body(reason=reason, skip=skip, by=by))
 
 
-def _pauses_text(rows: list[dict[str, Any]]) -> str:
+def _pauses_text(rows: list[Mapping[str, object]]) -> str:
     if not rows:
         return "no pauses"
     lines = [f"{'ID':<36} {'BY':<20} {'SCOPE':<32} {'UNTIL':<26} REASON"]
     for row in rows:
-        scope = row.get("scope") or {}
-        parts = [*(["all"] if scope.get("all") else []), *(f"node={n}" for n in scope.get("nodes") or []),
+        scope = as_mapping(row.get("scope"))
+        parts = [*(["all"] if scope.get("all") else []), *(f"node={n}" for n in as_list(scope.get("nodes"))),
                  *([f"selector={scope['selector']}"] if scope.get("selector") else []),
-                 *(f"playbook={p}" for p in scope.get("playbooks") or [])]
+                 *(f"playbook={p}" for p in as_list(scope.get("playbooks")))]
         until = row.get("until") or ("ended " + str(row["ended_at"]) if row.get("ended_at") else "resumed by hand")
         lines.append(f"{row.get('id')!s:<36} {row.get('created_by')!s:<20} {', '.join(parts):<32} "
                      f"{until:<26} {row.get('reason')}")
