@@ -31,7 +31,7 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from tenacity import (
     AsyncRetrying,
@@ -43,6 +43,9 @@ from tenacity import (
 )
 
 from remediator.errors import Conflict, RemediatorError, TemporaryError
+
+if TYPE_CHECKING:
+    from remediator.settings import Settings
 
 __all__ = [
     "CONFLICT_ATTEMPTS",
@@ -299,3 +302,11 @@ class TransientPolicy:
                 f"({left:.1f} s left); not asked sooner"
             )
         return f"the {self.budget:g} s budget is spent ({self.budget - left:.1f} s since the first failure)"
+
+
+def transient_policy(settings: Settings, retries: int | None = None) -> TransientPolicy:
+    """The policy for a step's (and the context read's) transient errors, from the settings. A step with
+    `retries: 0` (a long or costly action its playbook does not want run again at once) has no budget: its
+    first transient error makes the remediation wait for the dependency, and the step runs again later."""
+    budget = 0.0 if retries == 0 else settings.transient_budget_s
+    return TransientPolicy(budget=budget, cap=settings.transient_backoff_max_s)

@@ -34,7 +34,7 @@ from remediator.engine.step_stages import failure_reason
 from remediator.engine.storm_guard import StormGuard
 from remediator.errors import PermanentError
 from remediator.kube.vocabulary import excluded
-from remediator.retrying import CONTEXT_READ_FAILED, TransientPolicy
+from remediator.retrying import CONTEXT_READ_FAILED, transient_policy
 from remediator.settings import Settings
 from remediator.store.admission import AdmissionReads
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
@@ -199,7 +199,7 @@ async def admit(ex: Admitting, rem: Remediation) -> tuple[Remediation, PreparedS
         # Transient failures wait and retry within the budget; then the remediation waits (drive). A
         # permanent one (a pod name the API refuses, 403) ends it once, with the API's message.
         try:
-            read = await _context_policy(rt.settings).call(read_once)
+            read = await transient_policy(rt.settings).call(read_once)
         except PermanentError as exc:
             error = failure_reason(exc)
             await move(rt, rem.id, Event.CRASH, reason=f"{CONTEXT_READ_FAILED}{error}",
@@ -234,9 +234,3 @@ async def admit(ex: Admitting, rem: Remediation) -> tuple[Remediation, PreparedS
         return None
     await notify(rt, rem.id, "started", verdict.reason)
     return admitted, first
-
-
-def _context_policy(settings: Settings) -> TransientPolicy:
-    """The context read's policy for transient errors: a step's without per-step retries (the executor's
-    `transient_policy(settings)`)."""
-    return TransientPolicy(budget=settings.transient_budget_s, cap=settings.transient_backoff_max_s)

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from remediator.domain.states import State
-from remediator.engine.ladder import utc
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
 from remediator.engine.step_lifecycle import PreparedStep
@@ -104,7 +103,7 @@ async def drive(executor: Executor, rem_id: str, claimed: Remediation | None = N
         next_run = await _waiting(executor, rem_id, waiting)
     except Exception as exc:  # anything else that escaped a step's boundary: a dependency's wait, or a crash
         if is_transient(exc):  # a dependency failed outside a step's retries: wait for it, not a crash
-            next_run = await _waiting(executor, rem_id, DependencyWaiting(exc, utc(datetime.now())))
+            next_run = await _waiting(executor, rem_id, DependencyWaiting(exc, rt.clock()))
         else:
             await _crashed(executor, rem_id, exc)
     finally:

@@ -21,7 +21,8 @@ from remediator.definitions import Playbook, Step
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.returns import gate_step_kind, returned_reason, skip_of, skipped_note
 from remediator.domain.states import Event
-from remediator.engine.ladder import Ladder, utc
+from remediator.domain.timestamps import as_utc
+from remediator.engine.ladder import Ladder
 from remediator.engine.moves import move, notify
 from remediator.engine.runtime import Runtime
 from remediator.engine.step_holds import held_by_pause
@@ -231,7 +232,7 @@ class ReturnToService:
         `gate unknown: agent <host:port> <symptom> since <time>`; a person is paged once per spell (not per
         look) and told again when it recovers. The ladder is never climbed from here."""
         settings = self.rt.settings
-        now = utc(self.rt.clock())
+        now = as_utc(self.rt.clock())
         row = next((r for r in await self.rt.repo.steps(rem.id) if r.phase == phase and r.idx == idx), None)
         spell = dict(((row.progress or {}) if row is not None else {}).get(GATE_UNKNOWN) or {})
         first = not spell
@@ -291,7 +292,7 @@ class ReturnToService:
 
     def observe_return(self, rem: Remediation, rows: list[StepRow]) -> None:
         """The node went back to service: the time from its quarantine (else the remediation's start)."""
-        started = self.steps.quarantine_started(rows) or utc(rem.created_at)
+        started = self.steps.quarantine_started(rows) or as_utc(rem.created_at)
         self.rt.metrics.time_to_return.labels(playbook=rem.playbook).observe(
-            max(0.0, (utc(self.rt.clock()) - started).total_seconds())
+            max(0.0, (as_utc(self.rt.clock()) - started).total_seconds())
         )

@@ -26,9 +26,9 @@ from typing import Any, Literal
 from remediator.actions.base import ActionContext, ActionResult, AnyAction
 from remediator.definitions import Step
 from remediator.domain.plan_snapshot import plan_of, stored_alert_field
+from remediator.domain.timestamps import as_utc, utc_now
 from remediator.engine.approval_decisions import step_approved
 from remediator.engine.approvals import Approvals
-from remediator.engine.ladder import utc
 from remediator.engine.planning import stored_variables, target_of
 from remediator.engine.runtime import Runtime
 from remediator.engine.step_stages import (
@@ -52,8 +52,14 @@ from remediator.errors import (
     StepFailed,
     StoreUnavailable,
 )
-from remediator.retrying import CONFLICT_ATTEMPTS, DependencyWaiting, TransientPolicy, is_transient, on_conflict
-from remediator.settings import Settings
+from remediator.retrying import (
+    CONFLICT_ATTEMPTS,
+    DependencyWaiting,
+    TransientPolicy,
+    is_transient,
+    on_conflict,
+    transient_policy,
+)
 from remediator.store.models import Remediation, StepRow
 from remediator.store.step_store import BeginStep
 
@@ -112,14 +118,6 @@ class PreparedStep:
     begin: BeginStep
 
 
-def transient_policy(settings: Settings, retries: int | None = None) -> TransientPolicy:
-    """The policy for a step's (and the context read's) transient errors, from the settings. A step with
-    `retries: 0` (a long or costly action its playbook does not want run again at once) has no budget: its
-    first transient error makes the remediation wait for the dependency, and the step runs again later."""
-    budget = 0.0 if retries == 0 else settings.transient_budget_s
-    return TransientPolicy(budget=budget, cap=settings.transient_backoff_max_s)
-
-
 async def run_with_retries(
     action: AnyAction, ctx: ActionContext, params: Any, *, timeout: float, policy: TransientPolicy | None = None
 ) -> ActionResult:
@@ -133,7 +131,7 @@ async def run_with_retries(
 
     def note(exc: BaseException, wait: float) -> None:
         nonlocal first, last
-        first, last = first or utc(datetime.now()), exc
+        first, last = first or utc_now(), exc
         log.info("step %s of remediation %s: %s; retrying in %.1fs", ctx.step_name, ctx.remediation_id,
                  failure_reason(exc), wait)
 
@@ -362,17 +360,17 @@ class StepLifecycle:
             if r.phase == "forward" and r.status == "succeeded" and r.finished_at is not None
             and getattr(self.rt.actions.get(r.action), "quarantines", False)
         ]
-        return utc(min(done)) if done else None
+        return as_utc(min(done)) if done else None
 
     def _observe_quarantine(self, rem: Remediation, rows: list[StepRow]) -> None:
         """The first quarantining step of `rem` finished: the time from the alert to the quarantine."""
         if self.quarantine_started(rows) is not None:
             return
         raw = stored_alert_field(rem.plan, "starts_at")
-        started = utc(rem.created_at)
+        started = as_utc(rem.created_at)
         if isinstance(raw, str) and raw:
             with contextlib.suppress(ValueError):
-                started = utc(datetime.fromisoformat(raw.replace("Z", "+00:00")))
+                started = as_utc(datetime.fromisoformat(raw.replace("Z", "+00:00")))
         self.rt.metrics.time_to_quarantine.labels(playbook=rem.playbook).observe(
             max(0.0, (self.rt.clock() - started).total_seconds())
         )
