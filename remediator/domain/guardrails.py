@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time
+from typing import Protocol
 
 from remediator.kube.vocabulary import EXCLUDE_LABEL
 
-__all__ = ["BREAKER_REASON", "GuardrailFacts", "MaintenanceWindow", "Verdict", "guardrail_verdict"]
+__all__ = [
+    "BREAKER_REASON", "FleetState", "GuardrailFacts", "GuardrailSettings", "MaintenanceWindow", "Verdict",
+    "guardrail_facts", "guardrail_verdict",
+]
 
 BREAKER_REASON = "circuit breaker:"  # how a hold by the breaker reads: the queue for room is found by it
 
@@ -58,6 +62,56 @@ class GuardrailFacts:
     queued_ahead: int = 0
     # The node shares the suspected cause of an open storm (engine/storm_guard.py): why it waits for the group.
     storm_reason: str | None = None
+
+
+class QuarantineLimitRule(Protocol):
+    def resolve(self, gpu_nodes: int) -> int: ...
+
+
+class GuardrailSettings(Protocol):
+    """The settings the guardrails read (remediator/settings.py `Settings` is one), named here so that the
+    domain builds the facts without importing the settings module."""
+
+    @property
+    def quarantine_limit(self) -> QuarantineLimitRule: ...
+    @property
+    def quarantine_rate(self) -> int: ...
+    @property
+    def node_repeat_limit(self) -> int: ...
+    @property
+    def windows(self) -> Sequence[tuple[time, time, str]]: ...
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """The fleet as an admission finds it: read under the admission lock by the engine, assumed by the offline
+    tools (`remediator simulate`: an empty fleet; `remediator test`: the test's `fleet`)."""
+
+    quarantined_nodes: frozenset[str] = frozenset()
+    gpu_nodes: int = 0
+    recent_quarantine_starts: int = 0
+    queued_ahead: int = 0
+    limit_nodes: int | None = None  # a limit other than the settings' (a playbook test's fleet)
+
+
+def guardrail_facts(
+    settings: GuardrailSettings, *, now: datetime, node: str | None, node_excluded: bool, quarantines: bool,
+    fleet: FleetState, paused: bool = False, pause_reason: str | None = None, flapping: bool = False,
+    node_recent_remediations: int = 0, override: bool = False, storm_reason: str | None = None,
+) -> GuardrailFacts:
+    """The one builder of `GuardrailFacts`: the admission, `remediator test` and `remediator simulate` all
+    build them here, so the limits, the rate, the repeat limit and the maintenance windows come from the settings
+    the same way everywhere. A new guardrail adds its fact here and its rule to `guardrail_verdict`."""
+    limit = fleet.limit_nodes if fleet.limit_nodes is not None else settings.quarantine_limit.resolve(fleet.gpu_nodes)
+    return GuardrailFacts(
+        now=now, paused=paused, pause_reason=pause_reason, node=node, node_excluded=node_excluded,
+        quarantines=quarantines, quarantined_nodes=fleet.quarantined_nodes, limit_nodes=limit,
+        gpu_nodes=fleet.gpu_nodes, recent_quarantine_starts=fleet.recent_quarantine_starts,
+        rate_limit=settings.quarantine_rate, flapping=flapping, node_recent_remediations=node_recent_remediations,
+        node_repeat_limit=settings.node_repeat_limit,
+        windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
+        override=override, queued_ahead=fleet.queued_ahead, storm_reason=storm_reason,
+    )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,14 @@ from typing import Any, Protocol
 
 from remediator.actions.base import Target
 from remediator.actions.context import Gathered
-from remediator.domain.guardrails import BREAKER_REASON, GuardrailFacts, MaintenanceWindow, Verdict, guardrail_verdict
+from remediator.domain.guardrails import (
+    BREAKER_REASON,
+    FleetState,
+    GuardrailFacts,
+    Verdict,
+    guardrail_facts,
+    guardrail_verdict,
+)
 from remediator.domain.json_values import JsonObject
 from remediator.domain.pauses import ActivePause, held_by
 from remediator.domain.plan_snapshot import playbook_of
@@ -121,24 +128,14 @@ async def breaker_facts(
     if quarantines and rem.node not in quarantined and len(quarantined) < limit:  # room: is a queue ahead?
         ahead = await reads.held_for_room_before(rem.id, rem.created_at, rem.node, BREAKER_REASON)
         queued_ahead = len(ahead - quarantined)
-    return GuardrailFacts(
-        now=now,
-        paused=steady.paused,
-        pause_reason=steady.pause_reason,
-        node=rem.node,
-        node_excluded=steady.node_excluded,
-        quarantines=quarantines,
-        quarantined_nodes=quarantined,
-        limit_nodes=limit,
-        gpu_nodes=rt.gpu_nodes,
+    fleet = FleetState(
+        quarantined_nodes=quarantined, gpu_nodes=rt.gpu_nodes, limit_nodes=limit, queued_ahead=queued_ahead,
         recent_quarantine_starts=await reads.recent_quarantine_starts(now - settings.quarantine_rate_window),
-        rate_limit=settings.quarantine_rate,
-        flapping=steady.flapping,
-        node_recent_remediations=steady.node_recent_remediations,
-        node_repeat_limit=settings.node_repeat_limit,
-        windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
-        override=steady.override,
-        queued_ahead=queued_ahead,
+    )
+    return guardrail_facts(
+        settings, now=now, node=rem.node, node_excluded=steady.node_excluded, quarantines=quarantines, fleet=fleet,
+        paused=steady.paused, pause_reason=steady.pause_reason, flapping=steady.flapping,
+        node_recent_remediations=steady.node_recent_remediations, override=steady.override,
         storm_reason=steady.storm_reason,
     )
 

@@ -26,7 +26,7 @@ from remediator.actions.context import gather_context
 from remediator.adapters.kube import KubeAdapter, KubeObject
 from remediator.definitions import DefinitionSet
 from remediator.definitions.source import Problems, format_path, parse_yaml
-from remediator.domain.guardrails import GuardrailFacts, MaintenanceWindow, Verdict, guardrail_verdict
+from remediator.domain.guardrails import FleetState, Verdict, guardrail_facts, guardrail_verdict
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, Unmatched, decide_alert
 from remediator.engine.planning import Proposal, target_for
 from remediator.errors import DefinitionError, NotFound, NotSupported, RemediatorError
@@ -402,21 +402,14 @@ def _verdict(
     limit = QuarantineLimit(fleet.max_quarantined_nodes) if fleet.max_quarantined_nodes else settings.quarantine_limit
     node_labels = (context.get("node") or {}).get("labels") or {}
     return guardrail_verdict(
-        GuardrailFacts(
-            now=fleet.now or utcnow(),
-            paused=fleet.paused,
-            node=plan.proposal.target.node,
-            node_excluded=excluded(node_labels),
-            quarantines=quarantines(plan.proposal.playbook, actions),
-            quarantined_nodes=frozenset(fleet.quarantined_nodes),
-            limit_nodes=limit.resolve(fleet.gpu_nodes),
-            gpu_nodes=fleet.gpu_nodes,
-            recent_quarantine_starts=fleet.recent_quarantine_starts,
-            rate_limit=settings.quarantine_rate,
-            flapping=fleet.flapping,
-            node_recent_remediations=fleet.node_recent_remediations,
-            node_repeat_limit=settings.node_repeat_limit,
-            windows=tuple(MaintenanceWindow(a, b, mode) for a, b, mode in settings.windows),
+        guardrail_facts(
+            settings, now=fleet.now or utcnow(), node=plan.proposal.target.node,
+            node_excluded=excluded(node_labels), quarantines=quarantines(plan.proposal.playbook, actions),
+            fleet=FleetState(
+                quarantined_nodes=frozenset(fleet.quarantined_nodes), gpu_nodes=fleet.gpu_nodes,
+                recent_quarantine_starts=fleet.recent_quarantine_starts, limit_nodes=limit.resolve(fleet.gpu_nodes),
+            ),
+            paused=fleet.paused, flapping=fleet.flapping, node_recent_remediations=fleet.node_recent_remediations,
             override=fleet.override,
         )
     )

@@ -13,7 +13,7 @@ from typing import Any
 from remediator.actions.context import gather_context
 from remediator.actions.registry import default_registry
 from remediator.definitions import DefinitionSet
-from remediator.domain.guardrails import GuardrailFacts, guardrail_verdict
+from remediator.domain.guardrails import FleetState, guardrail_facts, guardrail_verdict
 from remediator.engine.bootstrap import load_defs
 from remediator.engine.decision import DecisionFacts, DecisionPolicy, NoTarget, Unmatched, decide_alert
 from remediator.engine.planning import quarantines
@@ -62,11 +62,8 @@ def simulate_alerts(
         variables, steps = plan.variables, plan.steps
         quarantining = quarantines(proposal.playbook, actions)
         verdict = guardrail_verdict(
-            GuardrailFacts(
-                now=utcnow(), paused=False, node=alert.node, node_excluded=False, quarantines=quarantining,
-                quarantined_nodes=frozenset(), limit_nodes=settings.quarantine_limit.resolve(0), gpu_nodes=0,
-                recent_quarantine_starts=0, rate_limit=settings.quarantine_rate,
-            )
+            guardrail_facts(settings, now=utcnow(), node=alert.node, node_excluded=False, quarantines=quarantining,
+                            fleet=FleetState())
         )
         entry.update(
             outcome="would start a remediation" if not isinstance(decision, NoTarget)

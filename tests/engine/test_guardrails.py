@@ -65,3 +65,34 @@ def test_percent_limit_resolves_against_fleet_size() -> None:
     assert QuarantineLimit("5%").resolve(200) == 10
     assert QuarantineLimit("5%").resolve(3) == 1
     assert QuarantineLimit("7").resolve(1000) == 7
+
+
+def test_one_builder_takes_limits_rate_repeat_limit_and_windows_from_the_settings() -> None:
+    from remediator.domain.guardrails import FleetState, guardrail_facts
+    from remediator.settings import Settings
+
+    settings = Settings(max_quarantined_nodes="10%", quarantine_rate=7, node_repeat_limit=3,  # type: ignore[arg-type]
+                        maintenance_windows=["hold 11:00-13:00"])
+    facts = guardrail_facts(settings, now=BASE.now, node="n1", node_excluded=False, quarantines=True,
+                            fleet=FleetState(gpu_nodes=50, recent_quarantine_starts=2))
+    assert (facts.limit_nodes, facts.rate_limit, facts.node_repeat_limit) == (5, 7, 3)
+    assert facts.windows == (MaintenanceWindow(time(11), time(13), "hold"),)
+    assert guardrail_verdict(facts).name == "maintenance"  # 12:00 is inside the hold window
+    # A fleet with its own limit (a playbook test's) wins over the settings' rule.
+    own = guardrail_facts(settings, now=BASE.now, node="n1", node_excluded=False, quarantines=True,
+                          fleet=FleetState(gpu_nodes=50, limit_nodes=1))
+    assert own.limit_nodes == 1
+
+
+def test_simulate_and_admission_see_the_same_maintenance_window() -> None:
+    """`remediator simulate` builds its facts with the same builder: a hold window in the settings holds there
+    too (before, simulate left the windows out and said it would start)."""
+    import json
+
+    from remediator.settings import Settings
+    from remediator.tools.simulation import simulate_payload
+    from tests.helpers import am_alert, am_payload, xid_labels
+
+    settings = Settings(maintenance_windows=["hold 00:00-12:00", "hold 12:00-00:00"])  # type: ignore[arg-type]
+    report = simulate_payload(settings, json.dumps(am_payload(am_alert(xid_labels("gpu-1", 79)))))
+    assert report["alerts"][0]["guardrails"]["guardrail"] == "maintenance", report
