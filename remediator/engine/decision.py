@@ -23,7 +23,7 @@ from remediator.definitions import DefinitionSet
 from remediator.domain.json_values import JsonObject
 from remediator.domain.plan_snapshot import stored_alert_field, stored_xid_code
 from remediator.domain.states import returned_at
-from remediator.domain.timestamps import as_utc as utc  # the one conversion; `utc` is the name callers import
+from remediator.domain.timestamps import as_utc
 from remediator.engine.planning import Proposal, propose, target_for
 from remediator.intake.normalize import GpuAlert, parse_xid
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP_XID_RULE", "RECURRENCE_RULE", "Decision", "DecisionFacts", "DecisionPolicy", "LadderRemediation",
     "NoTarget", "Recurrence", "Start", "Unmatched", "decide_alert", "escalation_subject", "fault_history", "gpu_of",
-    "history_since", "ladder_proposal", "recurrence", "returned_at", "rung", "same_subject", "utc",
+    "history_since", "ladder_proposal", "recurrence", "returned_at", "rung", "same_subject",
 ]
 
 APP_XID_RULE = "escalation:repeated-application-xid"
@@ -222,7 +222,7 @@ def recurrence(
     asked = rung(ladder, proposal.playbook.name)
     if asked is None or not alert.node:
         return None
-    now = utc(facts.now)  # the decision's time may come from outside (replay, simulate)
+    now = as_utc(facts.now)  # the decision's time may come from outside (replay, simulate)
     history = list(facts.node_history)
     back = [
         (at, r) for r in history

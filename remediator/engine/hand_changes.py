@@ -53,6 +53,8 @@ from remediator.domain.states import State
 from remediator.engine.executor import Executor
 from remediator.engine.moves import entered
 from remediator.engine.mutation_audit import acting_remediation
+from remediator.engine.planning import stored_variables
+from remediator.engine.return_to_service import revert_plan
 from remediator.errors import RemediatorError, StoreUnavailable
 from remediator.kube.views import Body, Node
 from remediator.retrying import Backoff
@@ -342,13 +344,13 @@ class NodeMarks:
         cleaned: list[str] = []
         token = acting_remediation.set(rem.id)  # the writes are audited as this remediation's
         try:
-            for undo in self.executor.revert_plan(playbook_of(rem), rows):
+            for undo in revert_plan(self.rt.actions, playbook_of(rem), rows):
                 action = self.rt.actions.get(undo.action)
                 if undo.action not in _CLEANUP or action is None:
                     continue
                 params = undo.params
                 if undo.templated:
-                    params = render_params(undo.params, self.executor._variables(rem, rows))
+                    params = render_params(undo.params, stored_variables(rem, rows))
                 ctx = self.executor.context_for(rem, f"release:{undo.forward.name}", undo.forward.output)
                 result = await action.run(ctx, action.parse(params))
                 cleaned.append(f"{undo.forward.name}: {result.message}")

@@ -40,7 +40,6 @@ from remediator.engine.decision import (
     returned_at,
     rung,
     same_subject,
-    utc,
 )
 from remediator.engine.planning import Proposal
 from remediator.engine.runtime import Runtime
@@ -60,7 +59,6 @@ __all__ = [
     "returned_at",
     "rung",
     "same_subject",
-    "utc",
 ]
 
 log = logging.getLogger(__name__)

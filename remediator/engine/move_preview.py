@@ -3,7 +3,7 @@
 The web UI's remediation page offers approve, reject, cancel, release, revert and return only where the state
 machine allows them (and return only while the remediation still holds its node or GPU), and asks for a
 confirmation that names what will happen. The words come from the same plan the executor runs: the undo of
-every forward step that changed something (`Executor.revert_plan`, newest first) after the playbook's return
+every forward step that changed something (`return_to_service.revert_plan`, newest first) after the playbook's return
 gate, with the gate steps a return skips said as skipped; so the confirmation names the taint, the cordon and
 the labels that will actually be removed, not a generic sentence.
 """
@@ -19,8 +19,8 @@ from remediator.definitions.models import Step
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.returns import SKIPS, gate_step_kind
 from remediator.domain.states import State, allowed_actions
-from remediator.engine.executor import Executor, RevertStep
 from remediator.engine.overrides import holds_target
+from remediator.engine.return_to_service import RevertStep, revert_plan
 from remediator.engine.runtime import Runtime
 from remediator.kube.vocabulary import REMEDIATION_ANNOTATION, STATE_LABEL
 from remediator.store.models import Remediation, StepRow
@@ -109,7 +109,7 @@ def _undo_plan(rt: Runtime, rem: Remediation, rows: list[StepRow], skip: Iterabl
     """The return gate and the undo still to run, in words (an undo under way: from where it is)."""
     playbook = playbook_of(rem)
     gate = list(playbook.return_gate)
-    plan = Executor(rt).revert_plan(playbook, rows)
+    plan = revert_plan(rt.actions, playbook, rows)
     start = rem.current_step if rem.state == State.REVERTING else 0
     skips = frozenset(skip)
     words = [_gate_words(rt, step, skips) for step in gate[start:]]

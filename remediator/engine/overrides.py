@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from remediator.domain.plan_snapshot import playbook_of
 from remediator.domain.returns import SKIPS, return_reason
 from remediator.domain.states import Event, State, allowed_actions
-from remediator.engine.executor import Executor
 from remediator.engine.moves import move, notify
+from remediator.engine.return_to_service import revert_plan
 from remediator.engine.runtime import Runtime
 from remediator.errors import IllegalTransition, NothingHeld
 from remediator.store.flag_store import OVERRIDE_FLAG_PREFIX
@@ -47,7 +47,7 @@ async def holds_target(rt: Runtime, rem: Remediation) -> bool:
     if rem.state == State.REVERTING or rem.quarantined:
         return True
     try:
-        plan = Executor(rt).revert_plan(playbook_of(rem), await rt.repo.steps(rem.id))
+        plan = revert_plan(rt.actions, playbook_of(rem), await rt.repo.steps(rem.id))
     except Exception:  # an unreadable playbook snapshot: assume it holds, the undo will say what fails
         log.warning("cannot read the undo plan of %s", rem.id, exc_info=True)
         return True

@@ -27,7 +27,6 @@ from remediator.engine.decision import (
     decide_alert,
     escalation_subject,
     history_since,
-    utc,
 )
 from remediator.engine.decision_facts import BatchFacts
 from remediator.engine.executor import Executor
@@ -482,7 +481,7 @@ class Worker:
     async def _facts(self, alerts: Sequence[GpuAlert], defs: DefinitionSet, policy: DecisionPolicy) -> BatchFacts:
         """What `decide_alert` needs about these alerts' GPUs and nodes, read for all of them at once."""
         repo = self.rt.repo
-        now = utc(repo.clock())
+        now = repo.clock()
         counted = [a for a in alerts if escalation_subject(a, defs, policy) is not None]
         labels = tuple(self.rt.settings.node_label_precedence)
         recent = await repo.firing_alerts_on_nodes(

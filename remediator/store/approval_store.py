@@ -62,7 +62,7 @@ class ApprovalStore(RepositoryBase):
         A request left open by an earlier wait is closed as `superseded`, so a remediation has at most one
         open request: the one it waits for while `awaiting_approval`.
         """
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
             if rem.state != State.RUNNING:  # cancelled or returned since the driver read it: nothing to ask
@@ -127,7 +127,7 @@ class ApprovalStore(RepositoryBase):
         """
         if decision not in ("approved", "rejected"):
             raise ValueError(f"decision must be approved or rejected, not {decision!r}")
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             approval = await session.get(Approval, approval_id)
             if approval is None:
@@ -155,7 +155,7 @@ class ApprovalStore(RepositoryBase):
         whole. The request is recorded `expired` either way; what that meant is the playbook's `on_expiry`.
         Returns the new state, or None when there was nothing (any more) to expire.
         """
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             approval = await session.scalar(

@@ -225,7 +225,7 @@ class DecisionStore(RemediationStore):
             if key in taken:
                 continue
             taken.add(key)
-            prepared[row.id] = new_values_for(str(uuid.uuid4()), row, new, key, self._clock())
+            prepared[row.id] = new_values_for(str(uuid.uuid4()), row, new, key, self.clock())
         return prepared
 
     async def _record_decisions(
@@ -272,7 +272,7 @@ class DecisionStore(RemediationStore):
 
     def _finish(self, pending: _Pending, row: AlertRow, outcome: str, rem_id: str | None, *, note: str | None) -> None:
         pending.alerts.append(
-            {"b_id": row.id, "b_outcome": outcome, "b_note": note, "b_rem": rem_id, "b_at": self._clock()}
+            {"b_id": row.id, "b_outcome": outcome, "b_note": note, "b_rem": rem_id, "b_at": self.clock()}
         )
         pending.outcomes.append(AlertOutcome(row.id, outcome, rem_id))
 
@@ -282,7 +282,7 @@ class DecisionStore(RemediationStore):
         prepared: dict[str, Any] | None,
     ) -> None:
         key = active_key_of(new)
-        now = self._clock()
+        now = self.clock()
         if key in active:
             rem_id = active[key]
             pending.linked[rem_id] += 1
@@ -323,7 +323,7 @@ class DecisionStore(RemediationStore):
         with_cooldown = [n for n in starts if n.cooldown]
         if not with_cooldown:
             return {}
-        since = self._clock() - max(n.cooldown for n in with_cooldown if n.cooldown)
+        since = self.clock() - max(n.cooldown for n in with_cooldown if n.cooldown)
         found: dict[tuple[str, str], list[tuple[str, datetime]]] = defaultdict(list)
         targets = sorted({n.target_key for n in with_cooldown})
         for i in range(0, len(targets), _CHUNK):

@@ -36,10 +36,10 @@ class FlagStore(RepositoryBase):
         async with self.transaction() as session:
             row = await session.get(ControllerState, key)
             if row is None:
-                session.add(ControllerState(key=key, value=jsonable(value), updated_at=self._clock()))
+                session.add(ControllerState(key=key, value=jsonable(value), updated_at=self.clock()))
             else:
                 row.value = jsonable(value)
-                row.updated_at = self._clock()
+                row.updated_at = self.clock()
             await self.audit(session, audit_kind, actor=actor, data=value)
 
     async def get_slack_message(self, rem_id: str) -> tuple[str, str] | None:
@@ -52,7 +52,7 @@ class FlagStore(RepositoryBase):
         """Remember (or move) the Slack message about `rem_id`."""
         async with self.transaction() as session:
             row = await session.get(SlackMessage, rem_id)
-            now = self._clock()
+            now = self.clock()
             if row is None:
                 session.add(SlackMessage(remediation_id=rem_id, channel=channel, ts=ts, created_at=now, updated_at=now))
             else:
@@ -64,7 +64,7 @@ class FlagStore(RepositoryBase):
             async with self.transaction() as session:
                 if await session.get(DefinitionVersion, version) is not None:
                     return False
-                session.add(DefinitionVersion(version=version, created_at=self._clock(), sources=dict(sources)))
+                session.add(DefinitionVersion(version=version, created_at=self.clock(), sources=dict(sources)))
                 await session.flush()
                 return True
         except IntegrityError:

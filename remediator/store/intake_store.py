@@ -56,7 +56,7 @@ class IntakeStore(RepositoryBase):
         call; repeats are stored with state `repeat` and never processed. `bodies` are the webhooks' raw
         bodies, which the intake spool keeps (see `spool_webhooks`).
         """
-        now = self._clock()
+        now = self.clock()
         keyed = [_dedup_keys(p) for p in payloads]
         if self._spooling and self._spool is not None:
             raw = bodies or [None] * len(payloads)
@@ -199,7 +199,7 @@ class IntakeStore(RepositoryBase):
         """Claim unprocessed alerts in arrival order (crash-safe: an expired claim is claimable again).
 
         `look_first=False` when a webhook has just stored alerts: the claiming write goes ahead at once."""
-        now = self._clock()
+        now = self.clock()
         claimable = (AlertRow.state == "new", or_(AlertRow.claim_expires.is_(None), AlertRow.claim_expires < now))
         # The worker asks every poll interval; most times there is nothing. Look beside the writer first, so an
         # idle poll does not queue other transactions (an admission, a step) behind an empty write.

@@ -61,7 +61,7 @@ class NodeHoldStore(RepositoryBase):
     async def wake_after_reboot(self, node: str) -> int:
         """Make the remediations on `node` that wait on a timer (a return gate waiting for the reboot, a forward
         step looking again later) due now; those another driver holds are left to it. Returns how many."""
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             result = await session.execute(
                 update(Remediation)

@@ -51,7 +51,7 @@ class PauseStore(RepositoryBase):
         ends_at: datetime | None,
     ) -> JsonObject:
         """Store a new pause (validated by the caller); audited as `pause.created` with the author."""
-        now = self._clock()
+        now = self.clock()
         pause = Pause(id=str(uuid.uuid4()), created_at=now, created_by=created_by, reason=reason, nodes=list(nodes),
                       selector=selector, playbooks=list(playbooks), ends_at=ends_at, ended_at=None, ended_by=None)
         async with self.transaction() as session:
@@ -63,7 +63,7 @@ class PauseStore(RepositoryBase):
     async def end_pause(self, pause_id: str, *, actor: str, reason: str | None) -> JsonObject | None:
         """Resume one pause now; audited as `pause.ended`. None: no such pause. One already over is returned
         unchanged and nothing is audited."""
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             pause = await session.get(Pause, pause_id, with_for_update=True)
             if pause is None:
@@ -86,7 +86,7 @@ class PauseStore(RepositoryBase):
 
     async def active_pauses(self) -> list[ActivePause]:
         """The pauses holding now, oldest first."""
-        now = self._clock()
+        now = self.clock()
         async with self.reading() as session:
             rows = await session.scalars(
                 select(Pause).where(Pause.ended_at.is_(None), or_(Pause.ends_at.is_(None), Pause.ends_at > now))
@@ -96,7 +96,7 @@ class PauseStore(RepositoryBase):
 
     async def list_pauses(self, *, include_ended: bool = False, limit: int = 200) -> list[JsonObject]:
         """Pauses newest first: the active ones, or every one (with `include_ended`)."""
-        now = self._clock()
+        now = self.clock()
         async with self.reading() as session:
             query = select(Pause).order_by(Pause.created_at.desc()).limit(limit)
             if not include_ended:

@@ -117,7 +117,7 @@ async def decide_again(repo: RepositoryBase, originals: Collection[int]) -> list
                 elif rem_id is not None:
                     found.append(_Ended(int(alert_id), str(rem_id), reason, None))
         if silenced:  # only now: the silences in force, matched as the worker matches them
-            holding = SilenceSet(await active_silences_in(session, repo._clock()))
+            holding = SilenceSet(await active_silences_in(session, repo.clock()))
             found.extend(_Ended(a, None, None, note) for a, note, labels in silenced
                          if not (holding and holding.match(labels)))
     if not found:

@@ -59,7 +59,7 @@ class RemediationStore(ReadStore, StormStore):
     async def _record_firing(
         self, session: AsyncSession, alert: AlertRow, new: NewRemediation, active_key: str
     ) -> tuple[str, str]:
-        now = self._clock()
+        now = self.clock()
         active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
         if active is not None:
             active.linked_alerts += 1
@@ -155,7 +155,7 @@ class RemediationStore(ReadStore, StormStore):
             await self._transition(session, rem, Event.REVERT, reason=reason, actor=actor)
             rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
             rem.current_step = 0
-            rem.next_run_at = self._clock()
+            rem.next_run_at = self.clock()
             rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
             return rem
 
@@ -169,7 +169,7 @@ class RemediationStore(ReadStore, StormStore):
 
         `from_state`: the state the caller checked the remediation in; IllegalTransition (naming the state it is
         in now) when it moved since, so the caller's check (does it still hold anything?) still stands."""
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, None)
             if from_state is not None and rem.state != from_state:
@@ -197,7 +197,7 @@ class RemediationStore(ReadStore, StormStore):
     async def claim_remediation_rows(self, owner: str, limit: int, lease: timedelta) -> list[Remediation]:
         """`claim_remediations`, returning the claimed rows as the claiming transaction left them (leased to
         `owner`), so the worker starts driving them without reading each one again."""
-        now = self._clock()
+        now = self.clock()
         runnable = (
             Remediation.state.in_(("pending", "running", "reverting", "held")),
             or_(Remediation.lease_expires.is_(None), Remediation.lease_expires < now),
@@ -232,7 +232,7 @@ class RemediationStore(ReadStore, StormStore):
             result = await session.execute(
                 update(Remediation)
                 .where(Remediation.id == rem_id, Remediation.lease_owner == owner)
-                .values(lease_expires=self._clock() + lease)
+                .values(lease_expires=self.clock() + lease)
             )
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -240,7 +240,7 @@ class RemediationStore(ReadStore, StormStore):
         async with self.transaction() as session:
             values: dict[str, Any] = {"lease_owner": None, "lease_expires": None}
             if next_run_in is not None:
-                values["next_run_at"] = self._clock() + next_run_in
+                values["next_run_at"] = self.clock() + next_run_in
             await session.execute(
                 update(Remediation).where(Remediation.id == rem_id, Remediation.lease_owner == owner).values(**values)
             )
@@ -254,7 +254,7 @@ class RemediationStore(ReadStore, StormStore):
         `backoff_max`. Returns (crashes in a row, not-before time; None when the remediation is now `failed`).
         The count starts over whenever a step result is recorded (`finish_step`).
         """
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
             rem.crashes = (rem.crashes or 0) + 1
@@ -282,7 +282,7 @@ class RemediationStore(ReadStore, StormStore):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
             rem.state_reason = reason
-            rem.updated_at = self._clock()
+            rem.updated_at = self.clock()
             await self.audit(session, "revert.paused" if paused else "revert.resumed", remediation_id=rem_id,
                              data={"reason": reason, "step": rem.current_step})
 
@@ -402,7 +402,7 @@ class RemediationStore(ReadStore, StormStore):
     async def _create_escalation(
         self, session: AsyncSession, source: Remediation, new: NewRemediation, reason: str, active_key: str
     ) -> tuple[str, str]:
-        now = self._clock()
+        now = self.clock()
         active = await session.scalar(select(Remediation).where(Remediation.active_key == active_key))
         if active is not None:
             await self.audit(session, "remediation.escalated", remediation_id=source.id,
@@ -429,7 +429,7 @@ class RemediationStore(ReadStore, StormStore):
         async with self.transaction() as session:
             rem = await self._get_for_update(session, rem_id, owner)
             rem.state_reason = reason
-            rem.updated_at = self._clock()
+            rem.updated_at = self.clock()
             await self.audit(session, "revert.waiting", remediation_id=rem_id,
                              data={"reason": reason, "step": rem.current_step})
 
@@ -442,7 +442,7 @@ class RemediationStore(ReadStore, StormStore):
             if (rem.state_reason or "").startswith(f"{WAITING_PREFIX}{dependency} "):
                 return False
             rem.state_reason = reason
-            rem.updated_at = self._clock()
+            rem.updated_at = self.clock()
             await self.audit(session, "remediation.waiting", remediation_id=rem_id,
                              data={"reason": reason, "dependency": dependency, "state": rem.state,
                                    "step": rem.current_step})
@@ -456,7 +456,7 @@ class RemediationStore(ReadStore, StormStore):
             if not waited.startswith(WAITING_PREFIX):
                 return
             rem.state_reason = "resumed after " + waited.removeprefix(WAITING_PREFIX)
-            rem.updated_at = self._clock()
+            rem.updated_at = self.clock()
             await self.audit(session, "remediation.resumed", remediation_id=rem_id,
                              data={"waited": waited, "state": rem.state, "step": rem.current_step})
 
@@ -481,7 +481,7 @@ class RemediationStore(ReadStore, StormStore):
             result = await session.execute(
                 update(Remediation)
                 .where(Remediation.state.in_(("held", "reverting")))
-                .values(next_run_at=self._clock())
+                .values(next_run_at=self.clock())
             )
             return int(result.rowcount)  # type: ignore[attr-defined]
 

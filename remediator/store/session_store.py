@@ -27,7 +27,7 @@ class SessionStore(RepositoryBase):
         """Refuse the session `session_id` from now until `expires_at`; audited as `ui.signed_out`."""
         try:
             async with self.transaction() as session:
-                now = self._clock()
+                now = self.clock()
                 await session.execute(delete(RevokedSession).where(RevokedSession.expires_at < now))
                 if await session.get(RevokedSession, session_id) is not None:
                     return  # signed out already (a second click, a replayed form)

@@ -56,7 +56,7 @@ class SilenceStore(RepositoryBase):
         comment: str, actor: str,
     ) -> Silence:
         """Store a new silence (validated by the caller); audited as `silence.created` with the actor."""
-        now = self._clock()
+        now = self.clock()
         silence = Silence(
             id=str(uuid.uuid4()), matchers=[m.as_dict() for m in matchers], starts_at=starts_at, ends_at=ends_at,
             created_by=created_by, comment=comment, actor=actor, created_at=now, updated_at=now, expired_by=None,
@@ -73,7 +73,7 @@ class SilenceStore(RepositoryBase):
             silence = await session.get(Silence, silence_id, with_for_update=True)
             if silence is None:
                 return None
-            now = self._clock()
+            now = self.clock()
             if silence.ends_at <= now:
                 return silence
             if silence.starts_at > now:

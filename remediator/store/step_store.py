@@ -74,7 +74,7 @@ async def begin_step_in(
         step = StepRow(
             remediation_id=rem_id, phase=begin.phase, idx=begin.idx, name=begin.name, action=begin.action,
             status="running", attempts=1, params=jsonable(begin.params), output={},
-            progress=jsonable(begin.progress or {}), error=None, started_at=store._clock(),
+            progress=jsonable(begin.progress or {}), error=None, started_at=store.clock(),
         )
         session.add(step)
     else:
@@ -154,7 +154,7 @@ class StepStore(RepositoryBase):
                 step.progress = jsonable({**(step.progress or {}), "gate_unknown": dict(spell)})
             if changed:
                 rem.state_reason = reason
-                rem.updated_at = self._clock()
+                rem.updated_at = self.clock()
                 await self.audit(session, "gate.unknown", remediation_id=rem_id,
                                  data={"reason": reason, "phase": phase, "step": idx, **jsonable(dict(spell))})
 
@@ -169,7 +169,7 @@ class StepStore(RepositoryBase):
             step = await session.scalar(
                 select(StepRow).where(StepRow.remediation_id == rem_id, StepRow.phase == phase, StepRow.idx == idx)
             )
-            now = self._clock()
+            now = self.clock()
             if step is None:
                 step = StepRow(
                     remediation_id=rem_id, phase=phase, idx=idx, name=name, action=action, status=status,

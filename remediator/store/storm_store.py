@@ -106,7 +106,7 @@ class StormStore(RepositoryBase):
         if session is None:
             async with self.transaction() as own:
                 return await self.record_storm(key, value, text, nodes, analysis, own)
-        now = self._clock()
+        now = self.clock()
         storm = (await session.scalars(
             select(Storm).where(Storm.state.in_(OPEN_STATES), Storm.cause_key == key, Storm.cause_value == value)
             .with_for_update()
@@ -141,7 +141,7 @@ class StormStore(RepositoryBase):
         storm. A storm already decided is returned as it is, with no ids (the first decision stands)."""
         if decision not in ("approved", "rejected"):
             raise ValueError(f"decision must be approved or rejected, not {decision!r}")
-        now = self._clock()
+        now = self.clock()
         async with self.transaction() as session:
             storm = await session.get(Storm, storm_id, with_for_update=True)
             if storm is None:
@@ -167,7 +167,7 @@ class StormStore(RepositoryBase):
         if session is None:
             async with self.transaction() as own:
                 return await self.close_storms(before, own)
-        now = self._clock()
+        now = self.clock()
         closed: list[str] = []
         for storm in await session.scalars(
             select(Storm).where(Storm.state.in_((StormState.APPROVED, StormState.REJECTED)), Storm.updated_at < before)

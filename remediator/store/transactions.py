@@ -168,15 +168,6 @@ class RepositoryBase:
         self._sqlite_file = str(file) if file is not None else None
         self._spooling = False
 
-    @property
-    def _clock(self) -> Clock:
-        """`clock`, by the name the store's own modules (and tests that set a clock) use."""
-        return self.clock
-
-    @_clock.setter
-    def _clock(self, clock: Clock) -> None:
-        self.clock = clock
-
     @asynccontextmanager
     async def transaction(self, *, intake: bool = False) -> AsyncIterator[AsyncSession]:
         """One transaction; database failures surface as StoreUnavailable.
@@ -343,7 +334,7 @@ class RepositoryBase:
     def _chained(
         self, kind: str, remediation_id: str | None, actor: str, data: Mapping[str, object] | None, prev_hash: str
     ) -> AuditValues:
-        ts = self._clock()
+        ts = self.clock()
         payload: JsonObject = jsonable(data or {})
         digest = event_hash(
             ts=ts, remediation_id=remediation_id, kind=kind, actor=actor, data=payload, prev_hash=prev_hash,
@@ -365,7 +356,7 @@ class RepositoryBase:
             update(AlertRow)
             .where(AlertRow.id == alert_id)
             .values(state="done", outcome=outcome, note=note, remediation_id=remediation_id,
-                    processed_at=self._clock(), claim_expires=None)
+                    processed_at=self.clock(), claim_expires=None)
         )
 
     async def _has_done_steps(self, session: AsyncSession, rem_id: str) -> bool:
@@ -383,7 +374,7 @@ class RepositoryBase:
     ) -> str:
         old = rem.state
         new = next_state(old, event)
-        now = self._clock()
+        now = self.clock()
         rem.state = new
         rem.state_reason = reason
         rem.updated_at = now
@@ -433,7 +424,7 @@ class RepositoryBase:
         await self._transition(session, rem, Event.REVERT, reason=reason)
         rem.return_request = None  # a plain undo ends `reverted`, whatever an earlier return asked
         rem.current_step = 0
-        rem.next_run_at = self._clock()
+        rem.next_run_at = self.clock()
         rem.crashes, rem.not_before = 0, None  # the undo gets its own crash budget
 
     async def _get_for_update(self, session: AsyncSession, rem_id: str, owner: str | None) -> Remediation:

@@ -121,7 +121,7 @@ async def gated_controller(
     settings = settings_for(tmp_path, **overrides)
     rt, engine = await build_runtime(settings, connect_kube=False)
     clock = Clock()
-    rt.repo._clock = clock
+    rt.repo.clock = clock
     capture = CaptureChannel()
     configured = rt.notifier
     assert configured is not None

@@ -84,7 +84,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     url = f"sqlite+aiosqlite:///{tmp_path / 'e.db'}"
     settings = Settings(database_url=url, webhook_token=[TOKEN], secret_key="k", dry_run=True)
     rt, engine = await build_runtime(settings, connect_kube=False)
-    rt.repo._clock = lambda: NOW
+    rt.repo.clock = lambda: NOW
     await store(rt.repo, history())
     app = create_app(settings, runtime=rt, run_worker=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:

@@ -47,8 +47,8 @@ async def test_crash_mid_drain_resumes_without_repeating_evictions(make_cluster:
     fake.remove("poddisruptionbudgets", "ml", "hold")
     second: Cluster = await make_cluster(lease_duration="1s")
     assert second.rt.owner != first.rt.owner
-    real_clock = second.rt.repo._clock
-    second.rt.repo._clock = lambda: real_clock() + timedelta(seconds=2)  # the dead worker's lease has expired
+    real_clock = second.rt.repo.clock
+    second.rt.repo.clock = lambda: real_clock() + timedelta(seconds=2)  # the dead worker's lease has expired
     await second.settle(60)
 
     evicted = fake.evicted_uids()

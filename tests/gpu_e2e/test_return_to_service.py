@@ -25,12 +25,12 @@ class Clock:
 
     def __init__(self, cluster: Cluster) -> None:
         self.offset = timedelta()
-        real = cluster.rt.repo._clock
+        real = cluster.rt.repo.clock
 
         def now() -> datetime:
             return real() + self.offset
 
-        cluster.rt.repo._clock = now
+        cluster.rt.repo.clock = now
 
     def advance(self, seconds: float) -> None:
         self.offset += timedelta(seconds=seconds)
@@ -231,5 +231,5 @@ async def test_the_latencies_and_outcomes_are_measured(gpu_cluster: MakeGpuClust
     assert await sweep.maybe_sweep() == 0  # the first sweep only marks where counting starts
     clock.advance(25 * 3600)
     assert await sweep.maybe_sweep() == 1
-    assert await sweep.sweep(cluster.rt.repo._clock()) == 0
+    assert await sweep.sweep(cluster.rt.repo.clock()) == 0
     assert count("remediator_remediation_outcomes_total", playbook="reset-gpu", outcome="healed") == 1

@@ -102,7 +102,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Runtime, httpx.AsyncClie
     )
     rt, engine = await build_runtime(settings, connect_kube=False)
     clock = Clock(T0)
-    rt.repo._clock = clock
+    rt.repo.clock = clock
     app = create_app(settings, runtime=rt, run_worker=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         yield rt, client, clock

@@ -85,7 +85,7 @@ async def test_anchor_catches_deletion_of_the_newest_events(repo: Repository) ->
 async def test_prune_writes_a_signed_checkpoint_and_the_rest_still_verifies(repo: Repository) -> None:
     repo.audit_key = KEY
     clock = Clock(OLD)
-    repo._clock = clock
+    repo.clock = clock
     await repo.store_batch(payload())
     await _write(repo, 10, "old")
     async with repo.transaction() as session:
@@ -113,7 +113,7 @@ async def test_prune_writes_a_signed_checkpoint_and_the_rest_still_verifies(repo
 
 async def test_prune_keeps_unprocessed_alerts_and_the_newest_event(repo: Repository) -> None:
     repo.audit_key = KEY
-    repo._clock = Clock(OLD)
+    repo.clock = Clock(OLD)
     await repo.store_batch(payload())
     await _write(repo, 3, "old")
     report = await prune(repo, audit_before=OLD + timedelta(days=1), alerts_before=OLD + timedelta(days=1))
@@ -125,7 +125,7 @@ async def test_prune_keeps_unprocessed_alerts_and_the_newest_event(repo: Reposit
 async def test_a_forged_or_missing_checkpoint_fails(repo: Repository) -> None:
     repo.audit_key = KEY
     clock = Clock(OLD)
-    repo._clock = clock
+    repo.clock = clock
     await _write(repo, 6, "old")
     clock.at = OLD + timedelta(days=10)
     await _write(repo, 6, "new")

@@ -34,7 +34,7 @@ async def decided(repo: Repository, **ending: Any) -> tuple[int, str]:
     (alert,) = await repo.claim_alerts("worker-a", 10, timedelta(seconds=30))
     outcome, rem_id = await repo.record_firing(alert, new_on("n1"))
     assert outcome == "started"
-    ended = {} if ending.get("state") == "running" else {"finished_at": repo._clock(), "active_key": None}
+    ended = {} if ending.get("state") == "running" else {"finished_at": repo.clock(), "active_key": None}
     async with repo.transaction() as session:
         await session.execute(update(Remediation).where(Remediation.id == rem_id).values(**ended, **ending))
     return alert.id, rem_id

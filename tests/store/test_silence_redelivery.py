@@ -23,7 +23,7 @@ from tests.store.test_redelivery import alert_states, redelivered, repeat_racing
 async def silenced(repo: Repository, *, expire: bool = True) -> tuple[int, str]:
     """A first delivery held by a silence on its node (expired now unless `expire` is false): (alert id,
     silence id)."""
-    now = repo._clock()
+    now = repo.clock()
     silence = await repo.create_silence([SilenceMatcher("Hostname", "n1")], starts_at=now,
                                         ends_at=now + timedelta(hours=2), created_by="alice", comment="rack 4",
                                         actor="api")
@@ -50,7 +50,7 @@ async def test_a_silence_in_force_keeps_the_alert_and_its_end_lets_it_go(store: 
 
 async def test_a_silence_of_other_alerts_does_not_keep_it(store: Repository) -> None:  # noqa: F811
     await silenced(store)
-    now = store._clock()
+    now = store.clock()
     await store.create_silence([SilenceMatcher("Hostname", "n2")], starts_at=now, ends_at=now + timedelta(hours=1),
                                created_by="bob", comment="other rack", actor="api")
     await store.store_batch(payload())

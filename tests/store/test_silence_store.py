@@ -32,7 +32,7 @@ async def repo(db_url: str) -> AsyncIterator[Repository]:
     await upgrade(db_url)
     engine = make_engine(db_url)
     repo = Repository(make_sessionmaker(engine))
-    repo._clock = lambda: T0
+    repo.clock = lambda: T0
     yield repo
     await engine.dispose()
 
