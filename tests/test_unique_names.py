@@ -18,16 +18,12 @@ ROOT = Path(__file__).resolve().parents[1] / "remediator"
 # name -> why its copies stay (each is one module's own small alias or view, never imported beside the other).
 KNOWN: dict[str, str] = {
     "Answer": "adapters/sidecar.py's TypeVar and api/routes/alerts.py's private tuple of a webhook answer",
-    "Body": "adapters/kube.py's request body alias and kube/views.py's typed view of an object",
-    "Condition": "definitions/conditions.py's CEL condition and kube/views.py's Kubernetes status condition",
-    "Taint": "actions/node.py's taint action and kube/views.py's typed view of a node taint",
     "Finished": "sidecar/bounded.py's ended child process (the node agent) and store/decision_store.py's alert "
                 "that starts nothing",
     "Labels": "intake/models.py's validated webhook labels and store/models.py's stored labels",
     "Params": "definitions/models.py's step parameters and store/sqlite_intake.py's SQL parameters",
     "Said": "engine/pause_control.py's confirmation and engine/storm_notices.py's last-told fingerprint",
     "Ts": "two SQLite intake modules' private timestamp column type",
-    "PreparedStep": "engine/first_step.py while the step lifecycle (engine/step_lifecycle.py) replaces it",
 }
 
 

@@ -54,7 +54,7 @@ DEPENDENCY = "kubernetes API"  # how waiting remediations name this peer (remedi
 # An object as the API server sent it (camelCase JSON); read it through remediator.kube.views.
 KubeObject = JsonObject
 # A request body (a patch, an Eviction): JSON the caller built, possibly from parts of objects it read.
-Body = Mapping[str, object]
+RequestBody = Mapping[str, object]
 
 _SELECTORS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
 
@@ -368,7 +368,7 @@ class KubeAdapter:
         finally:
             response.release()
 
-    async def patch_node(self, name: str, patch: Body) -> KubeObject:
+    async def patch_node(self, name: str, patch: RequestBody) -> KubeObject:
         """Strategic merge patch: maps merge (null deletes a key); Node.spec.taints is replaced whole."""
         result: KubeObject = await self._call(
             _PATCH_NODE,
@@ -379,7 +379,7 @@ class KubeAdapter:
         )
         return result
 
-    async def patch_node_status(self, name: str, patch: Body) -> KubeObject:
+    async def patch_node_status(self, name: str, patch: RequestBody) -> KubeObject:
         """Strategic merge patch of the `nodes/status` subresource: only `status` changes (conditions merge
         by `type`, so other writers' conditions stay); `metadata.resourceVersion` in the patch guards it."""
         result: KubeObject = await self._call(
@@ -438,7 +438,7 @@ class KubeAdapter:
 
     # ------------------------------------------------------------------ events
 
-    async def create_event(self, namespace: str, event: Body) -> KubeObject:
+    async def create_event(self, namespace: str, event: RequestBody) -> KubeObject:
         """Create a core/v1 Event (the body as the API spells it, camelCase)."""
         body = client.CoreV1Event.model_validate(dict(event))
         result: KubeObject = await self._call(
@@ -459,7 +459,7 @@ class KubeAdapter:
         return result
 
     async def patch_object(
-        self, kind: str, namespace: str, name: str, patch: Body, *, merge: bool = False
+        self, kind: str, namespace: str, name: str, patch: RequestBody, *, merge: bool = False
     ) -> KubeObject:
         """Strategic merge patch (or a JSON merge patch with merge=True) with field manager "remediator", of
         a kind the table lets the controller patch (NotSupported otherwise)."""
@@ -474,7 +474,7 @@ class KubeAdapter:
         )
         return result
 
-    async def get_owner(self, namespace: str, owner: OwnerReference | Body) -> KubeObject:
+    async def get_owner(self, namespace: str, owner: OwnerReference | RequestBody) -> KubeObject:
         """The object an ownerReference points to (a Node for mirror pods)."""
         ref = owner if isinstance(owner, OwnerReference) else OwnerReference(owner)
         kind, name = ref.kind, ref.name
@@ -488,7 +488,7 @@ class KubeAdapter:
     async def get_job(self, namespace: str, name: str) -> KubeObject:
         return await self.get_object("Job", namespace, name)
 
-    async def patch_job(self, namespace: str, name: str, patch: Body) -> KubeObject:
+    async def patch_job(self, namespace: str, name: str, patch: RequestBody) -> KubeObject:
         return await self.patch_object("Job", namespace, name, patch)
 
     async def get_scale(self, kind: str, namespace: str, name: str) -> KubeObject:
@@ -521,7 +521,7 @@ class KubeAdapter:
     async def list_resource_quotas(self, namespace: str) -> list[KubeObject]:
         return await self._list(_LIST_QUOTAS, _namespace(namespace))
 
-    async def patch_resource_quota(self, namespace: str, name: str, patch: Body) -> KubeObject:
+    async def patch_resource_quota(self, namespace: str, name: str, patch: RequestBody) -> KubeObject:
         return await self.patch_object("ResourceQuota", namespace, name, patch)
 
     # ------------------------------------------------------------------ namespaces

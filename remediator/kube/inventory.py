@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediator.domain.storms import FleetCounts, node_attributes
-from remediator.kube.views import Body, Node, Taint
+from remediator.kube.views import Body, Node, NodeTaint
 
 __all__ = ["GPU_CONDITION", "NodeFacts", "NodeInventory", "facts_of"]
 
@@ -56,7 +56,7 @@ def _count(value: object) -> int:
         return 0
 
 
-def _taint(taint: Taint) -> str:
+def _taint(taint: NodeTaint) -> str:
     key, value, effect = taint.key or "", taint.value, taint.effect or ""
     return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
 

@@ -23,16 +23,16 @@ __all__ = [
     "GPU_RESOURCE",
     "MIG_PREFIX",
     "Body",
-    "Condition",
     "Container",
     "Meta",
     "Node",
+    "NodeTaint",
     "OwnerReference",
     "Pod",
     "PodSpec",
     "ResourceQuota",
     "Scale",
-    "Taint",
+    "StatusCondition",
     "Workload",
     "as_list",
     "as_mapping",
@@ -240,16 +240,16 @@ class Body(_View):
         return self.metadata.annotations
 
     @property
-    def conditions(self) -> tuple[Condition, ...]:
+    def conditions(self) -> tuple[StatusCondition, ...]:
         """status.conditions (nodes, pods and most workloads carry them)."""
-        return tuple(Condition(c) for c in _mappings(self.status.get("conditions")))
+        return tuple(StatusCondition(c) for c in _mappings(self.status.get("conditions")))
 
-    def condition(self, kind: str) -> Condition | None:
+    def condition(self, kind: str) -> StatusCondition | None:
         """The condition of type `kind`, or None."""
         return next((c for c in self.conditions if c.type == kind), None)
 
 
-class Condition(_View):
+class StatusCondition(_View):
     """One entry of status.conditions."""
 
     __slots__ = ()
@@ -280,7 +280,7 @@ class Condition(_View):
         return self.status == "True"
 
 
-class Taint(_View):
+class NodeTaint(_View):
     """One entry of a node's spec.taints."""
 
     __slots__ = ()
@@ -313,8 +313,8 @@ class Node(Body):
         return bool(self.spec.get("unschedulable"))
 
     @property
-    def taints(self) -> tuple[Taint, ...]:
-        return tuple(Taint(t) for t in _mappings(self.spec.get("taints")))
+    def taints(self) -> tuple[NodeTaint, ...]:
+        return tuple(NodeTaint(t) for t in _mappings(self.spec.get("taints")))
 
     @property
     def ready(self) -> bool:
