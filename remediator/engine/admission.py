@@ -40,6 +40,7 @@ from remediator.engine.step_lifecycle import PreparedStep
 from remediator.engine.step_stages import failure_reason
 from remediator.engine.storm_guard import StormGuard
 from remediator.errors import PermanentError
+from remediator.kube.views import Body
 from remediator.kube.vocabulary import excluded
 from remediator.retrying import CONTEXT_READ_FAILED, transient_policy
 from remediator.settings import Settings
@@ -180,8 +181,8 @@ async def admit(ex: Admitting, rem: Remediation) -> tuple[Remediation, PreparedS
     step when the admission began it (engine/step_lifecycle.py), or None when it
     is held."""
     rt = ex.rt
-    gathered: dict[str, Any] | None = None
-    node: dict[str, Any] | None = None
+    gathered: JsonObject | None = None
+    node: JsonObject | None = None
     if not rem.context:  # stored with the admission (one transaction); kept when the remediation is held
         prefetched = [ex.contexts.take(rem.alert_id)]
 
@@ -206,8 +207,7 @@ async def admit(ex: Admitting, rem: Remediation) -> tuple[Remediation, PreparedS
         node = read.node
     first = await ex._prepare_first(rem, node) if rem.state == State.PENDING else None
     # The opt-out label and the scoped pauses as they are now (the context's labels are those of its read).
-    live = node.get("metadata", {}).get("labels") if node is not None and gathered is not None else None
-    labels = dict(live or {}) if live is not None else await ex._live_labels(rem)
+    labels = Body(node).labels if node is not None and gathered is not None else await ex._live_labels(rem)
     scoped = held_by(await rt.repo.active_pauses(), rem.node, labels, rem.playbook)
     quarantining = quarantines(rt, rem)
     settings = rt.settings

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from remediator.domain.pauses import held_by
 from remediator.engine.runtime import Runtime
 from remediator.errors import ActionError
+from remediator.kube.views import Body
 from remediator.kube.vocabulary import EXCLUDE_LABEL, excluded
 from remediator.store.flag_store import PAUSE_FLAG
 from remediator.store.models import Remediation
@@ -34,7 +35,7 @@ async def live_labels(rt: Runtime, rem: Remediation) -> dict[str, str] | None:
     if rt.kube is not None:
         try:
             node = await rt.kube.get_node(rem.node)
-            return _labels(node.get("metadata"))
+            return Body(node).labels
         except ActionError as exc:
             log.info("remediation %s: reading node %s's labels failed (%s); using the context's", rem.id,
                      rem.node, exc)
