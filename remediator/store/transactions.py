@@ -177,18 +177,9 @@ class RepositoryBase:
         """
         if not intake:
             await self.intake_first()
-        async with self._writer_gate():
-            try:
-                async with self._sessions() as session, session.begin():
-                    yield session
-                    await self._append_audit(session)  # last: the chain's lock is held only to the commit
-            # broad: any driver or SQLAlchemy error goes to the one classifier (store/availability.py); what it does not
-            # call unavailable is re-raised unchanged
-            except Exception as exc:
-                error = self._unavailable(exc)
-                if error is exc:
-                    raise
-                raise error from exc
+        async with self._writer_gate(), self._classified(), self._sessions() as session, session.begin():
+            yield session
+            await self._append_audit(session)  # last: the chain's lock is held only to the commit
         self.health.answered()
 
     async def intake_first(self) -> None:
@@ -207,19 +198,25 @@ class RepositoryBase:
         """A read-only transaction, beside the writers: SQLite in WAL mode lets readers run while one
         connection writes, so reads need not queue at the writer gate. Nothing may be written in it."""
         sessions = self._sessions(bind=self._read_bind) if self._read_bind is not None else self._sessions()
+        async with self._classified(), sessions as session, session.begin():
+            yield session
+            if session.new or session.dirty or session.deleted:
+                raise RuntimeError("a read-only transaction changed rows")
+        self.health.answered()
+
+    @asynccontextmanager
+    async def _classified(self) -> AsyncIterator[None]:
+        """Database failures inside it raised as what the one classifier (store/availability.py) makes of them:
+        a transient one as StoreUnavailable, anything else unchanged. Shared by `transaction` and `reading`."""
         try:
-            async with sessions as session, session.begin():
-                yield session
-                if session.new or session.dirty or session.deleted:
-                    raise RuntimeError("a read-only transaction changed rows")
-        # broad: any driver or SQLAlchemy error goes to the one classifier (store/availability.py); what it does not
-        # call unavailable is re-raised unchanged
+            yield
+        # broad: any driver or SQLAlchemy error goes to the one classifier; what it does not call unavailable is
+        # re-raised unchanged
         except Exception as exc:
             error = self._unavailable(exc)
             if error is exc:
                 raise
             raise error from exc
-        self.health.answered()
 
     def _unavailable(self, exc: Exception) -> Exception:
         """What a failed transaction raises: a transient database failure as StoreUnavailable (and counted in
