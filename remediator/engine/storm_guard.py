@@ -56,6 +56,9 @@ class StormGuard:
         self._key: tuple[frozenset[str], int] | None = None
         self._analysis: StormAnalysis | None = None
         self._told: set[str] = set()  # storms changed by admissions since the last `announce`
+        # The window's faults by remediation id, with whether the row had its context when read: a row is read
+        # whole again only when it is new to the guard or its context was stored (or rolled back) since.
+        self._faults: dict[str, tuple[Fault, bool]] = {}
         self._sizes: dict[str, int] = {}  # storm id -> nodes when last logged
 
     def _fleet(self) -> FleetCounts | None:
@@ -68,11 +71,7 @@ class StormGuard:
         if fleet is None or not fleet.size:
             return None
         settings = self.rt.settings
-        faults = [
-            Fault(node, fault_attributes(alertname, stored_xid_code(plan), labels, context), created)
-            for node, alertname, plan, labels, context, created in await reads.window_faults(
-                now - settings.storm_window)
-        ]
+        faults = await self._window(now - settings.storm_window, reads)
         key = (frozenset(f.node for f in faults), fleet.version)
         if key != self._key:  # the costly part, only when the faulting nodes or the inventory changed
             self._key, self._analysis = key, analyse(faults, fleet, policy_of(settings))
@@ -87,6 +86,22 @@ class StormGuard:
                     log.warning("storm %s: %s (%d nodes)", storm["id"], storm["cause"]["text"], len(storm["nodes"]))
         self._told.update(await reads.close_storms(now - settings.storm_window))
         return self._analysis
+
+    async def _window(self, since: datetime, reads: AdmissionReads) -> list[Fault]:
+        """The faults of the remediations created since `since`, as they are in this transaction. One narrow
+        read of the window's ids a time, whole rows only for the ones not seen as they are now: a storm of
+        admissions read every row's plan and context at each admission before (bench/decide.py)."""
+        keys = await reads.window_keys(since)
+        stale = [rid for rid, stored in keys if (seen := self._faults.get(rid)) is None or seen[1] != stored]
+        if stale:
+            for rid, (node, alertname, plan, labels, context, created) in (
+                    await reads.window_faults_of(stale)).items():
+                fault = Fault(node, fault_attributes(alertname, stored_xid_code(plan), labels, context), created)
+                self._faults[rid] = (fault, bool(context))
+        present = {rid for rid, _ in keys}
+        for rid in [rid for rid in self._faults if rid not in present]:  # left the window (or rolled back)
+            del self._faults[rid]
+        return [self._faults[rid][0] for rid, _ in keys if rid in self._faults]
 
     def announce(self, held_by: str | None = None) -> None:
         """After the admitting transaction: tell people about the storms it opened, grew, changed or closed,

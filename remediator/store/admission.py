@@ -54,6 +54,15 @@ class AdmissionReads(Protocol):
         """The remediations created since `since` (the storm window), as the batch left them."""
         ...
 
+    async def window_keys(self, since: datetime) -> list[tuple[str, bool]]:
+        """(id, whether its context is stored yet) of the remediations created since `since`: what a reader that
+        keeps the window's faults needs to know which rows to read again (`window_faults_of`)."""
+        ...
+
+    async def window_faults_of(self, ids: Sequence[str]) -> dict[str, WindowFault]:
+        """The faults of these remediations, by id, as the batch left them."""
+        ...
+
     async def live_storms(self) -> list[StormRecord]:
         """The storms not closed, oldest first."""
         ...
@@ -126,6 +135,12 @@ class SessionReads:
 
     async def window_faults(self, since: datetime) -> list[WindowFault]:
         return await self.store.window_faults(since, self.session)
+
+    async def window_keys(self, since: datetime) -> list[tuple[str, bool]]:
+        return await self.store.window_keys(since, self.session)
+
+    async def window_faults_of(self, ids: Sequence[str]) -> dict[str, WindowFault]:
+        return await self.store.window_faults_of(ids, self.session)
 
     async def live_storms(self) -> list[StormRecord]:
         return await self.store.live_storms(self.session)

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Text, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from remediator.domain.json_values import JsonObject, JsonValue
@@ -59,6 +59,8 @@ def storm_record(storm: Storm) -> StormRecord:
     }
 
 
+_IDS_PER_READ = 500  # ids in one IN (...): under SQLite's 999 bound parameters
+
 class StormStore(RepositoryBase):
     """Storms (a mixin of `Repository`)."""
 
@@ -76,6 +78,28 @@ class StormStore(RepositoryBase):
         )
         return [(str(n), str(a), p, dict(labels or {}), dict(ctx or {}), c)
                 for n, a, p, labels, ctx, c in rows.all()]
+
+    async def window_keys(self, since: datetime, session: AsyncSession) -> list[tuple[str, bool]]:
+        """(id, context stored) of the remediations created since `since`: one narrow read (no plan or context
+        decoded), so the storm guard reads whole rows only for those it has not seen as they are now."""
+        has_context = func.coalesce(func.length(cast(Remediation.context, Text)), 0) > 2  # more than `{}`
+        rows = await session.execute(
+            select(Remediation.id, has_context).where(Remediation.created_at >= since, Remediation.node.is_not(None))
+        )
+        return [(str(rid), bool(stored)) for rid, stored in rows.all()]
+
+    async def window_faults_of(self, ids: Sequence[str], session: AsyncSession) -> dict[str, WindowFault]:
+        """(node, alert name, plan, alert labels, context, created) of these remediations, by id."""
+        out: dict[str, WindowFault] = {}
+        for start in range(0, len(ids), _IDS_PER_READ):
+            rows = await session.execute(
+                select(Remediation.id, Remediation.node, Remediation.alertname, Remediation.plan,
+                       Remediation.alert_labels, Remediation.context, Remediation.created_at)
+                .where(Remediation.id.in_(ids[start:start + _IDS_PER_READ]))
+            )
+            for rid, n, a, p, labels, ctx, c in rows.all():
+                out[str(rid)] = (str(n), str(a), p, dict(labels or {}), dict(ctx or {}), c)
+        return out
 
     async def live_storms(self, session: AsyncSession | None = None) -> list[StormRecord]:
         """The storms not closed, oldest first (read in `session` when given)."""

@@ -81,3 +81,39 @@ async def test_a_batch_asks_each_admission_in_order_and_applies_its_verdict(stor
     assert not isinstance(again, BaseException)
     assert again[0].state == State.HELD and again[2] is False
     assert second.seen[-1][0] == frozenset({first.rem.node})
+
+
+@dataclass
+class ReadsTheWindow(OneNodeAtATime):
+    """An admission that reads the storm window's keys and faults in the admitting transaction."""
+
+    keys: list[list[tuple[str, bool]]] = field(default_factory=list)
+    faults: list[dict[str, object]] = field(default_factory=list)
+
+    async def facts(self, reads: AdmissionReads, counts: SteadyCounts | None) -> GuardrailFacts:
+        since = datetime.now(UTC) - timedelta(hours=1)
+        keys = await reads.window_keys(since)
+        self.keys.append(sorted(keys))
+        self.faults.append(dict(await reads.window_faults_of([rid for rid, _ in keys])))
+        return await super().facts(reads, counts)
+
+
+async def test_the_window_keys_say_which_rows_have_their_context_stored(store: Repository) -> None:  # noqa: F811
+    rows = await claimed(store, 2)
+    _, leased = await store.record_and_lease(
+        [(row, Started(new_on(f"n{i + 1}"))) for i, row in enumerate(rows)], Lease("w", timedelta(minutes=1), 2)
+    )
+    first, second = sorted(leased, key=lambda r: (r.created_at, r.id))
+    pods = {"pods": [{"namespace": "ml", "name": "p", "owners": [{"kind": "Job", "name": "train"}]}]}
+    admission = ReadsTheWindow(first, context=pods)
+
+    (result,) = await store.admit_many([admission])
+
+    assert not isinstance(result, BaseException)
+    # In the admitting transaction the admitted one's context is stored already, the other's not yet.
+    assert admission.keys == [sorted([(first.id, True), (second.id, False)])]
+    faults = admission.faults[0]
+    assert set(faults) == {first.id, second.id}
+    node, _alertname, _plan, _labels, context, _created = faults[first.id]  # type: ignore[misc]
+    assert (node, context) == ("n1", pods)
+    assert faults[second.id][4] == {}  # type: ignore[index]
