@@ -18,7 +18,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from remediator.adapters.controller_api import ControllerApi
-from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, ServerOpt, exit_code, resolve_connection
+from remediator.cli.operator import EXIT_NOT_FOUND, EXIT_USAGE, ServerOpt, TableOutput, exit_code, resolve_connection
 from remediator.cli.output import dump, render
 from remediator.cli.terminal import printable
 from remediator.domain.durations import parse_duration
@@ -32,12 +32,6 @@ silence_app = typer.Typer(
     no_args_is_help=True,
     help="Silences on a running controller: alerts they match are recorded as silenced and start nothing.",
 )
-
-
-class Output(StrEnum):
-    wide = "wide"
-    json = "json"
-    yaml = "yaml"
 
 
 class SilenceState(StrEnum):
@@ -104,7 +98,9 @@ def add(
         "--author", "--by", "-a", envvar="REMEDIATOR_USER",
         help="the author recorded as createdBy (default: who the controller authenticates)",
     )] = None,
-    output: Annotated[Output | None, typer.Option("--output", "-o", help="json or yaml: the silence created")] = None,
+    output: Annotated[
+        TableOutput | None, typer.Option("--output", "-o", help="json or yaml: the silence created")
+    ] = None,
     server: ServerOpt = None,
 ) -> None:
     """Create a silence and print its ID."""
@@ -134,7 +130,7 @@ def add(
     with _api(server) as api:
         created = _call(api, "POST", ControllerApi.path("silences"), body=body)
         silence_id = str(created.get("silenceID", "")) if isinstance(created, dict) else ""
-        if output in (Output.json, Output.yaml):
+        if output in (TableOutput.json, TableOutput.yaml):
             typer.echo(dump(_call(api, "GET", ControllerApi.path("silences", silence_id)), output.value))
             return
     typer.echo(printable(silence_id))
@@ -145,7 +141,7 @@ def list_(
     state: Annotated[SilenceState | None, typer.Option("--state", help="only active, pending or expired")] = None,
     expired: Annotated[bool, typer.Option("--expired", "-e", help="expired ones too (default: active and pending)")]
     = False,
-    output: Annotated[Output | None, typer.Option("--output", "-o", help="wide, json or yaml")] = None,
+    output: Annotated[TableOutput | None, typer.Option("--output", "-o", help="wide, json or yaml")] = None,
     server: ServerOpt = None,
 ) -> None:
     """List silences, newest first: ID, matchers, state, start and end, author, comment."""

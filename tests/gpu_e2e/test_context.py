@@ -7,29 +7,14 @@ that needs the sidecar waits for it (a transient failure, never a failed step) a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from tests.engine.conftest import Cluster
 from tests.gpu_e2e.conftest import GpuNode, MakeGpuCluster, gpu_alert_labels
-from tests.gpu_e2e.test_gate_unknown import Agent
+from tests.gpu_e2e.test_gate_unknown import Agent, agent_down  # noqa: F401  (fixture)
 from tests.gpu_e2e.test_return_to_service import Clock
 from tests.helpers import am_alert, am_payload
-from tests.sidecar.conftest import SidecarEnv
 from tests.sidecar.fakenvml import gpu_uuid
 
 TAINT = {"key": "remediator.io/gpu-unhealthy", "value": "xid-46", "effect": "NoSchedule"}
-
-
-@pytest.fixture
-def agent_down(sidecar: SidecarEnv) -> Iterator[Agent]:
-    """The node agent where the controller dials it, not started (a DaemonSet rollout): `up()` brings it back."""
-    agent = Agent(sidecar)
-    try:
-        yield agent
-    finally:
-        agent.down()
 
 
 def two_jobs(node: GpuNode) -> None:
@@ -61,7 +46,7 @@ async def test_with_the_sidecar_the_context_holds_the_pods_of_the_affected_gpu(
 
 
 async def test_without_the_sidecar_the_node_level_gpu_pods_are_used_and_the_reason_recorded(
-    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent  # noqa: F811
 ) -> None:
     two_jobs(gpu_node)
     cluster: Cluster = await gpu_cluster(port=agent_down.port)

@@ -58,6 +58,16 @@ class Agent:
 
 
 @pytest.fixture
+def agent_down(sidecar: SidecarEnv) -> Iterator[Agent]:
+    """The node agent where the controller dials it, not started (a DaemonSet rollout): `up()` brings it back."""
+    agent = Agent(sidecar)
+    try:
+        yield agent
+    finally:
+        agent.down()
+
+
+@pytest.fixture
 def agent(sidecar: SidecarEnv) -> Iterator[Agent]:
     agent = Agent(sidecar)
     agent.up()

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from tests.engine.conftest import Cluster
 from tests.gpu_e2e.conftest import GpuNode, MakeGpuCluster, gpu_alert_labels
-from tests.gpu_e2e.test_gate_unknown import Agent
+from tests.gpu_e2e.test_gate_unknown import Agent, agent_down  # noqa: F401  (fixture)
 from tests.gpu_e2e.test_return_to_service import Clock
 from tests.helpers import am_alert, am_payload
-from tests.sidecar.conftest import SidecarEnv
 from tests.sidecar.fakenvml import gpu_uuid
 
 DEFAULT_MW = 700_000
-
-
-@pytest.fixture
-def agent_down(sidecar: SidecarEnv) -> Iterator[Agent]:
-    """The node agent where the controller dials it, not started (a DaemonSet rollout): `up()` brings it back."""
-    agent = Agent(sidecar)
-    try:
-        yield agent
-    finally:
-        agent.down()
 
 
 async def test_hot_gpu_is_capped_and_the_old_limit_returns_when_the_alert_resolves(
@@ -91,7 +76,7 @@ async def test_an_alert_naming_only_the_gpu_index_caps_that_gpu(
 
 
 async def test_the_limit_is_not_touched_when_the_sidecar_cannot_be_reached(
-    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent
+    gpu_cluster: MakeGpuCluster, gpu_node: GpuNode, agent_down: Agent  # noqa: F811
 ) -> None:
     """An unreachable node agent is a transient failure: the cap step retries it within the budget (1 s here,
     REMEDIATOR_TRANSIENT_BUDGET_S), then the remediation waits for the agent, never failed, and caps the GPU
