@@ -20,21 +20,19 @@ from typing import Any
 
 from remediator.actions.base import ActionContext, Target
 from remediator.actions.context import Gathered
-from remediator.definitions import Playbook
 from remediator.engine.admission import admit
 from remediator.engine.admissions import AdmissionQueue
 from remediator.engine.early_contexts import ContextPrefetch
 from remediator.engine.forward_steps import ForwardSteps
-from remediator.engine.planning import stored_variables
 from remediator.engine.remediation_context import read_context
 from remediator.engine.remediation_driver import drive, remediation_log_fields
-from remediator.engine.return_to_service import GATE_UNKNOWN, ReturnToService, RevertStep, revert_plan
+from remediator.engine.return_to_service import GATE_UNKNOWN, ReturnToService, RevertStep
 from remediator.engine.runtime import Runtime
 from remediator.engine.step_holds import live_labels
 from remediator.engine.step_lifecycle import PreparedStep, StepLifecycle, run_with_retries, transient_policy
 from remediator.engine.step_stages import failure_reason, last_line
 from remediator.engine.storm_guard import StormGuard
-from remediator.store.models import Remediation, StepRow
+from remediator.store.models import Remediation
 
 __all__ = [
     "GATE_UNKNOWN", "Executor", "RevertStep", "failure_reason", "last_line", "remediation_log_fields",
@@ -88,15 +86,7 @@ class Executor:
         """One step of the return to service: a gate step, an undo or the final move (engine/return_to_service.py)."""
         return await self.returns.step(rem)
 
-    def revert_plan(self, playbook: Playbook, rows: list[StepRow]) -> list[RevertStep]:
-        """The undo of every forward step that changed something, newest first (return_to_service.revert_plan)."""
-        return revert_plan(self.rt.actions, playbook, rows)
-
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _variables(self, rem: Remediation, rows: list[StepRow]) -> dict[str, Any]:
-        """The variables of `rem`'s templates (planning.stored_variables)."""
-        return stored_variables(rem, rows)
 
     def context_for(self, rem: Remediation, name: str, prior: Mapping[str, Any] | None) -> ActionContext:
         """An undo action's context outside the remediation's steps (a release's clean-up: engine/hand_changes.py)."""
